@@ -1,0 +1,75 @@
+"""Claude through the official `anthropic` SDK (async, streaming).
+
+The key comes from ANTHROPIC_API_KEY and the base URL from ANTHROPIC_BASE_URL
+(so Anthropic-compatible local servers, and the fake server of
+`workbench.testing`, work too). The SDK's own retries are off: the brain
+retries, and records each attempt in the log.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, AsyncIterator
+
+from ...errors import MissingAPIKey
+from .base import FatalModelError, RetryableError
+
+DEFAULT_MODEL = "claude-opus-5-5"
+RETRYABLE_TYPES = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+
+
+class AnthropicModel:
+    """A Model that streams from the Messages API with the official SDK."""
+
+    def __init__(
+        self,
+        name: str = DEFAULT_MODEL,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float = 600.0,
+    ):
+        import anthropic
+
+        self.name = name
+        key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+        if not key:
+            raise MissingAPIKey(
+                f"model {name!r} needs ANTHROPIC_API_KEY; set it, or use --model scripted for the offline model"
+            )
+        self._anthropic = anthropic
+        self.client = anthropic.AsyncAnthropic(
+            api_key=key,
+            base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL") or None,
+            max_retries=0,
+            timeout=timeout,
+        )
+
+    async def stream(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        a = self._anthropic
+        try:
+            stream = await self.client.messages.create(**request, stream=True)
+            async for event in stream:
+                yield event.to_dict(mode="json")
+        except a.APIStatusError as e:
+            body = e.body if isinstance(e.body, dict) else {}
+            err = body.get("error", body) if isinstance(body, dict) else {}
+            etype = err.get("type") if isinstance(err, dict) else None
+            message = (err.get("message") if isinstance(err, dict) else None) or str(e)
+            status = e.status_code
+            if status in (408, 409, 429) or status >= 500 or etype in RETRYABLE_TYPES:
+                after = e.response.headers.get("retry-after") if e.response is not None else None
+                raise RetryableError(f"{status} {etype or ''}: {message}".strip(), status, _seconds(after)) from None
+            raise FatalModelError(f"{status} {etype or ''}: {message}".strip(), status) from None
+        except (a.APIConnectionError, a.APITimeoutError) as e:
+            raise RetryableError(f"connection failed: {e}") from None
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None

@@ -1,0 +1,77 @@
+"""Exceptions of the workbench.
+
+    WorkbenchError                 anything the workbench raises on purpose
+     ├── ConfigError               a setting, CLI argument or request body is invalid
+     ├── LogError                  the session log cannot do what was asked
+     │    ├── DatabaseLocked       another process holds the DuckDB file
+     │    ├── DatabaseUnreadable   the file is not a DuckDB database we can open
+     │    ├── DatabaseMissing      a read-only command named a file that does not exist
+     │    ├── UnknownSession       no session with that id
+     │    ├── SessionExists        a session with that id already exists
+     │    └── UnknownEventType     an event type that docs/events.md does not document
+     ├── ModelError                choosing or calling a model failed
+     │    ├── UnknownModel         no model of that name
+     │    ├── MissingAPIKey        an Anthropic model without ANTHROPIC_API_KEY
+     │    └── ModelCallFailed      the model call failed after its retries
+     └── TurnBusy                  a turn is already running in that session
+
+Hands failures (a dead kernel, a timeout, a traceback) are not exceptions:
+they are observations for the model. Every message here is one line a person
+can act on.
+"""
+
+
+class WorkbenchError(Exception):
+    """Base class of every error the workbench raises on purpose."""
+
+
+class ConfigError(WorkbenchError):
+    """A setting, CLI argument or request body is invalid."""
+
+
+class LogError(WorkbenchError):
+    """The session log cannot do what was asked."""
+
+
+class DatabaseLocked(LogError):
+    """Another process holds the DuckDB file (DuckDB allows one writing process)."""
+
+
+class DatabaseUnreadable(LogError):
+    """The file exists but is not a DuckDB database we can open."""
+
+
+class DatabaseMissing(LogError):
+    """A read-only command named a database file that does not exist."""
+
+
+class UnknownSession(LogError):
+    """No session with that id."""
+
+
+class SessionExists(LogError):
+    """A session with that id already exists."""
+
+
+class UnknownEventType(LogError):
+    """An event type that is not documented in docs/events.md."""
+
+
+class ModelError(WorkbenchError):
+    """Choosing or calling a model failed."""
+
+
+class UnknownModel(ModelError):
+    """No model of that name."""
+
+
+class MissingAPIKey(ModelError):
+    """An Anthropic model was asked for but ANTHROPIC_API_KEY is not set."""
+
+
+class ModelCallFailed(ModelError):
+    """The model call failed after all retries."""
+
+
+class TurnBusy(WorkbenchError):
+    """A turn is already running in that session."""

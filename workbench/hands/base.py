@@ -1,0 +1,150 @@
+"""The Hands protocol and the Observation it returns.
+
+Hands run the model's code somewhere else (a kernel) and report what
+happened as an Observation. Failures of the hands (a traceback, a timeout,
+a dead kernel) are observations for the model, never exceptions in the brain.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Protocol, runtime_checkable
+
+# A sink for hands events (`hands_started`, `hands_died`, ...): the brain
+# passes one in so that hands never import the log or the brain.
+EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+
+@dataclass
+class Observation:
+    """What one code execution produced, in the shape the model will see."""
+
+    stdout: str = ""
+    stderr: str = ""
+    result: str | None = None  # text/plain of the execute_result
+    displays: list[dict[str, Any]] = field(default_factory=list)  # mime bundles
+    error: dict[str, Any] | None = None  # {ename, evalue, traceback}
+    truncated: list[str] = field(default_factory=list)  # notes on what was cut
+    generation: int | None = None
+    duration_ms: float | None = None
+    notes: list[str] = field(default_factory=list)  # e.g. what was replayed
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "result": self.result,
+            "displays": self.displays,
+            "error": self.error,
+            "truncated": self.truncated,
+            "generation": self.generation,
+            "duration_ms": self.duration_ms,
+            "notes": self.notes,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Observation":
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__ if k in d})
+
+    def text(self) -> str:
+        """The observation as plain text for the model."""
+        parts = list(self.notes)
+        if self.stdout:
+            parts.append(self.stdout.rstrip("\n"))
+        if self.stderr:
+            parts.append("[stderr]\n" + self.stderr.rstrip("\n"))
+        for d in self.displays:
+            if not any(t in d for t in IMAGE_TYPES) and "text/plain" in d:
+                parts.append(d["text/plain"])
+        if self.result is not None:
+            parts.append(self.result)
+        if self.error:
+            tb = "\n".join(ANSI.sub("", line) for line in self.error.get("traceback") or [])
+            parts.append(tb or f"{self.error.get('ename')}: {self.error.get('evalue')}")
+        parts.extend(self.truncated)
+        return "\n".join(parts) if parts else "(no output)"
+
+    def content_blocks(self) -> list[dict[str, Any]]:
+        """tool_result content: one text block, then each image as an image block."""
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": self.text()}]
+        for d in self.displays:
+            for mime in IMAGE_TYPES:
+                if mime in d:
+                    data = d[mime]
+                    blocks.append(
+                        {
+                            "type": "image",
+                            "source": {"type": "base64", "media_type": mime, "data": data.strip()},
+                        }
+                    )
+                    break
+        return blocks
+
+
+def failure(message: str, ename: str = "HandsError", **kw: Any) -> Observation:
+    """An observation that carries only an error message."""
+    return Observation(error={"ename": ename, "evalue": message, "traceback": [f"{ename}: {message}"]}, **kw)
+
+
+@runtime_checkable
+class Hands(Protocol):
+    """Where the model's code runs. One main verb: execute."""
+
+    async def execute(self, code: str, timeout: float | None = None) -> Observation:
+        """Run code; a dead kernel or a timeout is an Observation with `error` set."""
+        ...
+
+    async def restart(self) -> None:
+        """Replace the kernel with a fresh one."""
+        ...
+
+    async def interrupt(self) -> None:
+        """Interrupt the running call, if any."""
+        ...
+
+    async def shutdown(self) -> None:
+        """Stop the kernel; the hands may be started again by the next execute."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-ready status: state, generation, kernel pid, ..."""
+        ...
+
+
+class OutputCap:
+    """Keeps at most `limit` characters of one stream and remembers what it dropped."""
+
+    def __init__(self, name: str, limit: int):
+        self.name, self.limit = name, limit
+        self.parts: list[str] = []
+        self.kept = 0
+        self.dropped = 0
+
+    def add(self, text: str) -> None:
+        room = self.limit - self.kept
+        if room > 0:
+            piece = text[:room]
+            self.parts.append(piece)
+            self.kept += len(piece)
+            self.dropped += len(text) - len(piece)
+        else:
+            self.dropped += len(text)
+
+    def value(self) -> str:
+        return "".join(self.parts)
+
+    def note(self) -> str | None:
+        if not self.dropped:
+            return None
+        return (
+            f"[{self.name} truncated: showed the first {self.kept:,} characters, "
+            f"dropped {self.dropped:,} more; write large output to a file and read parts of it]"
+        )

@@ -1,0 +1,64 @@
+"""The event types of the session log.
+
+Every event the workbench writes has one of these types. `docs/events.md`
+documents each one (its payload fields and when it is written); a test fails
+when a type here is missing from the docs, and `SessionLog.append` refuses a
+type that is not listed here, so nothing undocumented reaches the log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+EVENT_TYPES: dict[str, str] = {
+    # conversation
+    "session_created": "a session was created: its frozen system prompt, tools, model and config",
+    "user_message": "a person (or a script) sent text to the agent; starts a turn",
+    "model_request": "the brain sent a request to the model",
+    "model_retry": "a model call failed with a retryable error and will be retried",
+    "model_error": "a model call failed for good; the turn stops",
+    "assistant_turn": "a finished model response, stored verbatim, with usage and latency",
+    "tool_started": "the brain started running a tool call",
+    "tool_result": "a tool call finished (or was interrupted); what goes back to the model",
+    "turn_ended": "the turn is over, with its stop reason",
+    "interrupted": "a person interrupted the running turn or tool call",
+    "resumed": "an interrupted turn was picked up again from the log",
+    # hands
+    "hands_started": "a kernel for this session's hands is ready (generation, timings)",
+    "hands_died": "the kernel died (exit code or signal); its in-memory state is gone",
+    "hands_restarted": "the hands were replaced by a fresh kernel on request",
+    "hands_timeout": "a tool call ran past its timeout and was interrupted or its kernel replaced",
+    "hands_replayed": "after a kernel death, replayable earlier calls were re-run in the new kernel",
+    "hands_stopped": "the session's kernel was shut down",
+    "hands_refused": "model code was not run because no safe sandbox is available",
+    # egress
+    "egress_allowed": "the egress proxy let a request from the hands through",
+    "egress_denied": "the egress proxy refused a request from the hands, with the reason",
+    # memory
+    "memories_injected": "accepted memories were put into this session's frozen system prompt",
+    "dream_read": "a dream session recorded which events of other sessions it has read",
+    "memory_proposed": "a dream proposed a memory (new, edit, merge or retire), with provenance",
+}
+
+
+@dataclass(frozen=True)
+class Event:
+    """One committed event of a session."""
+
+    session_id: str
+    seq: int
+    ts: datetime
+    type: str
+    payload: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """The event as a JSON-ready dict (the export format)."""
+        return {
+            "session_id": self.session_id,
+            "seq": self.seq,
+            "ts": self.ts.isoformat(),
+            "type": self.type,
+            "payload": self.payload,
+        }
