@@ -13,7 +13,10 @@
      │    ├── UnknownModel         no model of that name
      │    ├── MissingAPIKey        an Anthropic model without ANTHROPIC_API_KEY
      │    └── ModelCallFailed      the model call failed after its retries
-     └── TurnBusy                  a turn is already running in that session
+     ├── TurnBusy                  a turn is already running in that session
+     └── MemoryStoreError          the memory store cannot do what was asked
+          ├── UnknownMemory        no memory with that id
+          └── MemoryConflict       the review action does not fit the memory's status
 
 Hands failures (a dead kernel, a timeout, a traceback) are not exceptions:
 they are observations for the model. Every message here is one line a person
@@ -75,3 +78,15 @@ class ModelCallFailed(ModelError):
 
 class TurnBusy(WorkbenchError):
     """A turn is already running in that session."""
+
+
+class MemoryStoreError(WorkbenchError):
+    """The memory store cannot do what was asked."""
+
+
+class UnknownMemory(MemoryStoreError):
+    """No memory with that id."""
+
+
+class MemoryConflict(MemoryStoreError):
+    """A review action that does not fit the memory's current status."""
