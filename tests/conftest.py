@@ -1,0 +1,54 @@
+"""Shared fixtures: real DuckDB files in temp dirs, the fake Messages API over HTTP."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench.log import SessionLog
+from workbench.testing import FakeMessagesAPI
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch, tmp_path_factory):
+    """No test sees the developer's key, database or Jupyter dirs."""
+    for var in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "WORKBENCH_DB", "WORKBENCH_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    home = tmp_path_factory.mktemp("jupyter")
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(home / "data"))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(home / "runtime"))
+
+
+@pytest.fixture
+def db_path(tmp_path) -> Path:
+    return tmp_path / "log.duckdb"
+
+
+@pytest.fixture
+def log(db_path):
+    lg = SessionLog(db_path)
+    yield lg
+    lg.close()
+
+
+@pytest.fixture
+def fake_api():
+    """A started fake Messages API; set its script with `fake_api.script = ...`."""
+    api = FakeMessagesAPI("default").start()
+    yield api
+    api.stop()
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment for a `workbench` subprocess."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "WORKBENCH_"))}
+    env.update(extra)
+    return env
+
+
+WORKBENCH = [sys.executable, "-m", "workbench.cli"]
