@@ -108,7 +108,8 @@ def _turn(args: argparse.Namespace, action: str) -> int:
         check_model_name(model)
         if action == "run" and not args.prompt.strip():
             raise ConfigError("the prompt is empty")
-        brain = Brain(log)
+        hands = _hands_factory()
+        brain = Brain(log, hands_factory=hands)
         if action == "run" and not exists:
             sid = brain.create_session(args.session, title=args.prompt.strip()[:60], model=model)["id"]
             print(f"session {sid} (model {model})", file=sys.stderr)
@@ -120,11 +121,13 @@ def _turn(args: argparse.Namespace, action: str) -> int:
 
         async def go() -> str | None:
             try:
+                await hands.start()
                 if action == "run":
                     return await brain.run_turn(sid, args.prompt)
                 return await brain.resume(sid)
             finally:
                 await brain.close()
+                await hands.close()
 
         try:
             stop = _run_async(go)
@@ -140,6 +143,17 @@ def _turn(args: argparse.Namespace, action: str) -> int:
         return EXIT_STOPPED
     finally:
         log.close()
+
+
+def _hands_factory():
+    """The hands factory for one CLI command (WORKBENCH_HANDS_* settings), after reaping orphans."""
+    from .config import from_env
+    from .hands.factory import HandsFactory, HandsSettings
+    from .hands.reaper import reap_orphans
+
+    settings = from_env(HandsSettings, prefix="WORKBENCH_HANDS_")
+    reap_orphans(settings.registry_dir or None)
+    return HandsFactory(settings)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import ConfigError, TurnBusy, UnknownSession
-from ..hands import Hands, HandsConfig, KernelHands
+from ..hands import Hands, KernelHands
 from ..log import SessionLog
 from .models import FatalModelError, MessageBuilder, Model, RetryableError, make_model
 from .request import build_request, tool_uses, turn_state
@@ -117,7 +117,14 @@ class Brain:
             async def sink(type: str, payload: dict[str, Any]) -> None:
                 await self.log.aappend(session_id, type, payload)
 
-            self._hands[session_id] = self.hands_factory(session_id, config, sink)
+            hands = self.hands_factory(session_id, config, sink)
+            if hasattr(hands, "replay_source"):  # hands that can rehydrate read their history through us
+
+                async def replayable() -> list[dict[str, Any]]:
+                    return replayable_calls(await self.log.aevents(session_id))
+
+                hands.replay_source = replayable
+            self._hands[session_id] = hands
         return self._hands[session_id]
 
     # -- the loop --------------------------------------------------------------
@@ -314,10 +321,16 @@ def _text(s: str) -> dict[str, Any]:
 
 
 def default_hands_factory(session_id: str, config: dict[str, Any], sink: Any) -> Hands:
-    """Local kernel hands configured from the session's `hands` config."""
-    hc = config.get("hands") or {}
-    fields = HandsConfig.__dataclass_fields__
-    unknown = set(hc) - set(fields)
-    if unknown:
-        raise ConfigError(f"unknown hands settings: {', '.join(sorted(unknown))}")
-    return KernelHands(HandsConfig(**hc), on_event=sink)
+    """Local kernel hands without a pool; hosts that want a pool pass a HandsFactory."""
+    from ..hands.factory import hands_config
+
+    return KernelHands(hands_config(config), on_event=sink)
+
+
+def replayable_calls(events: list[Any]) -> list[dict[str, Any]]:
+    """Successful `python` calls the model marked replayable, in order: [{tool_use_id, code}]."""
+    code = {e.payload["tool_use_id"]: e.payload["input"].get("code") for e in events
+            if e.type == "tool_started" and e.payload.get("name") == "python"}
+    return [{"tool_use_id": e.payload["tool_use_id"], "code": code[e.payload["tool_use_id"]]} for e in events
+            if e.type == "tool_result" and e.payload.get("replayable") and not e.payload.get("is_error")
+            and isinstance(code.get(e.payload["tool_use_id"]), str)]

@@ -1,47 +1,37 @@
-"""Hands backed by a local Jupyter kernel, started with jupyter_client.
+"""Hands backed by a Jupyter kernel process, started with jupyter_client.
 
 The kernel is not the user's notebook kernel and not the server process: it
 is a separate process with an explicit, allowlisted environment, talking ZMQ
 over unix sockets in a run directory of its own. A launcher decides how the
-kernel process is started (plain, or inside a sandbox); this class owns its
-life: lazy start, death detection, timeouts and interrupts.
+process starts (plain, or inside a sandbox); `live.boot` starts it with
+limits; this class owns the session's succession of kernels: lazy start or
+a warm one from the pool, death detection, timeouts, interrupts, replay.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import queue
 import shutil
 import signal
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from jupyter_client import AsyncKernelManager
-from jupyter_client.kernelspec import KernelSpecManager
+from typing import Any, Awaitable, Callable
 
 from .base import EventSink, Observation, OutputCap, failure
+from .kernel_cap import DROPPED_MIME
+from .limits import Limits
+from .live import LiveKernel, LocalLauncher, boot, kernel_env
 
-# Variables a kernel may inherit from the host. Everything else, secrets
-# included, stays out: the kernel gets this allowlist and nothing more.
-ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
+__all__ = ["HandsConfig", "KernelHands", "LocalLauncher", "kernel_env"]
 
+POLL = 0.03  # seconds between looks at the kernel process while a call runs
+CAP_SOURCE = (Path(__file__).with_name("kernel_cap.py")).read_text()
 
-def kernel_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The explicit environment of a kernel: the allowlist plus `extra`."""
-    env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
-    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    bindir = str(Path(sys.executable).parent)
-    if bindir not in env["PATH"].split(os.pathsep):
-        env["PATH"] = bindir + os.pathsep + env["PATH"]
-    env["PYTHONUNBUFFERED"] = "1"
-    env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
-    env.update(extra or {})
-    return env
+# Returns the earlier successful calls marked replayable: [{"tool_use_id", "code"}].
+ReplaySource = Callable[[], Awaitable[list[dict[str, Any]]]]
 
 
 @dataclass
@@ -58,165 +48,149 @@ class HandsConfig:
     replay: bool = False  # re-run replayable calls in a fresh kernel after a death
 
 
-class LocalLauncher:
-    """Starts an ipykernel in this Python environment, unsandboxed."""
-
-    name = "local"
-    interrupt_mode = "signal"
-
-    def __init__(self, kernel_name: str = "python3", spec_dirs: list[str] | None = None):
-        self.kernel_name = kernel_name
-        self.spec_dirs = spec_dirs
-
-    def manager(self, run_dir: Path, env: dict[str, str], workdir: Path) -> tuple[AsyncKernelManager, dict]:
-        """A kernel manager and the kwargs for its start_kernel()."""
-        ksm = KernelSpecManager(kernel_dirs=self.spec_dirs) if self.spec_dirs else KernelSpecManager()
-        km = AsyncKernelManager(kernel_name=self.kernel_name, kernel_spec_manager=ksm, transport="ipc")
-        km.connection_file = str(run_dir / "kernel.json")
-        km.ip = str(run_dir / "kernel-ipc")
-        return km, {"env": env, "cwd": str(workdir)}
-
-
 class KernelHands:
-    """Hands on a local Jupyter kernel: lazy, watched, replaceable."""
+    """Hands on a Jupyter kernel process: lazy, watched, replaceable."""
 
-    def __init__(
-        self,
-        config: HandsConfig | None = None,
-        *,
-        launcher: Any = None,
-        on_event: EventSink | None = None,
-    ):
+    def __init__(self, config: HandsConfig | None = None, *, launcher: Any = None, on_event: EventSink | None = None,
+                 pool: Any = None, limits: Limits | None = None, registry: Any = None):
         self.config = config or HandsConfig()
         self.launcher = launcher or LocalLauncher()
         self.on_event = on_event
+        self.pool, self.limits, self.registry = pool, limits, registry
+        self.replay_source: ReplaySource | None = None  # set by the brain; hands never read the log
         self.generation = 0
-        self.km: AsyncKernelManager | None = None
-        self.kc: Any = None
+        self.kernel: LiveKernel | None = None
         self.state = "not started"
-        self._run_dir: Path | None = None
-        self._tmp_workdir: Path | None = None
+        self._workdir: Path | None = Path(self.config.workdir) if self.config.workdir else None
+        self._owns_workdir = False
         self._lock = asyncio.Lock()
         self._start_lock = asyncio.Lock()
         self._busy = False
         self._interrupt_requested = False
 
-    # -- lifecycle ---------------------------------------------------------
-
     async def _emit(self, type: str, payload: dict[str, Any]) -> None:
         if self.on_event is not None:
             await self.on_event(type, payload)
 
-    def _workdir(self) -> Path:
-        if self.config.workdir:
-            p = Path(self.config.workdir)
-            p.mkdir(parents=True, exist_ok=True)
-            return p
-        if self._tmp_workdir is None:
-            self._tmp_workdir = Path(tempfile.mkdtemp(prefix="workbench-work-"))
-        return self._tmp_workdir
-
-    async def start(self, reason: str = "first call") -> None:
-        """Start a kernel now (normally the first execute does this)."""
-        async with self._start_lock:
-            if self.km is not None:
-                return
-            t0 = time.perf_counter()
-            if self.state == "dead":
-                reason = "replace a dead kernel"
-            self.state = "starting"
-            self._run_dir = Path(tempfile.mkdtemp(prefix="workbench-run-"))
-            km, kw = self.launcher.manager(self._run_dir, kernel_env(self.config.env), self._workdir())
-            try:
-                await km.start_kernel(**kw)
-                kc = km.client()
-                kc.start_channels()
-                await kc.wait_for_ready(timeout=self.config.startup_timeout)
-            except BaseException:
-                self.state = "failed"
-                await self._kill(km)
-                shutil.rmtree(self._run_dir, ignore_errors=True)
-                raise
-            self.km, self.kc = km, kc
-            self.generation += 1
-            self.state = "idle"
-            await self._emit(
-                "hands_started",
-                {
-                    "generation": self.generation,
-                    "pid": self.pid,
-                    "launcher": self.launcher.name,
-                    "reason": reason,
-                    "start_ms": round((time.perf_counter() - t0) * 1000, 1),
-                },
-            )
-
     @property
     def pid(self) -> int | None:
-        prov = getattr(self.km, "provisioner", None) if self.km else None
-        return getattr(prov, "pid", None)
+        return self.kernel.pid if self.kernel else None
 
-    async def _kill(self, km: AsyncKernelManager | None) -> None:
-        if km is None:
-            return
+    # -- lifecycle ---------------------------------------------------------
+
+    async def start(self, reason: str = "first call") -> list[str]:
+        """Make sure a kernel is ready (normally the first execute does this); returns notes for the model."""
+        async with self._start_lock:
+            if self.kernel is not None:
+                return []
+            if self.state == "dead":
+                reason = "replace a dead kernel"
+            t0 = time.perf_counter()
+            self.state = "starting"
+            try:
+                lk, pooled = await self._provision()
+                await self._prepare(lk, pooled)
+            except BaseException:
+                self.state = "failed"
+                raise
+            self.kernel = lk
+            self.generation += 1
+            self.state = "idle"
+            await self._emit("hands_started", {
+                "generation": self.generation, "pid": lk.pid, "launcher": self.launcher.name, "reason": reason,
+                "start_ms": round((time.perf_counter() - t0) * 1000, 1), "pooled": pooled,
+                "boot_ms": lk.boot_ms, "limits": lk.applied,
+            })
+            if reason != "restart" and self.config.replay and self.replay_source is not None:
+                return await self._replay()
+            return []
+
+    async def _provision(self) -> tuple[LiveKernel, bool]:
+        env = self.config.env
+        adoptable = hasattr(self.launcher, "adopt_code") or (self._workdir is None and not env)
+        if self.pool is not None and adoptable:
+            lk = await self.pool.take()
+            if lk is not None:
+                return lk, True
+        if self._workdir is None:
+            self._workdir = Path(tempfile.mkdtemp(prefix="workbench-work-"))
+            self._owns_workdir = True
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        lk = await boot(self.launcher, env=kernel_env(env), workdir=self._workdir, limits=self.limits,
+                        registry=self.registry, startup_timeout=self.config.startup_timeout)
+        return lk, False
+
+    async def _prepare(self, lk: LiveKernel, pooled: bool) -> None:
+        """Install the in-kernel output cap and, for a pooled kernel, the session's workdir and env."""
+        code = CAP_SOURCE + f"\ninstall({int(self.config.output_limit)})\ndel install\n"
+        if pooled:
+            if self._workdir is None:  # the session adopts the pooled kernel's workdir as its own
+                self._workdir, self._owns_workdir, lk.owns_workdir = lk.workdir, True, False
+            elif hasattr(self.launcher, "adopt_code"):
+                code += self.launcher.adopt_code(self._workdir, self.config.env) + "\n"
         try:
-            await km.shutdown_kernel(now=True)
-        except Exception:
-            prov = getattr(km, "provisioner", None)
-            if prov is not None and getattr(prov, "process", None) is not None:
-                try:
-                    prov.process.kill()
-                except ProcessLookupError:
-                    pass
+            reply = await _silent(lk.kc, code, self.config.startup_timeout)
+        except BaseException:
+            await asyncio.shield(lk.kill())
+            raise
+        if reply.get("status") != "ok":
+            await lk.kill()
+            raise RuntimeError(f"preparing the kernel failed: {reply.get('ename')}: {reply.get('evalue')}")
+
+    async def _replay(self) -> list[str]:
+        calls = await self.replay_source()
+        if not calls:
+            return []
+        ran, failed = [], None
+        for call in calls:
+            obs = await self._run(call["code"], self.config.timeout)
+            if not obs.ok or self.kernel is None:
+                failed = call
+                break
+            ran.append(call["tool_use_id"])
+        await self._emit("hands_replayed", {"generation": self.generation, "calls": ran, "ok": failed is None,
+                                            "failed": failed["tool_use_id"] if failed else None})
+        lines = [f"- {c['code'].strip().splitlines()[0][:100] if c['code'].strip() else '(empty)'}"
+                 for c in calls if c["tool_use_id"] in ran]
+        notes = [f"[the kernel was fresh, so {len(ran)} earlier call(s) marked replayable were re-run first:\n"
+                 + "\n".join(lines) + "]"]
+        if failed:
+            notes.append(f"[replay stopped: the call {failed['tool_use_id']} failed when re-run; later ones were not re-run]")
+        return notes
 
     async def _discard(self) -> None:
-        """Forget the current kernel (dead or to be replaced) and free its resources."""
-        km, kc = self.km, self.kc
-        self.km = self.kc = None
-        if kc is not None:
-            kc.stop_channels()
-        await self._kill(km)
-        if self._run_dir is not None:
-            shutil.rmtree(self._run_dir, ignore_errors=True)
-            self._run_dir = None
+        """Forget the current kernel (dead or to be replaced) and free what it held."""
+        lk, self.kernel = self.kernel, None
+        if lk is not None:
+            await asyncio.shield(lk.kill())
 
     async def restart(self) -> None:
         """Replace the kernel with a fresh one."""
-        await self._discard()
-        self.state = "not started"
-        await self.start(reason="restart")
+        async with self._lock:
+            await self._discard()
+            self.state = "not started"
+            await self.start(reason="restart")
 
     async def shutdown(self) -> None:
-        """Stop the kernel (if any) and remove its temporary directories."""
-        had = self.km is not None
+        """Stop the kernel (if any) and remove the session's temporary workdir."""
+        had = self.kernel is not None
         await self._discard()
         self.state = "stopped"
-        if self._tmp_workdir is not None:
-            shutil.rmtree(self._tmp_workdir, ignore_errors=True)
-            self._tmp_workdir = None
+        if self._owns_workdir and self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir, self._owns_workdir = None, False
         if had:
             await self._emit("hands_stopped", {"generation": self.generation})
 
     async def interrupt(self) -> None:
         """Interrupt the running call, if any."""
-        if self.km is not None and self._busy:
+        if self.kernel is not None and self._busy:
             self._interrupt_requested = True
-            await self.km.interrupt_kernel()
+            await self.kernel.interrupt()
 
     def status(self) -> dict[str, Any]:
-        return {
-            "backend": self.launcher.name,
-            "state": "busy" if self._busy else self.state,
-            "generation": self.generation,
-            "pid": self.pid,
-        }
-
-    async def _exit_status(self) -> int | None:
-        """The kernel's exit code (negative: signal) if it has died, else None."""
-        prov = getattr(self.km, "provisioner", None) if self.km else None
-        if prov is None:
-            return None
-        return await prov.poll()
+        return {"backend": self.launcher.name, "state": "busy" if self._busy else self.state,
+                "generation": self.generation, "pid": self.pid}
 
     # -- execution ---------------------------------------------------------
 
@@ -224,48 +198,58 @@ class KernelHands:
         """Run code in the kernel; returns what it printed, returned, displayed or raised."""
         async with self._lock:
             t0 = time.perf_counter()
-            if self.km is None:
+            notes: list[str] = []
+            if self.kernel is not None and (status := await self.kernel.poll()) is not None:
+                how = await self._record_death(status, during="idle")
+                notes.append(f"[the kernel died between calls ({how}); this call runs in a fresh kernel, "
+                             "so earlier variables and imports are gone]")
+            if self.kernel is None:
                 try:
-                    await self.start()
+                    notes += await self.start()
                 except Exception as e:  # a kernel that cannot start is data for the model
-                    return failure(f"the kernel could not start: {e}", ename="KernelStartError")
+                    return failure(f"the kernel could not start: {e}", ename="KernelStartError", notes=notes)
             timeout = min(timeout or self.config.timeout, self.config.max_timeout)
             self._busy = True
             try:
                 obs = await self._run(code, timeout)
             except asyncio.CancelledError:
                 # the caller gave up (a user interrupt): stop the code too, keep the kernel
-                if self.km is not None:
-                    await self.km.interrupt_kernel()
+                if self.kernel is not None:
+                    await asyncio.shield(self.kernel.interrupt())
                 raise
             finally:
                 self._busy = False
                 self._interrupt_requested = False
+            obs.notes = notes + obs.notes
             obs.generation = obs.generation or self.generation
             obs.duration_ms = round((time.perf_counter() - t0) * 1000, 1)
             return obs
 
     async def _run(self, code: str, timeout: float) -> Observation:
-        kc, limit = self.kc, self.config.output_limit
+        lk, limit = self.kernel, self.config.output_limit
+        kc = lk.kc
         out, err, res = OutputCap("stdout", limit), OutputCap("stderr", limit), OutputCap("result", limit)
         obs = Observation(generation=self.generation)
         msg_id = kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
         deadline = time.monotonic() + timeout
         interrupted_at: float | None = None
+        next_poll = 0.0
         while True:
-            try:
-                msg = await kc.get_iopub_msg(timeout=0.05)
-            except queue.Empty:
-                code_ = await self._exit_status()
-                if code_ is not None:
-                    return await self._died(code_, obs, out, err)
-                now = time.monotonic()
+            now = time.monotonic()
+            if now >= next_poll:  # look at the process even while output floods in
+                next_poll = now + POLL
+                status = await lk.poll()
+                if status is not None:
+                    return await self._died(status, out, err)
                 if interrupted_at is None and now > deadline:
                     interrupted_at = now
                     await self._emit("hands_timeout", {"generation": self.generation, "timeout": timeout, "action": "interrupt"})
-                    await self.km.interrupt_kernel()
+                    await lk.interrupt()
                 elif interrupted_at is not None and now > interrupted_at + self.config.interrupt_grace:
-                    return await self._replace_stuck(timeout, obs, out, err)
+                    return await self._replace_stuck(timeout, out, err)
+            try:
+                msg = await kc.get_iopub_msg(timeout=POLL)
+            except queue.Empty:
                 continue
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
@@ -274,10 +258,14 @@ class KernelHands:
                 (out if c.get("name") == "stdout" else err).add(c.get("text", ""))
             elif t == "execute_result":
                 res.add(c["data"].get("text/plain", ""))
+            elif t in ("display_data", "update_display_data") and DROPPED_MIME in c.get("data", {}):
+                dropped = c["data"][DROPPED_MIME]
+                out.dropped += int(dropped.get("stdout", 0))
+                err.dropped += int(dropped.get("stderr", 0))
             elif t in ("display_data", "update_display_data"):
-                obs.displays.append(_cap_bundle(c.get("data", {}), limit))
+                obs.displays.append(cap_bundle(c.get("data", {}), limit))
             elif t == "error":
-                obs.error = {"ename": c.get("ename"), "evalue": c.get("evalue"), "traceback": c.get("traceback", [])[-50:]}
+                obs.error = cap_error(c, limit)
             elif t == "status" and c.get("execution_state") == "idle":
                 break
         obs.stdout, obs.stderr = out.value(), err.value()
@@ -285,43 +273,76 @@ class KernelHands:
         obs.truncated = [n for n in (out.note(), err.note(), res.note()) if n]
         if interrupted_at is not None:
             obs.truncated.append(f"[timed out after {timeout:g} s: the call was interrupted; the kernel and its state survive]")
+        elif self._interrupt_requested:
+            obs.notes.append("[interrupted on request; the kernel and its state survive]")
         return obs
 
-    async def _died(self, exit_code: int, obs: Observation, out: OutputCap, err: OutputCap) -> Observation:
-        gen = self.generation
-        sig = -exit_code if exit_code < 0 else None
-        how = f"signal {signal.Signals(sig).name}" if sig else f"exit code {exit_code}"
-        await self._emit("hands_died", {"generation": gen, "exit_code": exit_code, "signal": sig, "how": how})
+    async def _record_death(self, status: int, during: str) -> str:
+        """Log a death, forget the kernel, and return how it died, in words."""
+        lk, gen = self.kernel, self.generation
+        sig = -status if status < 0 else None
+        if sig:
+            how = f"signal {_signame(sig)}"
+        elif status > 128 and _signame(status - 128) != str(status - 128):
+            how = f"exit code {status}, i.e. signal {_signame(status - 128)} inside a wrapper"
+        else:
+            how = f"exit code {status}"
+        if lk is not None and lk.oom_killed():
+            how += ", out of memory: it went over its memory limit"
+        await self._emit("hands_died", {"generation": gen, "exit_code": status, "signal": sig, "how": how,
+                                        "during": during, "pid": lk.pid if lk else None})
         await self._discard()
         self.state = "dead"
+        return how
+
+    async def _died(self, status: int, out: OutputCap, err: OutputCap) -> Observation:
+        gen = self.generation
+        how = await self._record_death(status, during="call")
         dead = failure(
             f"the kernel died ({how}) while running this call; its in-memory state "
             "(variables, imports, open files) is gone. The next call runs in a fresh kernel.",
-            ename="KernelDied",
-            generation=gen,
+            ename="KernelDied", generation=gen,
         )
         dead.stdout, dead.stderr = out.value(), err.value()
         return dead
 
-    async def _replace_stuck(self, timeout: float, obs: Observation, out: OutputCap, err: OutputCap) -> Observation:
+    async def _replace_stuck(self, timeout: float, out: OutputCap, err: OutputCap) -> Observation:
         gen = self.generation
-        await self._emit(
-            "hands_timeout",
-            {"generation": gen, "timeout": timeout, "action": "replaced", "grace": self.config.interrupt_grace},
-        )
+        await self._emit("hands_timeout", {"generation": gen, "timeout": timeout, "action": "replaced",
+                                           "grace": self.config.interrupt_grace})
         await self._discard()
-        self.state = "not started"
+        self.state = "dead"
         stuck = failure(
-            f"the call ran past its {timeout:g} s timeout and ignored the interrupt, so its kernel "
-            "was killed; its in-memory state is gone. The next call runs in a fresh kernel.",
-            ename="KernelTimeout",
-            generation=gen,
+            f"the call ran past its {timeout:g} s timeout and ignored the interrupt for "
+            f"{self.config.interrupt_grace:g} s, so its kernel was killed; its in-memory state is gone. "
+            "The next call runs in a fresh kernel.",
+            ename="KernelTimeout", generation=gen,
         )
         stuck.stdout, stuck.stderr = out.value(), err.value()
         return stuck
 
 
-def _cap_bundle(data: dict[str, Any], limit: int) -> dict[str, Any]:
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return str(sig)
+
+
+async def _silent(kc: Any, code: str, timeout: float) -> dict[str, Any]:
+    """Run setup code without history or output; returns the execute_reply content."""
+    msg_id = kc.execute(code, silent=True, store_history=False, allow_stdin=False)
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the kernel did not answer a setup request")
+        msg = await kc.get_shell_msg(timeout=left)
+        if msg["parent_header"].get("msg_id") == msg_id:
+            return msg["content"]
+
+
+def cap_bundle(data: dict[str, Any], limit: int) -> dict[str, Any]:
     """A display bundle with text parts cut to `limit` (images are kept whole)."""
     out = {}
     for mime, value in data.items():
@@ -329,3 +350,10 @@ def _cap_bundle(data: dict[str, Any], limit: int) -> dict[str, Any]:
             value = value[:limit] + f"\n[{mime} truncated at {limit:,} characters]"
         out[mime] = value
     return out
+
+
+def cap_error(c: dict[str, Any], limit: int) -> dict[str, Any]:
+    """An error message's fields, bounded: the last 50 traceback lines, each cut to `limit`."""
+    cut = lambda s: s if len(s) <= limit else s[:limit] + f" [... {len(s) - limit:,} characters cut]"  # noqa: E731
+    return {"ename": c.get("ename"), "evalue": cut(str(c.get("evalue", ""))),
+            "traceback": [cut(line) for line in (c.get("traceback") or [])[-50:]]}

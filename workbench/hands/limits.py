@@ -1,0 +1,212 @@
+"""Resource limits for one kernel, applied by a tiny wrapper that then execs it.
+
+    python .../workbench/hands/limits.py --memory-mb 4096 --max-processes 512 \\
+        --cgroup NAME --report FILE -- <kernel argv>
+
+The wrapper works in front of any argv (a plain ipykernel, or bwrap with its
+kernel inside), because rlimits and cgroup membership are inherited across
+exec and fork. Memory and processes go to a cgroup where one is writable
+(cgroup v1 `memory`/`pids` or a cgroup v2 tree with those controllers): an
+idle ipykernel maps ~800 MiB of *virtual* memory, so RLIMIT_AS is only the
+fallback, set to the limit plus that overhead. RLIMIT_NPROC counts every
+process of a uid, so it is only set for a non-root uid (e.g. the sandbox's
+dedicated one); as root without a pids cgroup the process limit is not
+enforced, and the report says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+GROUP_PARENT = "workbench"  # our cgroups live under <controller>/workbench/<name>
+AS_OVERHEAD_MB = 1024  # virtual memory an idle ipykernel maps before any user data
+MB = 1024 * 1024
+
+
+@dataclass
+class Limits:
+    """Per-kernel limits; 0 means no limit."""
+
+    memory_mb: int = 0
+    max_processes: int = 0
+    max_open_files: int = 0
+    max_file_mb: int = 0
+    cpu_seconds: int = 0
+
+    def any(self) -> bool:
+        return any((self.memory_mb, self.max_processes, self.max_open_files, self.max_file_mb, self.cpu_seconds))
+
+    def wrap(self, argv: list[str], cgroup: str, report: str | None = None) -> list[str]:
+        """`argv` prefixed with the limits wrapper (unchanged when there are no limits)."""
+        if not self.any():
+            return list(argv)
+        # run as a file, not `-m`: the wrapper needs only the standard library, and starts faster
+        pre = [sys.executable, "-s", str(Path(__file__).resolve()), "--cgroup", cgroup]
+        for name in ("memory_mb", "max_processes", "max_open_files", "max_file_mb", "cpu_seconds"):
+            if getattr(self, name):
+                pre += ["--" + name.replace("_", "-"), str(getattr(self, name))]
+        if report:
+            pre += ["--report", report]
+        return pre + ["--"] + list(argv)
+
+
+def _v1(controller: str) -> Path | None:
+    base = CGROUP_ROOT / controller
+    return base if (base / "cgroup.procs").exists() and os.access(base, os.W_OK) else None
+
+
+def _v2() -> Path | None:
+    """The cgroup v2 root if it delegates memory and pids to us."""
+    for base in (CGROUP_ROOT, CGROUP_ROOT / "unified"):
+        ctl = base / "cgroup.controllers"
+        if ctl.exists() and os.access(base, os.W_OK):
+            have = ctl.read_text().split()
+            if "memory" in have and "pids" in have:
+                return base
+    return None
+
+
+def _group_dirs(name: str) -> dict[str, Path]:
+    """Where the cgroups of kernel `name` live, per controller ('v2' for a unified tree)."""
+    dirs = {}
+    for ctrl in ("memory", "pids"):
+        base = _v1(ctrl)
+        if base is not None:
+            dirs[ctrl] = base / GROUP_PARENT / name
+    if not dirs:
+        base = _v2()
+        if base is not None:
+            dirs["v2"] = base / GROUP_PARENT / name
+    return dirs
+
+
+def _join(group: Path, settings: dict[str, str]) -> None:
+    group.mkdir(parents=True, exist_ok=True)
+    if group.parent.name == GROUP_PARENT and (group.parent / "cgroup.subtree_control").exists():
+        try:  # v2: controllers must be enabled in the parent before a child can use them
+            (group.parent.parent / "cgroup.subtree_control").write_text("+memory +pids")
+            (group.parent / "cgroup.subtree_control").write_text("+memory +pids")
+        except OSError:
+            pass
+    for key, value in settings.items():
+        (group / key).write_text(value)
+    (group / "cgroup.procs").write_text(str(os.getpid()))
+
+
+def apply(limits: Limits, cgroup: str) -> dict[str, str]:
+    """Apply `limits` to this process (before exec); returns how each was enforced."""
+    how: dict[str, str] = {}
+    dirs = _group_dirs(cgroup)
+    if limits.memory_mb:
+        try:
+            if "memory" in dirs:
+                _join(dirs["memory"], {"memory.limit_in_bytes": str(limits.memory_mb * MB)})
+                how["memory"] = "cgroup v1 memory"
+            elif "v2" in dirs:
+                _join(dirs["v2"], {"memory.max": str(limits.memory_mb * MB)})
+                how["memory"] = "cgroup v2 memory"
+            else:
+                raise OSError("no writable memory cgroup")
+        except OSError:
+            cap = (limits.memory_mb + AS_OVERHEAD_MB) * MB
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+            how["memory"] = f"RLIMIT_AS {limits.memory_mb + AS_OVERHEAD_MB} MiB (virtual)"
+    if limits.max_processes:
+        try:
+            if "pids" in dirs:
+                _join(dirs["pids"], {"pids.max": str(limits.max_processes)})
+                how["processes"] = "cgroup v1 pids"
+            elif "v2" in dirs:
+                _join(dirs["v2"], {"pids.max": str(limits.max_processes)})
+                how["processes"] = "cgroup v2 pids"
+            else:
+                raise OSError("no writable pids cgroup")
+        except OSError:
+            if os.getuid() != 0:
+                resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
+                how["processes"] = "RLIMIT_NPROC (counts every process of this uid)"
+            else:
+                how["processes"] = "not enforced (root without a pids cgroup)"
+    for key, res, value in (
+        ("open_files", resource.RLIMIT_NOFILE, limits.max_open_files),
+        ("file_size", resource.RLIMIT_FSIZE, limits.max_file_mb * MB),
+        ("cpu", resource.RLIMIT_CPU, limits.cpu_seconds),
+    ):
+        if value:
+            # the hard limit a bit above the soft one, so RLIMIT_CPU sends SIGXCPU before SIGKILL
+            hard = value + 1 if res == resource.RLIMIT_CPU else value
+            resource.setrlimit(res, (value, hard))
+            how[key] = f"rlimit {value}"
+    return how
+
+
+def cleanup(cgroup: str, timeout: float = 2.0) -> None:
+    """Kill whatever is left in a kernel's cgroups (a fork bomb's escapees) and remove them."""
+    for group in _group_dirs(cgroup).values():
+        if not group.exists():
+            continue
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
+            except OSError:
+                break
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.01)
+        try:
+            group.rmdir()
+        except OSError:
+            pass
+
+
+def oom_killed(cgroup: str) -> bool:
+    """Whether the kernel's memory cgroup has OOM-killed a process."""
+    group = _group_dirs(cgroup).get("memory")
+    try:
+        if group is not None:
+            stats = dict(line.split() for line in (group / "memory.oom_control").read_text().splitlines())
+            return int(stats.get("oom_kill", 0)) > 0
+        group = _group_dirs(cgroup).get("v2")
+        if group is not None:
+            stats = dict(line.split() for line in (group / "memory.events").read_text().splitlines())
+            return int(stats.get("oom_kill", 0)) > 0
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="limits.py", description="set limits, then exec a kernel")
+    p.add_argument("--cgroup", required=True, help="the name of this kernel's cgroup")
+    for name in ("memory-mb", "max-processes", "max-open-files", "max-file-mb", "cpu-seconds"):
+        p.add_argument("--" + name, type=int, default=0)
+    p.add_argument("--report", help="write how each limit was enforced to this JSON file")
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    a = p.parse_args(argv)
+    command = a.command[1:] if a.command[:1] == ["--"] else a.command
+    if not command:
+        p.error("no command to run after --")
+    limits = Limits(a.memory_mb, a.max_processes, a.max_open_files, a.max_file_mb, a.cpu_seconds)
+    how = apply(limits, a.cgroup)
+    if a.report:
+        Path(a.report).write_text(json.dumps(how))
+    os.execvp(command[0], command)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""The kernel registry, and the reaper of kernels a crashed host left behind.
+
+Every kernel the workbench starts gets a small JSON file in a registry
+directory: its pid and process start time, and the same for its host. A
+host that stops cleanly removes its files. A host that was killed cannot,
+so the next host calls `reap_orphans()` at start: it kills each registered
+kernel whose host is gone, after checking (pid *and* start time) that the
+process is still the kernel we started and not a stranger reusing its pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+
+def default_registry_dir() -> Path:
+    """`workbench-kernels` in the Jupyter runtime dir (per user, not shared with kernels)."""
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    return Path(jupyter_runtime_dir()) / "workbench-kernels"
+
+
+def _start_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def _same(pid: int | None, started: float | None) -> bool:
+    """Whether `pid` is still the process that started at `started`."""
+    if not pid or started is None:
+        return False
+    now = _start_time(pid)
+    return now is not None and abs(now - started) < 0.5
+
+
+class KernelRegistry:
+    """One JSON file per running kernel, so a later host can find orphans."""
+
+    def __init__(self, directory: Path):
+        self.dir = Path(directory)
+        self.host_pid = os.getpid()
+        self.host_started = _start_time(self.host_pid)
+
+    def add(self, kid: str, pid: int, **info: Any) -> None:
+        """Record a started kernel (its pid, start time and host)."""
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        entry = {
+            "pid": pid,
+            "started": _start_time(pid),
+            "host_pid": self.host_pid,
+            "host_started": self.host_started,
+            **info,
+        }
+        tmp = self.dir / f".{kid}.tmp"
+        tmp.write_text(json.dumps(entry))
+        tmp.replace(self.dir / f"{kid}.json")
+
+    def remove(self, kid: str) -> None:
+        """Forget a kernel that was stopped."""
+        try:
+            (self.dir / f"{kid}.json").unlink()
+        except FileNotFoundError:
+            pass
+
+    def entries(self) -> dict[str, dict[str, Any]]:
+        """Every registered kernel, by id."""
+        out = {}
+        for f in sorted(self.dir.glob("*.json")) if self.dir.exists() else []:
+            try:
+                out[f.stem] = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+        return out
+
+
+def reap_orphans(directory: str | Path | None = None, *, grace: float = 1.0) -> list[dict[str, Any]]:
+    """Stop kernels whose host process is gone; returns the entries it handled.
+
+    Call it once when a host (server extension, CLI) starts, with the same
+    registry directory its HandsFactory uses (the default when None). Safe
+    with other hosts running: kernels of a live host are left alone, and a
+    pid is only killed if its start time matches the one recorded, so a
+    reused pid is never hit.
+    """
+    reg = KernelRegistry(Path(directory) if directory else default_registry_dir())
+    reaped = []
+    for kid, e in reg.entries().items():
+        if _same(e.get("host_pid"), e.get("host_started")):
+            continue  # its host is alive and will stop it
+        if _same(e.get("pid"), e.get("started")):
+            _kill_tree(e["pid"], grace)
+            e["killed"] = True
+        if e.get("cgroup"):
+            from .limits import cleanup
+
+            cleanup(e["cgroup"])
+        if e.get("run_dir"):
+            shutil.rmtree(e["run_dir"], ignore_errors=True)
+        reg.remove(kid)
+        reaped.append({"id": kid, **e})
+    return reaped
+
+
+def _kill_tree(pid: int, grace: float) -> None:
+    """SIGTERM a kernel and its descendants, then SIGKILL what is left after `grace`."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and psutil.pid_exists(pid):
+        time.sleep(0.01)
