@@ -82,6 +82,11 @@ class Brain:
         """Create a session with its frozen system prompt, tools and model settings."""
         session_id = session_id or uuid.uuid4().hex[:12]
         config = dict(config or {})
+        memory, injected = self.extras.get("memory"), []
+        if memory is not None and kind != "dream":  # accepted memories join the frozen prefix, only at the start
+            memory_text, injected = memory.prompt_memories()
+            if injected:
+                preamble = f"{preamble}\n\n{memory_text}" if preamble else memory_text
         names = tools if tools is not None else ["python"]
         specs = [get_tool(n).spec() for n in names]
         s = self.settings
@@ -97,6 +102,8 @@ class Brain:
             "config": config,
         }
         self.log.create_session(session_id, title=title, model=model, kind=kind, payload=payload)
+        if injected:
+            self.log.append(session_id, "memories_injected", {"memories": injected, "text": memory_text})
         return self.log.session(session_id)
 
     def listen(self, fn: DeltaListener) -> Callable[[], None]:
