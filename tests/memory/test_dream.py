@@ -1,0 +1,114 @@
+"""A dream over recorded sessions: cited proposals, nothing new the second time, refusals the model can act on."""
+
+from __future__ import annotations
+
+import asyncio
+
+from workbench.brain import Brain
+from workbench.brain.models import Reply, ScriptedModel
+from workbench.memory.dream import commit_dream, create_dream, run_dream
+
+
+def strings(value) -> list[str]:
+    """Every string inside a JSON value (the test's own reading of a payload)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    return []
+
+
+def cited_event(log, citation):
+    found = log.events(citation["session_id"], after=citation["seq"] - 1, until=citation["seq"])
+    assert found, f"cited event {citation} does not exist"
+    return found[0]
+
+
+def test_dream_proposes_memories_whose_citations_hold(brain, store, recorded):
+    result = asyncio.run(run_dream(brain, sessions=recorded, model="scripted:dream"))
+    assert result["stop_reason"] == "end_turn"
+    memories = store.list()
+    assert len(memories) >= 4 and {m["id"] for m in memories} == set(result["proposed"])
+    for m in memories:
+        assert m["status"] == "proposed" and m["dream_id"] == result["dream_id"]
+        assert m["created_by"] == f"dream:{result['dream_id']}"
+        assert m["provenance"], m
+        for c in m["provenance"]:
+            assert c["session_id"] in recorded
+            e = cited_event(store.log, c)
+            assert any(c["quote"] in s for s in strings(e.payload)), (c, e.payload)
+    by_title = {m["title"]: m for m in memories}
+    fix = by_title["Fix for ZeroDivisionError: division by zero"]
+    err = cited_event(store.log, fix["provenance"][0])
+    assert err.type == "tool_result" and err.payload["is_error"]
+    assert cited_event(store.log, fix["provenance"][1]).type == "tool_started"
+    pref = next(m for m in memories if "prefer duckdb" in m["text"])
+    assert cited_event(store.log, pref["provenance"][0]).type == "user_message"
+    # the dream's own log records its proposals and what it read, and the bookmarks match
+    dream_events = store.log.events(result["dream_id"])
+    assert sorted(e.payload["memory_id"] for e in dream_events if e.type == "memory_proposed") == sorted(result["proposed"])
+    read = [e for e in dream_events if e.type == "dream_read"]
+    assert len(read) == 1 and set(read[0].payload["sessions"]) == set(recorded)
+    assert store.bookmarks() == {sid: store.log.session(sid)["last_seq"] for sid in recorded}
+
+
+def test_a_second_dream_over_the_same_sessions_proposes_nothing(brain, store, recorded):
+    first = asyncio.run(run_dream(brain, sessions=recorded, model="scripted:dream"))
+    before = store.list()
+    second = asyncio.run(run_dream(brain, sessions=recorded, model="scripted:dream"))
+    assert first["proposed"] and second["proposed"] == []
+    assert store.list() == before
+    assert commit_dream(store, second["dream_id"])["committed_before"]  # committing twice changes nothing
+    assert store.list() == before
+
+
+def _dream_turn(store, calls: list[tuple[str, dict]], sessions=None):
+    """Run one dream turn whose model makes exactly these tool calls; returns the tool results."""
+    brain = Brain(store.log, model_factory=lambda name: ScriptedModel([Reply(tool_calls=calls), Reply(text="ok")], name=name))
+    brain.extras["memory"] = store
+    dream_id = create_dream(brain, sessions=sessions, model="probe")
+    try:
+        assert asyncio.run(brain.run_turn(dream_id, "propose")) == "end_turn"
+    finally:
+        asyncio.run(brain.close())
+    return dream_id, [e.payload for e in store.log.events(dream_id, types=["tool_result"])]
+
+
+def test_bad_provenance_is_refused_with_an_error_the_model_can_act_on(brain, store, recorded):
+    sid = recorded[0]
+    good = {"session_id": sid, "seq": 2, "quote": "Always print results with two decimals"}
+    dream_id, results = _dream_turn(store, [
+        ("propose_memory", {"title": "No evidence", "text": "Something."}),
+        ("propose_memory", {"title": "Missing event", "text": "Something.", "provenance": [dict(good, seq=999)]}),
+        ("propose_memory", {"title": "Missing session", "text": "Something.", "provenance": [dict(good, session_id="nope")]}),
+        ("propose_memory", {"title": "Wrong quote", "text": "Something.", "provenance": [dict(good, quote="never use two decimals")]}),
+        ("propose_memory", {"title": "Recalled", "text": "Something.", "provenance": [dict(good, seq=1, quote="ratio of two numbers")]}),
+        ("propose_memory", {"title": "Two decimals", "text": "Print results with two decimals.", "provenance": [good]}),
+    ])
+    errors = [r for r in results if r["is_error"]]
+    text = ["\n".join(b["text"] for b in r["content"]) for r in results]
+    assert len(errors) == 5 and not results[5]["is_error"]
+    assert "provenance is required" in text[0]
+    assert f"session {sid} has no event 999" in text[1] and "read_events" in text[1]
+    assert "there is no session 'nope'" in text[2]
+    assert "does not appear in event" in text[3]
+    assert "session_created event, which is not evidence" in text[4]
+    assert all(t.startswith("not proposed:") for t in text[:5])
+    # only the valid proposal reaches the store, when the dream is committed
+    assert [m["title"] for m in store.list()] == []
+    assert [m["title"] for m in store.list(dream=commit_dream(store, dream_id)["dream_id"])] == ["Two decimals"]
+
+
+def test_recalled_memories_are_never_proposed_again(brain, store, recorded):
+    asyncio.run(run_dream(brain, sessions=recorded, model="scripted:dream"))
+    existing = store.list()[0]
+    store.review(existing["id"], "accept", "person:ann")
+    # a later dream tries to propose the same memory again, citing the same (already dreamed) event
+    _, results = _dream_turn(store, [
+        ("propose_memory", {"title": existing["title"] + " again", "text": existing["text"], "provenance": existing["provenance"]}),
+        ("propose_memory", {"title": "Fresh wording", "text": "A different claim entirely about ratios.", "provenance": existing["provenance"]}),
+    ])
+    assert results[0]["is_error"] and f"memory {existing['id']} (accepted) already says this" in results[0]["content"][0]["text"]
+    assert results[1]["is_error"] and "read by an earlier dream" in results[1]["content"][0]["text"]

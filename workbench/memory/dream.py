@@ -1,0 +1,169 @@
+"""Dreams: ordinary brain sessions (kind "dream") that read other sessions and propose memories.
+
+`run_dream` creates the session with the dream tools, runs one turn, then
+`commit_dream` writes its staged proposals, the `memory_proposed` and
+`dream_read` events and the read positions in ONE transaction. A
+`DreamScheduler` can start dreams in the background after every N finished
+sessions; never on the path of a user's turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from datetime import datetime, timezone
+from typing import Any
+
+from ..brain import Brain
+from ..brain.models import default_model_name
+from ..errors import ConfigError
+from ..log import Event
+from . import dream_script  # noqa: F401  (registers the `scripted:dream` script)
+from .store import MemoryStore
+from .tools import DREAM_TOOL_NAMES, staged
+
+log_ = logging.getLogger(__name__)
+
+DREAM_SYSTEM = """You are dreaming: reading other agents' past sessions in this workbench and proposing memories for future sessions.
+
+A memory is a short, durable, checked fact that would save a future session time: an error and the fix that worked, a library or file that a task needs, a preference the user stated. Not a guess, not a dead end, not a restatement of a system prompt.
+
+1. list_sessions, then read_events for the sessions with unread events (and read_memories to see what is known).
+2. propose_memory for each new fact, citing the events that show it: session_id, seq and a quote copied exactly from that event. If a tool refuses a proposal, read its reason and fix the proposal or drop it.
+3. propose_edit / propose_merge / propose_retire when an existing memory is wrong, overlapping or out of date.
+4. End with a short summary of what you proposed and why. People review every proposal."""
+
+DEFAULT_INSTRUCTIONS = "Dream over the sessions you can read: propose memories for what is new."
+
+
+def _payloads(rows: list[tuple]) -> list[Event]:
+    return [Event(r[0], r[1], r[2].replace(tzinfo=timezone.utc), r[3], json.loads(r[4])) for r in rows]
+
+
+def read_positions(events: list[Event], marks: dict[str, int]) -> dict[str, int]:
+    """How far the dream read each session contiguously, from the earlier bookmarks on."""
+    ranges: dict[str, list[tuple[int, int]]] = {}
+    for e in events:
+        r = e.payload.get("read") if e.type == "tool_result" and not e.payload.get("is_error") else None
+        if r:
+            ranges.setdefault(r["session_id"], []).append((r["after"], r["until"]))
+    out = {}
+    for sid, rs in ranges.items():
+        pos = marks.get(sid, 0)
+        for after, until in sorted(rs):
+            if after <= pos:
+                pos = max(pos, until)
+        if pos > marks.get(sid, 0):
+            out[sid] = pos
+    return out
+
+
+def commit_dream(store: MemoryStore, dream_id: str) -> dict[str, Any]:
+    """Write a finished dream's proposals and read positions in one transaction (idempotent)."""
+    marks = store.bookmarks()
+    actor = f"dream:{dream_id}"
+
+    def _commit(tx: Any) -> dict[str, Any]:
+        rows = tx.execute("SELECT session_id, seq, ts, type, payload FROM events WHERE session_id = ? ORDER BY seq", [dream_id]).fetchall()
+        events = _payloads(rows)
+        done = [e for e in events if e.type == "dream_read"]
+        if done:
+            return {"dream_id": dream_id, "proposed": done[-1].payload.get("proposals", []), "read": done[-1].payload["sessions"], "committed_before": True}
+        proposed = []
+        for p in staged(events):
+            store.tx_create(tx, title=p["title"], text=p["text"], tags=p["tags"], actor=actor, provenance=p["provenance"],
+                            proposal=p["proposal"], targets=p["targets"], dream_id=dream_id, note=p.get("note"), memory_id=p["memory_id"])
+            tx.append(dream_id, "memory_proposed", {"memory_id": p["memory_id"], "action": p["proposal"], "title": p["title"],
+                                                    "targets": p["targets"],
+                                                    "provenance": [{"session_id": c["session_id"], "seq": c["seq"]} for c in p["provenance"]]})
+            proposed.append(p["memory_id"])
+        read = read_positions(events, marks)
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        for sid, seq in read.items():
+            tx.execute("INSERT INTO dream_reads VALUES (?, ?, ?, ?)", [dream_id, sid, seq, now])
+        tx.append(dream_id, "dream_read", {"sessions": read, "proposals": proposed})
+        return {"dream_id": dream_id, "proposed": proposed, "read": read, "committed_before": False}
+
+    result = store.log.write(_commit).result()
+    if store.settings.auto_accept and not result["committed_before"]:
+        for mid in result["proposed"]:
+            store.review(mid, "accept", "auto-accept")
+    return result
+
+
+def create_dream(brain: Brain, *, sessions: list[str] | None = None, model: str | None = None, title: str | None = None) -> str:
+    """Create a dream session (not yet run); returns its id."""
+    store: MemoryStore = brain.extras.get("memory")
+    if store is None:
+        raise ConfigError("dreaming needs a memory store: set brain.extras['memory'] = MemoryStore(log)")
+    if sessions is not None:
+        sessions = list(dict.fromkeys(sessions))
+        for sid in sessions:
+            s = brain.log.session(sid)
+            if s["kind"] == "dream":
+                raise ConfigError(f"session {sid} is a dream; dreams read chat sessions")
+        if len(sessions) > store.settings.dream_max_sessions:
+            raise ConfigError(f"{len(sessions)} sessions; a dream reads at most {store.settings.dream_max_sessions} (dream_max_sessions)")
+    model = model or store.settings.dream_model or default_model_name()
+    title = title or ("dream over " + (", ".join(sessions) if sessions else "all sessions"))[:80]
+    config = {"dream": {"sessions": sessions}}
+    s = brain.create_session(title=title, model=model, system=DREAM_SYSTEM, tools=DREAM_TOOL_NAMES, config=config, kind="dream")
+    return s["id"]
+
+
+async def run_dream(brain: Brain, *, sessions: list[str] | None = None, model: str | None = None,
+                    instructions: str | None = None, dream_id: str | None = None) -> dict[str, Any]:
+    """Run a dream to its end and commit what it proposed; returns the commit summary with the stop reason."""
+    dream_id = dream_id or create_dream(brain, sessions=sessions, model=model)
+    stop = await brain.run_turn(dream_id, instructions or DEFAULT_INSTRUCTIONS)
+    result = await asyncio.to_thread(commit_dream, brain.extras["memory"], dream_id)
+    return dict(result, stop_reason=stop)
+
+
+def dream_status(store: MemoryStore, dream_id: str) -> dict[str, Any]:
+    """A dream session with its state (running, done, stopped) and its proposals."""
+    s = store.log.session(dream_id)
+    if s["kind"] != "dream":
+        raise ConfigError(f"session {dream_id} is not a dream")
+    done = store.log.events(dream_id, types=["dream_read"])
+    ended = store.log.events(dream_id, types=["turn_ended"])
+    state = "done" if done else ("stopped" if ended else "running")
+    return {"session": s, "state": state, "stop_reason": ended[-1].payload["stop_reason"] if ended else None,
+            "read": done[-1].payload["sessions"] if done else {}, "proposals": store.list(dream=dream_id)}
+
+
+class DreamScheduler:
+    """Starts a background dream after every `dream_every` sessions that finished a turn."""
+
+    def __init__(self, brain: Brain, loop: asyncio.AbstractEventLoop | None = None):
+        self.brain, self.store = brain, brain.extras["memory"]
+        self.loop = loop or asyncio.get_running_loop()
+        self.finished: set[str] = set()
+        self.task: asyncio.Task | None = None
+        self.results: list[dict[str, Any]] = []
+        self._unsubscribe = brain.log.subscribe(self._on_event)
+
+    def _on_event(self, e: Event) -> None:
+        # runs on the log's writer thread: only hop to the event loop from here
+        if e.type == "turn_ended" and self.store.settings.dream_every > 0:
+            self.loop.call_soon_threadsafe(self._finished, e.session_id)
+
+    def _finished(self, session_id: str) -> None:
+        if self.brain.log.session(session_id)["kind"] == "dream":
+            return
+        self.finished.add(session_id)
+        if len(self.finished) >= self.store.settings.dream_every and (self.task is None or self.task.done()):
+            batch, self.finished = sorted(self.finished), set()
+            self.task = self.loop.create_task(self._dream(batch))
+
+    async def _dream(self, sessions: list[str]) -> None:
+        try:
+            self.results.append(await run_dream(self.brain, sessions=sessions))
+        except Exception:
+            # a background dream must not fail silently: the error is logged and the dream session shows where it stopped
+            log_.exception("background dream over %s failed", sessions)
+            raise
+
+    def close(self) -> None:
+        self._unsubscribe()

@@ -1,0 +1,152 @@
+"""`scripted:dream`: a deterministic, offline dream for demos and tests.
+
+It uses the same tools a real model would: it lists the sessions, reads their
+unread events, and proposes three kinds of memory, each citing the events
+that show it with a quote copied from them:
+
+- an error in a tool result and the code that worked right after it;
+- a preference the user stated ("always ...", "prefer ...", "never ...");
+- the third-party libraries the sessions imported.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+from ..brain.models.scripted import SCRIPTS, Reply, position
+
+HEADER = re.compile(r'^== session (\S+) "(.*)": events', re.M)
+EVENT = re.compile(r"^#(\d+) (\S+)(?: (\S+))?( \[error\])?$")
+ERROR_LINE = re.compile(r"^(\w+(?:Error|Exception)): (.+)$", re.M)
+PREFERENCE = re.compile(r"\b(always|prefer|never)\b", re.I)
+IMPORT = re.compile(r"^\s*(?:import|from)\s+([A-Za-z_]\w*)", re.M)
+
+
+def exchanges(request: dict[str, Any]) -> list[tuple[str, dict, str, bool]]:
+    """Every (tool name, input, result text, is_error) of the request so far."""
+    calls: dict[str, tuple[str, dict]] = {}
+    out = []
+    for m in request.get("messages", []):
+        if isinstance(m["content"], str):
+            continue
+        for b in m["content"]:
+            if b.get("type") == "tool_use":
+                calls[b["id"]] = (b["name"], b["input"])
+            elif b.get("type") == "tool_result":
+                name, inp = calls.get(b["tool_use_id"], ("?", {}))
+                c = b.get("content")
+                text = c if isinstance(c, str) else "\n".join(x.get("text", "") for x in c or [] if x.get("type") == "text")
+                out.append((name, inp, text, bool(b.get("is_error"))))
+    return out
+
+
+def parse_read(text: str) -> tuple[str, str, list[dict[str, Any]]]:
+    """(session id, title, events) from a read_events result."""
+    head = HEADER.search(text)
+    if not head:
+        return "", "", []
+    events: list[dict[str, Any]] = []
+    for line in text.splitlines()[1:]:
+        m = EVENT.match(line)
+        if m:
+            events.append({"seq": int(m.group(1)), "type": m.group(2), "name": m.group(3), "error": bool(m.group(4)), "body": []})
+        elif events and line.startswith("  "):
+            events[-1]["body"].append(line[2:])
+    for e in events:
+        e["body"] = "\n".join(e["body"])
+    return head.group(1), head.group(2), events
+
+
+def _cite(sid: str, seq: int, quote: str) -> dict[str, Any]:
+    return {"session_id": sid, "seq": seq, "quote": quote}
+
+
+def find_facts(sid: str, title: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Memories worth proposing from one session's events."""
+    facts = []
+    for i, e in enumerate(events):
+        if e["type"] == "user_message":
+            for sentence in re.split(r"(?<=[.!?])\s+|\n", e["body"]):
+                s = sentence.strip()
+                if PREFERENCE.search(s) and len(s) >= 12:
+                    facts.append({"title": f"Preference: {s[:60]}", "text": f'The user said: "{s}" (session "{title}").',
+                                  "tags": ["preference"], "provenance": [_cite(sid, e["seq"], s[:200])]})
+        if e["type"] == "tool_result" and e["error"]:
+            errors = ERROR_LINE.findall(e["body"])
+            if not errors:
+                continue
+            ename, evalue = errors[-1]
+            fix = _next_success(events, i)
+            if fix is None:
+                continue
+            line = max(fix["body"].splitlines(), key=len).strip()
+            facts.append({
+                "title": f"Fix for {ename}: {evalue}"[:80],
+                "text": f"{ename}: {evalue} (session \"{title}\"). What worked right after:\n```python\n{fix['body']}\n```",
+                "tags": ["error", ename.lower()],
+                "provenance": [_cite(sid, e["seq"], f"{ename}: {evalue}"), _cite(sid, fix["seq"], line)],
+            })
+    return facts
+
+
+def _next_success(events: list[dict[str, Any]], i: int) -> dict[str, Any] | None:
+    """The next python call after events[i] whose result was not an error."""
+    for j in range(i + 1, len(events)):
+        e = events[j]
+        if e["type"] == "tool_started" and e["name"] == "python" and len(e["body"].strip()) >= 8:
+            result = next((r for r in events[j + 1:] if r["type"] == "tool_result"), None)
+            if result is not None and not result["error"]:
+                return e
+    return None
+
+
+def find_libraries(reads: list[tuple[str, str, list[dict[str, Any]]]]) -> dict[str, Any] | None:
+    """One memory naming the third-party libraries the sessions imported."""
+    seen: dict[str, tuple[str, str, int, str]] = {}
+    for sid, title, events in reads:
+        for e in events:
+            if e["type"] == "tool_started" and e["name"] == "python":
+                for line in e["body"].splitlines():
+                    m = IMPORT.match(line)
+                    if m and m.group(1) not in sys.stdlib_module_names and m.group(1) not in seen and len(line.strip()) >= 8:
+                        seen[m.group(1)] = (sid, title, e["seq"], line.strip())
+    if not seen:
+        return None
+    text = "Third-party libraries past sessions used:\n" + "\n".join(f"- {lib} (session \"{t}\")" for lib, (_, t, _, _) in sorted(seen.items()))
+    return {"title": "Libraries used: " + ", ".join(sorted(seen))[:60], "text": text, "tags": ["libraries"],
+            "provenance": [_cite(sid, seq, line) for sid, _, seq, line in seen.values()]}
+
+
+def dream_script(request: dict[str, Any]) -> Reply:
+    """List, read the unread events, propose memories with citations, then summarise."""
+    _, step, _ = position(request)
+    done = exchanges(request)
+    if step == 0:
+        return Reply(text="Let me see which sessions have unread events, and what is remembered already.",
+                     tool_calls=[("list_sessions", {}), ("read_memories", {})])
+    if step == 1:
+        listing = next((t for n, _, t, _ in done if n == "list_sessions"), "")
+        unread = [m.group(1) for m in re.finditer(r"^(\S+)\s+created=.*\bunread=(\d+)", listing, re.M) if int(m.group(2)) > 0]
+        if not unread:
+            return Reply(text="Nothing new to read: every session is read up to its last event. No proposals.")
+        return Reply(text=f"Reading {len(unread)} session(s).",
+                     tool_calls=[("read_events", {"session_id": sid, "limit": 200}) for sid in unread])
+    if step == 2:
+        known = next((t for n, _, t, _ in done if n == "read_memories"), "")
+        reads = [parse_read(t) for n, _, t, err in done if n == "read_events" and not err]
+        facts = [f for sid, title, evs in reads if sid for f in find_facts(sid, title, evs)]
+        libs = find_libraries(reads)
+        facts += [libs] if libs else []
+        facts = [f for f in facts if f["title"] not in known]
+        if not facts:
+            return Reply(text=f"I read {len(reads)} session(s) and found nothing worth remembering.")
+        return Reply(text=f"Proposing {len(facts)} memories.", tool_calls=[("propose_memory", f) for f in facts])
+    results = [(inp.get("title"), t, err) for n, inp, t, err in done if n == "propose_memory"]
+    ok = [r for r in results if not r[2]]
+    lines = [f"- {title}: {'refused: ' + t.splitlines()[1].lstrip('- ') if err else 'proposed'}" for title, t, err in results]
+    return Reply(text=f"Dream done: {len(ok)} of {len(results)} proposals staged for review.\n" + "\n".join(lines))
+
+
+SCRIPTS["dream"] = dream_script

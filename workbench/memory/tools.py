@@ -1,0 +1,227 @@
+"""The tools a dream session has: read other sessions and memories, propose changes.
+
+Proposals are staged in the dream's own log (the tool result's details) and
+committed by `commit_dream` together with the dream's read positions, in one
+transaction: a dream that dies half-way leaves nothing behind, and a dream
+that finished is never redone.
+"""
+
+from __future__ import annotations
+
+import difflib
+import uuid
+from datetime import datetime
+from typing import Any
+
+from ..brain.tools import Tool, ToolContext, ToolOutput, register_tool
+from ..log import Event
+from .events import check_citations, normalize, render_event
+from .store import MemoryStore
+
+MAX_EVENTS = 200
+DUPLICATE_RATIO = 0.85
+
+
+def _out(text: str, error: bool = False, **details: Any) -> ToolOutput:
+    return ToolOutput([{"type": "text", "text": text}], is_error=error, details=details)
+
+
+def _store(ctx: ToolContext) -> MemoryStore:
+    store = ctx.extras.get("memory")
+    if store is None:
+        raise RuntimeError("dream tools need the memory store in brain.extras['memory']")
+    return store
+
+
+def dream_scope(ctx: ToolContext) -> list[str] | None:
+    """The session ids this dream was asked to read (None: every non-dream session)."""
+    return ((ctx.log.events(ctx.session_id, until=1)[0].payload.get("config") or {}).get("dream") or {}).get("sessions")
+
+
+def staged(events: list[Event]) -> list[dict[str, Any]]:
+    """The proposals a dream's tools accepted so far, read from its log."""
+    return [e.payload["proposal"] for e in events
+            if e.type == "tool_result" and not e.payload.get("is_error") and "proposal" in e.payload]
+
+
+async def list_sessions(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    store, scope = _store(ctx), dream_scope(ctx)
+    marks = store.bookmarks()
+    rows = [s for s in ctx.log.sessions(ids=scope, kind="chat")]
+    since, until, title, tag = inp.get("since"), inp.get("until"), inp.get("title"), inp.get("tag")
+    try:
+        if since:
+            rows = [s for s in rows if s["updated_at"] >= datetime.fromisoformat(since).isoformat()]
+        if until:
+            rows = [s for s in rows if s["created_at"] <= datetime.fromisoformat(until).isoformat()]
+    except ValueError:
+        return _out("since and until must be ISO dates, e.g. 2026-11-30 or 2026-11-30T10:00", True)
+    if title:
+        rows = [s for s in rows if normalize(title) in normalize(s["title"] or "")]
+    if tag:
+        def tags(s: dict) -> list[str]:
+            return ((ctx.log.events(s["id"], until=1)[0].payload.get("config") or {}).get("tags")) or []
+        rows = [s for s in rows if tag in tags(s)]
+    if not rows:
+        return _out("no sessions match")
+    lines = []
+    for s in rows[: int(inp.get("limit") or 100)]:
+        read = marks.get(s["id"], 0)
+        lines.append(f"{s['id']}  created={s['created_at'][:19]}  events={s['last_seq']}  read_until={read}  "
+                     f"unread={max(0, s['last_seq'] - read)}  title={s['title'] or ''}")
+    return _out("\n".join(lines))
+
+
+async def read_events(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    sid = inp.get("session_id")
+    scope = dream_scope(ctx)
+    if not isinstance(sid, str) or not ctx.log.has_session(sid) or (scope is not None and sid not in scope):
+        return _out(f"no session {sid!r} in this dream; list_sessions shows the ids", True)
+    marks = _store(ctx).bookmarks()
+    after = inp.get("after", marks.get(sid, 0))
+    until, search = inp.get("until"), inp.get("search")
+    limit = min(int(inp.get("limit") or 50), MAX_EVENTS)
+    events = ctx.log.events(sid, after=after, until=until)
+    if search:
+        events = [e for e in events if normalize(search) in normalize(render_event(e))]
+    shown = events[:limit]
+    last = ctx.log.session(sid)["last_seq"]
+    if not shown:
+        return _out(f"session {sid}: no events after #{after}{' matching ' + repr(search) if search else ''} (last seq {last})")
+    title = ctx.log.session(sid)["title"] or ""
+    head = f"== session {sid} \"{title}\": events #{shown[0].seq}..#{shown[-1].seq} of {last} =="
+    more = f"\n(more: call again with after={shown[-1].seq})" if len(events) > len(shown) else ""
+    # only an unfiltered slice counts as read; a search skips events between its hits
+    details = {} if search else {"read": {"session_id": sid, "after": after, "until": shown[-1].seq}}
+    return _out(head + "\n" + "\n".join(render_event(e) for e in shown) + more, **details)
+
+
+async def read_memories(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    rows = _store(ctx).list(status=inp.get("status"), tag=inp.get("tag"), search=inp.get("search"))
+    if not rows:
+        return _out("no memories match")
+    return _out("\n\n".join(f"[{m['id']}] ({m['status']}) {m['title']}\n  tags: {', '.join(m['tags'])}\n  "
+                            + m["text"].replace("\n", "\n  ") for m in rows))
+
+
+def _duplicate(store: MemoryStore, pending: list[dict[str, Any]], title: str, text: str, skip: set[str]) -> str | None:
+    """Why this looks like a memory that exists or is staged, or None."""
+    candidates = [(m["id"], m["status"], m["title"], m["text"]) for m in store.list() if m["id"] not in skip]
+    candidates += [(p["memory_id"], "staged in this dream", p["title"], p["text"]) for p in pending]
+    for mid, status, t, x in candidates:
+        if normalize(t) == normalize(title) or difflib.SequenceMatcher(None, normalize(x), normalize(text)).ratio() >= DUPLICATE_RATIO:
+            return (f"memory {mid} ({status}) already says this: {t!r}. Do not propose it again; "
+                    f"if it needs changing, use propose_edit with memory_id {mid}")
+    return None
+
+
+async def _propose(kind: str, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    store = _store(ctx)
+    scope = dream_scope(ctx)
+    pending = staged(await ctx.log.aevents(ctx.session_id))
+    targets = inp.get("memory_ids") if kind == "merge" else ([inp.get("memory_id")] if kind != "create" else [])
+    problems = []
+    current = {}
+    for t in targets or []:
+        try:
+            current[t] = store.get(t) if isinstance(t, str) else None
+        except Exception:
+            current[t] = None
+        if current[t] is None:
+            problems.append(f"there is no memory {t!r}; read_memories shows the ids")
+        elif current[t]["status"] not in ("accepted", "proposed"):
+            problems.append(f"memory {t} is {current[t]['status']}; only accepted or proposed memories can change")
+    if kind == "merge" and (not isinstance(targets, list) or len(targets) < 2):
+        problems.append("memory_ids must list at least two memories to merge")
+    title, text = inp.get("title"), inp.get("text")
+    if kind == "retire":
+        title = title or (current.get(targets[0]) or {}).get("title", "retire")
+        text = inp.get("reason")
+        if not isinstance(text, str) or not text.strip():
+            problems.append("reason is required: why this memory is wrong or out of date")
+    elif not (isinstance(title, str) and title.strip() and isinstance(text, str) and text.strip()):
+        problems.append("title and text are required (non-empty strings)")
+    provenance = inp.get("provenance")
+    problems += check_citations(ctx.log, provenance, scope=scope, required=kind in ("create", "edit"))
+    if not problems and kind == "create":
+        dup = _duplicate(store, pending, title, text, skip=set())
+        if dup:
+            problems.append(dup)
+        marks = store.bookmarks()
+        if all(c["seq"] <= marks.get(c["session_id"], 0) for c in provenance):
+            problems.append("every cited event was read by an earlier dream, whose proposals were already made; "
+                            "propose memories only from events after read_until (list_sessions shows it)")
+    if problems:
+        return _out("not proposed:\n" + "\n".join(f"- {p}" for p in problems), True)
+    provenance = [{"session_id": c["session_id"], "seq": c["seq"], "quote": c["quote"]} for c in provenance or []]
+    if kind == "merge":
+        provenance = [c for t in targets for c in current[t]["provenance"]] + provenance
+    proposal = {
+        "memory_id": "m" + uuid.uuid4().hex[:10], "proposal": kind, "title": title.strip(), "text": text.strip(),
+        "tags": inp.get("tags") or [], "provenance": provenance, "targets": list(targets or []), "note": inp.get("reason"),
+    }
+    what = {"create": "new memory", "edit": f"edit of {targets[0] if targets else ''}",
+            "merge": f"merge of {', '.join(targets or [])}", "retire": f"retirement of {targets[0] if targets else ''}"}[kind]
+    return _out(f"staged {proposal['memory_id']} ({what}): it is proposed for review when this dream ends", proposal=proposal)
+
+
+async def propose_memory(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    return await _propose("create", inp, ctx)
+
+
+async def propose_edit(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    return await _propose("edit", inp, ctx)
+
+
+async def propose_merge(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    return await _propose("merge", inp, ctx)
+
+
+async def propose_retire(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    return await _propose("retire", inp, ctx)
+
+
+CITATIONS = {
+    "type": "array",
+    "description": "the evidence: events that show this, each with a quote copied exactly from the event",
+    "items": {
+        "type": "object",
+        "properties": {"session_id": {"type": "string"}, "seq": {"type": "integer"},
+                       "quote": {"type": "string", "description": "at least 8 characters copied from that event"}},
+        "required": ["session_id", "seq", "quote"],
+    },
+}
+TAGS = {"type": "array", "items": {"type": "string"}}
+
+DREAM_TOOLS = [
+    Tool("list_sessions", "List the sessions this dream may read, with how far earlier dreams read each (read_until) and how many events are unread.",
+         {"type": "object", "properties": {"since": {"type": "string", "description": "ISO date: only sessions active since"},
+                                           "until": {"type": "string", "description": "ISO date: only sessions created before"},
+                                           "title": {"type": "string", "description": "text the title contains"},
+                                           "tag": {"type": "string", "description": "a tag in the session's config.tags"},
+                                           "limit": {"type": "integer"}}}, list_sessions),
+    Tool("read_events", "Read a session's events in seq order: by default the ones no dream has read yet. Use after/until for a slice, search for text.",
+         {"type": "object", "properties": {"session_id": {"type": "string"}, "after": {"type": "integer"}, "until": {"type": "integer"},
+                                           "search": {"type": "string"}, "limit": {"type": "integer", "description": f"at most {MAX_EVENTS}"}},
+          "required": ["session_id"]}, read_events),
+    Tool("read_memories", "Read the current memories (all statuses unless filtered). Never propose one of these again as new.",
+         {"type": "object", "properties": {"status": {"type": "string"}, "tag": {"type": "string"}, "search": {"type": "string"}}}, read_memories),
+    Tool("propose_memory", "Propose a new memory: a durable, checked fact worth knowing in future sessions (not a guess, not a dead end). A person reviews it.",
+         {"type": "object", "properties": {"title": {"type": "string"}, "text": {"type": "string"}, "tags": TAGS, "provenance": CITATIONS},
+          "required": ["title", "text", "provenance"]}, propose_memory),
+    Tool("propose_edit", "Propose a new version of an existing memory (it replaces the old one when accepted).",
+         {"type": "object", "properties": {"memory_id": {"type": "string"}, "title": {"type": "string"}, "text": {"type": "string"},
+                                           "tags": TAGS, "provenance": CITATIONS, "reason": {"type": "string"}},
+          "required": ["memory_id", "title", "text", "provenance"]}, propose_edit),
+    Tool("propose_merge", "Propose one memory that replaces several overlapping ones.",
+         {"type": "object", "properties": {"memory_ids": {"type": "array", "items": {"type": "string"}}, "title": {"type": "string"},
+                                           "text": {"type": "string"}, "tags": TAGS, "provenance": CITATIONS, "reason": {"type": "string"}},
+          "required": ["memory_ids", "title", "text", "reason"]}, propose_merge),
+    Tool("propose_retire", "Propose retiring a memory that is wrong or out of date (it stays in the history).",
+         {"type": "object", "properties": {"memory_id": {"type": "string"}, "reason": {"type": "string"}, "provenance": CITATIONS},
+          "required": ["memory_id", "reason"]}, propose_retire),
+]
+DREAM_TOOL_NAMES = [t.name for t in DREAM_TOOLS]
+
+for _tool in DREAM_TOOLS:
+    register_tool(_tool)
