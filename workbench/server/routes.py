@@ -1,0 +1,58 @@
+"""The routes of the workbench API, written the way docs/api.md names them.
+
+Paths use `{name}` for a path argument; `pattern()` turns one into the
+regular expression tornado routes on. Another module adds routes by
+appending (path, handler class) pairs to ROUTES before the server starts,
+or (for the memory and dream routes) through `workbench.server.memory_handlers`,
+which the extension picks up by itself (see `app.all_handlers`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from . import handlers as h
+
+API = "/workbench/api"
+
+ROUTES: list[tuple[str, type]] = [
+    (f"{API}/sessions", h.SessionsHandler),
+    (f"{API}/sessions/{{id}}", h.SessionHandler),
+    (f"{API}/sessions/{{id}}/messages", h.MessagesHandler),
+    (f"{API}/sessions/{{id}}/events", h.EventsHandler),
+    (f"{API}/sessions/{{id}}/stream", h.StreamHandler),
+    (f"{API}/sessions/{{id}}/interrupt", h.InterruptHandler),
+    (f"{API}/sessions/{{id}}/resume", h.ResumeHandler),
+    (f"{API}/sessions/{{id}}/hands", h.HandsHandler),
+    (f"{API}/sessions/{{id}}/hands/restart", h.HandsRestartHandler),
+    (f"{API}/query", h.QueryHandler),
+    (f"{API}/status", h.StatusHandler),
+]
+
+VERBS = ("get", "post", "put", "patch", "delete")
+
+
+def pattern(path: str) -> str:
+    """A documented path (`/x/{id}/y`) as a tornado pattern with named groups; regexes pass through."""
+    return re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path) + ("" if path.endswith("$") else "/?$")
+
+
+def verbs(cls: type) -> list[str]:
+    """The HTTP verbs a handler class answers (WEBSOCKET for a websocket)."""
+    from tornado.websocket import WebSocketHandler
+
+    if issubclass(cls, WebSocketHandler):
+        return ["WEBSOCKET"]
+    return [v.upper() for v in VERBS if _defined(cls, v)]
+
+
+def _defined(cls: type, verb: str) -> bool:
+    from tornado.web import RequestHandler
+
+    fn = getattr(cls, verb, None)
+    return fn is not None and fn is not getattr(RequestHandler, verb)
+
+
+def documented(routes: list[tuple[str, type]]) -> list[tuple[str, str]]:
+    """(VERB, path) for every route, the way docs/api.md headings name them."""
+    return [(verb, path) for path, cls in routes for verb in verbs(cls)]
