@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -42,13 +40,3 @@ def fake_api():
     api = FakeMessagesAPI("default").start()
     yield api
     api.stop()
-
-
-def cli_env(**extra: str) -> dict[str, str]:
-    """The environment for a `workbench` subprocess."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "WORKBENCH_"))}
-    env.update(extra)
-    return env
-
-
-WORKBENCH = [sys.executable, "-m", "workbench.cli"]
