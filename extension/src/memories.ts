@@ -1,0 +1,77 @@
+// The Memories tab: proposals from dreams waiting for a person's accept or reject.
+import { ApiError, IMemory, WorkbenchApi } from './api';
+import { h } from './dom';
+
+export class MemoriesView {
+  readonly node = h('section', { class: 'jp-wb-tab jp-wb-memories' });
+  private list = h('div', { class: 'jp-wb-memory-list' });
+  private status = h('div', { class: 'jp-wb-empty' });
+
+  constructor(
+    private api: WorkbenchApi,
+    reviewUrl: string
+  ) {
+    this.node.append(
+      h(
+        'div',
+        { class: 'jp-wb-section-head' },
+        h('span', {}, 'Proposed memories'),
+        h('a', { class: 'jp-wb-link', href: reviewUrl, target: '_blank', rel: 'noopener', title: 'Provenance, diffs, edit and merge' }, 'Open the full review panel')
+      ),
+      this.status,
+      this.list
+    );
+  }
+
+  async refresh(): Promise<void> {
+    let memories: IMemory[];
+    try {
+      memories = await this.api.memories('proposed');
+    } catch (err) {
+      // Without the memory routes (an older server) there is simply nothing to review.
+      const missing = err instanceof ApiError && err.status === 404;
+      this.show([], missing ? 'Memories are not available on this server.' : String((err as Error).message));
+      return;
+    }
+    this.show(memories, 'No proposals waiting for review. Dreams propose memories from past sessions.');
+  }
+
+  private show(memories: IMemory[], empty: string): void {
+    this.status.textContent = memories.length ? `${memories.length} waiting for review` : empty;
+    this.list.replaceChildren(...memories.map(m => this.card(m)));
+  }
+
+  private card(m: IMemory): HTMLElement {
+    const sources = (m.provenance || []).map(p => `${p.session_id}#${p.seq}`).join(', ');
+    const buttons = h('div', { class: 'jp-wb-memory-actions' });
+    const card = h(
+      'article',
+      { class: 'jp-wb-memory', 'data-memory-id': m.id },
+      h('div', { class: 'jp-wb-memory-title' }, m.title || m.id),
+      h('div', { class: 'jp-wb-memory-text' }, m.text || ''),
+      sources && h('div', { class: 'jp-wb-meta' }, `from ${sources}`),
+      buttons
+    );
+    for (const action of ['accept', 'reject'] as const) {
+      buttons.append(
+        h(
+          'button',
+          {
+            class: `jp-wb-button ${action === 'accept' ? 'jp-mod-accept' : 'jp-wb-danger'}`,
+            onclick: async () => {
+              try {
+                await this.api.review(m.id, action);
+                card.remove();
+                await this.refresh();
+              } catch (err) {
+                this.status.textContent = String((err as Error).message);
+              }
+            }
+          },
+          action === 'accept' ? 'Accept' : 'Reject'
+        )
+      );
+    }
+    return card;
+  }
+}
