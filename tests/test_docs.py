@@ -1,0 +1,55 @@
+"""The docs stay honest: every event type, setting and CLI command is documented."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from pathlib import Path
+
+from workbench.cli import build_parser
+from workbench.config import config_classes
+from workbench.log import EVENT_TYPES
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+PKG = Path(__file__).resolve().parent.parent / "workbench"
+
+
+def headings(doc: str) -> set[str]:
+    return set(re.findall(r"^###\s+`([^`]+)`", (DOCS / doc).read_text(), re.M))
+
+
+def test_every_event_type_is_documented_and_every_documented_type_exists():
+    documented = headings("events.md")
+    assert set(EVENT_TYPES) - documented == set(), "event types missing from docs/events.md"
+    assert documented - set(EVENT_TYPES) == set(), "docs/events.md documents types that do not exist"
+
+
+def test_every_event_type_used_in_the_code_is_known():
+    """String literals passed as an event type anywhere in the package are in EVENT_TYPES."""
+    call = re.compile(r"""\b(?:append|aappend|_emit|on_event|sink|emit)\(\s*(?:[\w.\[\]"']+,\s*)?["']([a-z_]+)["']""")
+    used = set()
+    for path in PKG.rglob("*.py"):
+        used |= set(call.findall(path.read_text()))
+    assert used, "the scan found no event types: the pattern is broken"
+    assert used - set(EVENT_TYPES) == set()
+
+
+def _fields(cls: type) -> list[str]:
+    if dataclasses.is_dataclass(cls):
+        return [f.name for f in dataclasses.fields(cls)]
+    return [name for name, trait in cls.class_own_traits(config=True).items()]
+
+
+def test_every_setting_is_documented():
+    text = (DOCS / "settings.md").read_text()
+    missing = [f"{cls.__name__}.{name}" for cls in config_classes() for name in _fields(cls) if f"`{name}`" not in text]
+    assert missing == []
+
+
+def test_every_cli_command_is_documented():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    documented = {h.split()[-1] for h in headings("cli.md")}
+    assert set(sub.choices) - documented == set(), "commands missing from docs/cli.md"
+    assert documented - set(sub.choices) == set(), "docs/cli.md documents commands that do not exist"
