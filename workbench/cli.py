@@ -110,6 +110,9 @@ def _turn(args: argparse.Namespace, action: str) -> int:
             raise ConfigError("the prompt is empty")
         hands = _hands_factory()
         brain = Brain(log, hands_factory=hands)
+        from .memory import attach
+
+        attach(brain)  # new sessions start with the accepted memories
         if action == "run" and not exists:
             sid = brain.create_session(args.session, title=args.prompt.strip()[:60], model=model)["id"]
             print(f"session {sid} (model {model})", file=sys.stderr)
@@ -287,6 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("demo", parents=[db], help="offline demo: a short data analysis in a real kernel")
     r.set_defaults(fn=cmd_demo)
+    from .memory import cli as _memory_commands  # noqa: F401  (dream, memories, memory, review)
+
     for register in EXTRA_COMMANDS:
         register(sub, db)
     return p

@@ -54,9 +54,16 @@ def model_factory(name: str):
     return make_model(name)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
+def systems() -> list[str]:
+    """The system prompts the `capture` model saw, from this test on."""
+    SYSTEMS.clear()
+    return SYSTEMS
+
+
+@pytest.fixture(scope="session")
 def recorded_db(tmp_path_factory):
-    """A database holding the three sessions, recorded once per module (real kernels run their code)."""
+    """A database holding the three sessions, recorded once per test run (real kernels run their code)."""
     path = tmp_path_factory.mktemp("recorded") / "recorded.duckdb"
     log = SessionLog(path)
     b = Brain(log, model_factory=model_factory)

@@ -68,7 +68,7 @@ async def list_sessions(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     for s in rows[: int(inp.get("limit") or 100)]:
         read = marks.get(s["id"], 0)
         lines.append(f"{s['id']}  created={s['created_at'][:19]}  events={s['last_seq']}  read_until={read}  "
-                     f"unread={max(0, s['last_seq'] - read)}  title={s['title'] or ''}")
+                     f"unread={max(0, s['last_seq'] - read)}  title={' '.join((s['title'] or '').split())}")
     return _out("\n".join(lines))
 
 
@@ -88,7 +88,7 @@ async def read_events(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     last = ctx.log.session(sid)["last_seq"]
     if not shown:
         return _out(f"session {sid}: no events after #{after}{' matching ' + repr(search) if search else ''} (last seq {last})")
-    title = ctx.log.session(sid)["title"] or ""
+    title = " ".join((ctx.log.session(sid)["title"] or "").split())
     head = f"== session {sid} \"{title}\": events #{shown[0].seq}..#{shown[-1].seq} of {last} =="
     more = f"\n(more: call again with after={shown[-1].seq})" if len(events) > len(shown) else ""
     # only an unfiltered slice counts as read; a search skips events between its hits
