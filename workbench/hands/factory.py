@@ -84,7 +84,8 @@ class HandsFactory:
         self.pool: KernelPool | None = None
         if self.settings.backend != "gateway" and self.settings.pool_size > 0:
             launcher = make_launcher(self.settings, None, None, None)
-            self.pool = KernelPool(launcher, self.settings.pool_size, limits=self.limits, registry=self.registry)
+            if getattr(launcher, "poolable", False):
+                self.pool = KernelPool(launcher, self.settings.pool_size, limits=self.limits, registry=self.registry)
         self._hands: list[Hands] = []
         self._closed = False
 

@@ -20,15 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from .base import EventSink, Observation, OutputCap, failure
-from .kernel_cap import DROPPED_MIME
+from .base import EventSink, Observation, failure
+from .collect import TIMED_OUT, Collector, death_note, replay, setup_code, stuck_note
 from .limits import Limits
 from .live import LiveKernel, LocalLauncher, boot, kernel_env
 
 __all__ = ["HandsConfig", "KernelHands", "LocalLauncher", "kernel_env"]
 
 POLL = 0.03  # seconds between looks at the kernel process while a call runs
-CAP_SOURCE = (Path(__file__).with_name("kernel_cap.py")).read_text()
 
 # Returns the earlier successful calls marked replayable: [{"tool_use_id", "code"}].
 ReplaySource = Callable[[], Awaitable[list[dict[str, Any]]]]
@@ -122,7 +121,7 @@ class KernelHands:
 
     async def _prepare(self, lk: LiveKernel, pooled: bool) -> None:
         """Install the in-kernel output cap and, for a pooled kernel, the session's workdir and env."""
-        code = CAP_SOURCE + f"\ninstall({int(self.config.output_limit)})\ndel install\n"
+        code = setup_code(self.config.output_limit)
         if pooled:
             if self._workdir is None:  # the session adopts the pooled kernel's workdir as its own
                 self._workdir, self._owns_workdir, lk.owns_workdir = lk.workdir, True, False
@@ -138,25 +137,7 @@ class KernelHands:
             raise RuntimeError(f"preparing the kernel failed: {reply.get('ename')}: {reply.get('evalue')}")
 
     async def _replay(self) -> list[str]:
-        calls = await self.replay_source()
-        if not calls:
-            return []
-        ran, failed = [], None
-        for call in calls:
-            obs = await self._run(call["code"], self.config.timeout)
-            if not obs.ok or self.kernel is None:
-                failed = call
-                break
-            ran.append(call["tool_use_id"])
-        await self._emit("hands_replayed", {"generation": self.generation, "calls": ran, "ok": failed is None,
-                                            "failed": failed["tool_use_id"] if failed else None})
-        lines = [f"- {c['code'].strip().splitlines()[0][:100] if c['code'].strip() else '(empty)'}"
-                 for c in calls if c["tool_use_id"] in ran]
-        notes = [f"[the kernel was fresh, so {len(ran)} earlier call(s) marked replayable were re-run first:\n"
-                 + "\n".join(lines) + "]"]
-        if failed:
-            notes.append(f"[replay stopped: the call {failed['tool_use_id']} failed when re-run; later ones were not re-run]")
-        return notes
+        return await replay(await self.replay_source(), self._run, self._emit, self.generation, self.config.timeout)
 
     async def _discard(self) -> None:
         """Forget the current kernel (dead or to be replaced) and free what it held."""
@@ -226,11 +207,9 @@ class KernelHands:
             return obs
 
     async def _run(self, code: str, timeout: float) -> Observation:
-        lk, limit = self.kernel, self.config.output_limit
-        kc = lk.kc
-        out, err, res = OutputCap("stdout", limit), OutputCap("stderr", limit), OutputCap("result", limit)
-        obs = Observation(generation=self.generation)
-        msg_id = kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
+        lk = self.kernel
+        col = Collector(self.config.output_limit, self.generation)
+        msg_id = lk.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
         deadline = time.monotonic() + timeout
         interrupted_at: float | None = None
         next_poll = 0.0
@@ -240,39 +219,22 @@ class KernelHands:
                 next_poll = now + POLL
                 status = await lk.poll()
                 if status is not None:
-                    return await self._died(status, out, err)
+                    return await self._died(status, col)
                 if interrupted_at is None and now > deadline:
                     interrupted_at = now
                     await self._emit("hands_timeout", {"generation": self.generation, "timeout": timeout, "action": "interrupt"})
                     await lk.interrupt()
                 elif interrupted_at is not None and now > interrupted_at + self.config.interrupt_grace:
-                    return await self._replace_stuck(timeout, out, err)
+                    return await self._replace_stuck(timeout, col)
             try:
-                msg = await kc.get_iopub_msg(timeout=POLL)
+                msg = await lk.kc.get_iopub_msg(timeout=POLL)
             except queue.Empty:
                 continue
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            t, c = msg["msg_type"], msg["content"]
-            if t == "stream":
-                (out if c.get("name") == "stdout" else err).add(c.get("text", ""))
-            elif t == "execute_result":
-                res.add(c["data"].get("text/plain", ""))
-            elif t in ("display_data", "update_display_data") and DROPPED_MIME in c.get("data", {}):
-                dropped = c["data"][DROPPED_MIME]
-                out.dropped += int(dropped.get("stdout", 0))
-                err.dropped += int(dropped.get("stderr", 0))
-            elif t in ("display_data", "update_display_data"):
-                obs.displays.append(cap_bundle(c.get("data", {}), limit))
-            elif t == "error":
-                obs.error = cap_error(c, limit)
-            elif t == "status" and c.get("execution_state") == "idle":
+            if msg["parent_header"].get("msg_id") == msg_id and col.feed(msg["msg_type"], msg["content"]):
                 break
-        obs.stdout, obs.stderr = out.value(), err.value()
-        obs.result = res.value() if res.parts else None
-        obs.truncated = [n for n in (out.note(), err.note(), res.note()) if n]
+        obs = col.done()
         if interrupted_at is not None:
-            obs.truncated.append(f"[timed out after {timeout:g} s: the call was interrupted; the kernel and its state survive]")
+            obs.truncated.append(TIMED_OUT.format(timeout=timeout))
         elif self._interrupt_requested:
             obs.notes.append("[interrupted on request; the kernel and its state survive]")
         return obs
@@ -295,31 +257,21 @@ class KernelHands:
         self.state = "dead"
         return how
 
-    async def _died(self, status: int, out: OutputCap, err: OutputCap) -> Observation:
+    async def _died(self, status: int, col: Collector) -> Observation:
         gen = self.generation
         how = await self._record_death(status, during="call")
-        dead = failure(
-            f"the kernel died ({how}) while running this call; its in-memory state "
-            "(variables, imports, open files) is gone. The next call runs in a fresh kernel.",
-            ename="KernelDied", generation=gen,
-        )
-        dead.stdout, dead.stderr = out.value(), err.value()
-        return dead
+        partial = col.done()
+        return failure(death_note(how), ename="KernelDied", generation=gen, stdout=partial.stdout, stderr=partial.stderr)
 
-    async def _replace_stuck(self, timeout: float, out: OutputCap, err: OutputCap) -> Observation:
+    async def _replace_stuck(self, timeout: float, col: Collector) -> Observation:
         gen = self.generation
         await self._emit("hands_timeout", {"generation": gen, "timeout": timeout, "action": "replaced",
                                            "grace": self.config.interrupt_grace})
         await self._discard()
         self.state = "dead"
-        stuck = failure(
-            f"the call ran past its {timeout:g} s timeout and ignored the interrupt for "
-            f"{self.config.interrupt_grace:g} s, so its kernel was killed; its in-memory state is gone. "
-            "The next call runs in a fresh kernel.",
-            ename="KernelTimeout", generation=gen,
-        )
-        stuck.stdout, stuck.stderr = out.value(), err.value()
-        return stuck
+        partial = col.done()
+        return failure(stuck_note(timeout, self.config.interrupt_grace), ename="KernelTimeout", generation=gen,
+                       stdout=partial.stdout, stderr=partial.stderr)
 
 
 def _signame(sig: int) -> str:
@@ -340,20 +292,3 @@ async def _silent(kc: Any, code: str, timeout: float) -> dict[str, Any]:
         msg = await kc.get_shell_msg(timeout=left)
         if msg["parent_header"].get("msg_id") == msg_id:
             return msg["content"]
-
-
-def cap_bundle(data: dict[str, Any], limit: int) -> dict[str, Any]:
-    """A display bundle with text parts cut to `limit` (images are kept whole)."""
-    out = {}
-    for mime, value in data.items():
-        if isinstance(value, str) and not mime.startswith("image/") and len(value) > limit:
-            value = value[:limit] + f"\n[{mime} truncated at {limit:,} characters]"
-        out[mime] = value
-    return out
-
-
-def cap_error(c: dict[str, Any], limit: int) -> dict[str, Any]:
-    """An error message's fields, bounded: the last 50 traceback lines, each cut to `limit`."""
-    cut = lambda s: s if len(s) <= limit else s[:limit] + f" [... {len(s) - limit:,} characters cut]"  # noqa: E731
-    return {"ename": c.get("ename"), "evalue": cut(str(c.get("evalue", ""))),
-            "traceback": [cut(line) for line in (c.get("traceback") or [])[-50:]]}

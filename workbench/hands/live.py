@@ -47,6 +47,7 @@ class LocalLauncher:
 
     name = "local"
     interrupt_mode = "signal"
+    poolable = True  # nothing per session: any pooled kernel can be adopted
 
     def __init__(self, kernel_name: str = "python3", spec_dirs: list[str] | None = None):
         self.kernel_name = kernel_name

@@ -29,8 +29,12 @@ class KernelPool:
         self.last_error: str | None = None
 
     def fits(self, launcher: Any) -> bool:
-        """Whether a kernel of this pool can serve hands with `launcher`."""
-        return type(launcher) is type(self.launcher) and launcher.name == self.launcher.name
+        """Whether a kernel of this pool can serve hands with `launcher`.
+
+        Only launchers that say `poolable = True` qualify: a launcher holding
+        per-session resources (a sandbox's egress proxy) cannot share kernels.
+        """
+        return getattr(launcher, "poolable", False) and type(launcher) is type(self.launcher)
 
     def fill(self) -> None:
         """Start kernels in the background until `size` are ready or starting."""

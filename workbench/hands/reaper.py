@@ -10,6 +10,7 @@ process is still the kernel we started and not a stranger reusing its pid.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -50,9 +51,14 @@ class KernelRegistry:
         self.dir = Path(directory)
         self.host_pid = os.getpid()
         self.host_started = _start_time(self.host_pid)
+        self._atexit = False
 
     def add(self, kid: str, pid: int, **info: Any) -> None:
         """Record a started kernel (its pid, start time and host)."""
+        if not self._atexit:
+            # the last resort when a host exits without closing its hands (no await possible here)
+            atexit.register(self.stop_own)
+            self._atexit = True
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         entry = {
             "pid": pid,
@@ -83,6 +89,29 @@ class KernelRegistry:
         return out
 
 
+    def stop_own(self) -> list[str]:
+        """Kill every kernel this host registered and has not stopped (used at exit)."""
+        stopped = []
+        for kid, e in self.entries().items():
+            if e.get("host_pid") == self.host_pid and _same(e.get("pid"), e.get("started")):
+                _stop(kid, e, self, grace=0.2)
+                stopped.append(kid)
+        return stopped
+
+
+def _stop(kid: str, e: dict[str, Any], reg: KernelRegistry, grace: float) -> None:
+    if _same(e.get("pid"), e.get("started")):
+        _kill_tree(e["pid"], grace)
+        e["killed"] = True
+    if e.get("cgroup"):
+        from .limits import cleanup
+
+        cleanup(e["cgroup"])
+    if e.get("run_dir"):
+        shutil.rmtree(e["run_dir"], ignore_errors=True)
+    reg.remove(kid)
+
+
 def reap_orphans(directory: str | Path | None = None, *, grace: float = 1.0) -> list[dict[str, Any]]:
     """Stop kernels whose host process is gone; returns the entries it handled.
 
@@ -97,16 +126,7 @@ def reap_orphans(directory: str | Path | None = None, *, grace: float = 1.0) -> 
     for kid, e in reg.entries().items():
         if _same(e.get("host_pid"), e.get("host_started")):
             continue  # its host is alive and will stop it
-        if _same(e.get("pid"), e.get("started")):
-            _kill_tree(e["pid"], grace)
-            e["killed"] = True
-        if e.get("cgroup"):
-            from .limits import cleanup
-
-            cleanup(e["cgroup"])
-        if e.get("run_dir"):
-            shutil.rmtree(e["run_dir"], ignore_errors=True)
-        reg.remove(kid)
+        _stop(kid, e, reg, grace)
         reaped.append({"id": kid, **e})
     return reaped
 

@@ -1,0 +1,127 @@
+"""Fixtures for the hands tests: real kernels, a real kernel gateway, and an orphan check.
+
+Every temporary file of this test run (kernel run dirs, connection files,
+the gateway's runtime dir) lives under one directory, so that at the end
+any process whose command line mentions it is a kernel this run left
+behind: the check fails the run if there is one.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+import pytest_asyncio
+
+from workbench.hands.factory import HandsFactory, HandsSettings
+
+TOKEN = "test-gateway-token"
+
+
+def _leftovers(root: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if p.pid != os.getpid() and any(root in a for a in (p.info["cmdline"] or [])):
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hands_tmp():
+    """All temp files of the run under one root; at the end, no process may mention it."""
+    root = tempfile.mkdtemp(prefix="wbhands-")
+    old_env, old_tempdir = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = root, root
+    try:
+        yield Path(root)
+    finally:
+        os.environ.pop("TMPDIR") if old_env is None else os.environ.__setitem__("TMPDIR", old_env)
+        tempfile.tempdir = old_tempdir
+        left = _leftovers(root)
+        _, alive = psutil.wait_procs(left, timeout=3)  # a kernel may still be on its way out
+        for p in alive:
+            p.kill()
+        assert not alive, f"kernel processes outlived the test run: {[p.cmdline()[:4] for p in alive]}"
+
+
+@pytest.fixture
+def settings(tmp_path) -> HandsSettings:
+    """Local hands with a registry of their own and a warm pool of one."""
+    return HandsSettings(backend="local", pool_size=1, registry_dir=str(tmp_path / "registry"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def gateway(hands_tmp):
+    """A real `jupyter kernelgateway` on 127.0.0.1, stopped at the end: its base URL."""
+    port = free_port()
+    runtime = hands_tmp / "gateway-runtime"
+    runtime.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "WORKBENCH_"))}
+    env.update(JUPYTER_RUNTIME_DIR=str(runtime), KG_AUTH_TOKEN=TOKEN)
+    cmd = [
+        sys.executable, "-m", "kernel_gateway",
+        "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.port={port}", "--KernelGatewayApp.port_retries=0",
+        "--JupyterWebsocketPersonality.list_kernels=True",
+        # the gateway's restarter is how a dead kernel is noticed over a gateway; make it quick
+        "--KernelRestarter.time_to_dead=0.3", "--KernelRestarter.restart_limit=100",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=hands_tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                req = urllib.request.Request(url + "/api", headers={"Authorization": f"token {TOKEN}"})
+                urllib.request.urlopen(req, timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError("the kernel gateway exited: " + proc.stderr.read().decode()[-2000:])
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the kernel gateway did not answer within 60 s")
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+
+
+def gateway_kernels(url: str) -> list[str]:
+    """The ids of the kernels running on the gateway."""
+    import json
+
+    req = urllib.request.Request(url + "/api/kernels", headers={"Authorization": f"token {TOKEN}"})
+    return [k["id"] for k in json.loads(urllib.request.urlopen(req, timeout=5).read())]
+
+
+@pytest_asyncio.fixture
+async def factory(settings):
+    """A started local HandsFactory, closed at the end."""
+    f = HandsFactory(settings)
+    await f.start()
+    try:
+        yield f
+    finally:
+        await f.close()

@@ -1,0 +1,141 @@
+"""One conformance suite for every Hands implementation: local, gateway, sandbox.
+
+Each backend gets the same calls and must give the same kinds of answers:
+fields of an observation, persistent state, images, restart, interrupt,
+timeout, death, and a shutdown that leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import importlib.util
+
+import psutil
+import pytest
+import pytest_asyncio
+
+from workbench.hands import Hands, HandsConfig
+from workbench.hands.factory import HandsFactory, HandsSettings
+
+from .conftest import TOKEN, gateway_kernels
+
+# a 1x1 PNG
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+SHORT = {"timeout": 5, "interrupt_grace": 1.0, "startup_timeout": 60}
+
+
+def _backend_settings(backend: str, request, tmp_path) -> HandsSettings:
+    if backend == "sandbox" and importlib.util.find_spec("workbench.hands.sandbox") is None:
+        pytest.skip("workbench.hands.sandbox does not exist yet (issue 4)")
+    s = HandsSettings(backend=backend, pool_size=0, registry_dir=str(tmp_path / "registry"))
+    if backend == "gateway":
+        s.gateway_url, s.gateway_token = request.getfixturevalue("gateway"), TOKEN
+    return s
+
+
+@pytest.fixture(params=["local", "gateway", "sandbox"])
+def backend(request):
+    return request.param
+
+
+@pytest_asyncio.fixture
+async def hands(backend, request, tmp_path):
+    """Hands of one backend with short timeouts, and the events they emitted."""
+    factory = HandsFactory(_backend_settings(backend, request, tmp_path))
+    events: list[tuple[str, dict]] = []
+
+    async def sink(type: str, payload: dict) -> None:
+        events.append((type, payload))
+
+    h = factory("conformance", {"hands": SHORT}, sink)
+    h.events = events
+    try:
+        yield h
+    finally:
+        await factory.close()
+
+
+@pytest.mark.asyncio
+async def test_execute_reports_stdout_result_and_error(hands: Hands):
+    assert isinstance(hands, Hands)
+    obs = await hands.execute("print('hello'); 6 * 7")
+    assert obs.ok and obs.stdout == "hello\n" and obs.result == "42" and obs.generation == 1
+    obs = await hands.execute("import sys; print('warn', file=sys.stderr); 1/0")
+    assert obs.stderr == "warn\n"
+    assert obs.error["ename"] == "ZeroDivisionError" and obs.error["traceback"]
+    assert "ZeroDivisionError" in obs.text()
+
+
+@pytest.mark.asyncio
+async def test_state_persists_and_images_come_back_as_displays(hands: Hands):
+    await hands.execute("x = 41")
+    assert (await hands.execute("x + 1")).result == "42"
+    obs = await hands.execute(
+        f"import base64; from IPython.display import Image, display; display(Image(data=base64.b64decode({PNG!r})))"
+    )
+    assert obs.ok and len(obs.displays) == 1
+    assert base64.b64decode(obs.displays[0]["image/png"]).startswith(b"\x89PNG")
+    assert [b["type"] for b in obs.content_blocks()] == ["text", "image"]
+
+
+@pytest.mark.asyncio
+async def test_restart_gives_a_fresh_generation(hands: Hands):
+    await hands.execute("x = 1")
+    await hands.restart()
+    assert hands.status()["generation"] == 2
+    obs = await hands.execute("x")
+    assert obs.error["ename"] == "NameError" and obs.generation == 2
+
+
+@pytest.mark.asyncio
+async def test_interrupt_stops_the_call_and_keeps_state(hands: Hands):
+    await hands.execute("y = 'kept'")
+    call = asyncio.ensure_future(hands.execute("import time\nwhile True: time.sleep(0.01)", timeout=60))
+    # an interrupt that lands before the cell starts is ignored by the kernel: repeat until it lands
+    while not call.done():
+        await hands.interrupt()
+        await asyncio.wait([call], timeout=0.2)
+    obs = call.result()
+    # where the interrupt lands (in the cell, or in the kernel just before it) decides whether it is
+    # an error or a line on stderr; either way the call stops and says so
+    assert "KeyboardInterrupt" in obs.text() and "interrupted on request" in obs.text(), obs.to_json()
+    assert (await hands.execute("y")).result == "'kept'"
+
+
+@pytest.mark.asyncio
+async def test_timeout_interrupts_and_keeps_state(hands: Hands):
+    await hands.execute("z = 3")
+    obs = await hands.execute("while True: pass", timeout=0.5)
+    assert obs.error["ename"] == "KeyboardInterrupt"
+    assert "timed out after 0.5 s" in obs.text()
+    assert (await hands.execute("z")).result == "3"
+    assert [p["action"] for t, p in hands.events if t == "hands_timeout"] == ["interrupt"]
+
+
+@pytest.mark.asyncio
+async def test_death_is_an_observation_and_the_next_call_works(hands: Hands):
+    await hands.execute("w = 1")
+    obs = await hands.execute("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert obs.error["ename"] == "KernelDied" and "in-memory state" in obs.text()
+    assert obs.generation == 1
+    after = await hands.execute("'w' in dir()")
+    assert after.result == "False" and after.generation == 2
+    died = [p for t, p in hands.events if t == "hands_died"]
+    assert len(died) == 1 and died[0]["generation"] == 1
+    assert [p["generation"] for t, p in hands.events if t == "hands_started"] == [1, 2]
+
+
+@pytest.mark.asyncio
+async def test_shutdown_leaves_no_process(hands: Hands, backend, request):
+    await hands.execute("1")
+    status = hands.status()
+    await hands.shutdown()
+    assert hands.status()["state"] == "stopped"
+    if backend == "gateway":
+        assert status["kernel_id"] not in gateway_kernels(request.getfixturevalue("gateway"))
+    else:
+        assert status["pid"] and not psutil.pid_exists(status["pid"])
+    assert any(t == "hands_stopped" for t, _ in hands.events)
+    obs = await hands.execute("2")  # hands may be started again
+    assert obs.result == "2"
