@@ -1,0 +1,148 @@
+"""Fixtures for the sandbox tests: real bubblewrap kernels, a real recording HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from workbench.egress import EgressSettings, Vault
+from workbench.hands import HandsConfig, KernelHands
+from workbench.hands.preflight import preflight
+from workbench.hands.sandbox import SandboxLauncher
+
+needs_sandbox = pytest.mark.skipif(not preflight().ok, reason=f"no working bubblewrap here: {preflight().reason}")
+
+
+class Upstream:
+    """An HTTP server on 127.0.0.1 that records every connection and request it gets."""
+
+    def __init__(self, body: bytes = b"ok from upstream\n"):
+        self.requests: list[dict] = []
+        self.connections = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def setup(self):
+                outer.connections += 1
+                super().setup()
+
+            def do_GET(self):
+                outer.requests.append({"method": "GET", "path": self.path, "headers": dict(self.headers)})
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = do_GET
+
+            def log_message(self, *a):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "Upstream":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+@pytest.fixture
+def upstream():
+    with Upstream() as u:
+        yield u
+
+
+@pytest.fixture
+def bystander():
+    """A loopback service kernel code must never reach (stands in for the Jupyter server)."""
+    with Upstream(b"jupyter server\n") as u:
+        yield u
+
+
+@pytest.fixture
+def secret() -> str:
+    return "sk-canary-" + secrets.token_hex(12)
+
+
+@pytest.fixture
+def vault_file(tmp_path, upstream, secret) -> Path:
+    """A real vault file, mode 0600, with one credential for the upstream server."""
+    p = tmp_path / "vault.json"
+    p.write_text(json.dumps({"credentials": {"example": {
+        "value": secret, "hosts": [f"127.0.0.1:{upstream.port}"], "header": "Authorization", "format": "Bearer {value}",
+    }}}))
+    p.chmod(0o600)
+    return p
+
+
+def processes_with(mark: str) -> list[int]:
+    """Host pids whose command line or environment carries `mark` (bwrap, the kernel, socat)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            if mark.encode() in (d / "cmdline").read_bytes() + (d / "environ").read_bytes():
+                found.append(int(d.name))
+        except OSError:
+            pass
+    return found
+
+
+async def no_process_left(mark: str, within: float = 5.0) -> None:
+    """Wait until no process carries `mark` (a killed pid namespace empties quickly); fail if one stays."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while (left := processes_with(mark)) and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    assert not left, f"processes outlived the test: {left}"
+
+
+@pytest_asyncio.fixture
+async def make_hands(tmp_path):
+    """make(egress=, vault=, allow_private=) -> (hands, events); every kernel is stopped and checked gone."""
+    made: list[tuple[KernelHands, str]] = []
+
+    async def make(egress=None, vault: Vault | None = None, allow_private: str = ""):
+        events: list[tuple[str, dict]] = []
+
+        async def sink(type: str, payload: dict) -> None:
+            events.append((type, payload))
+
+        mark = "wbmark" + uuid.uuid4().hex
+        work = tmp_path / f"work-{len(made)}"
+        launcher = SandboxLauncher(
+            egress=egress, vault=vault, egress_settings=EgressSettings(egress_allow_private=allow_private), on_event=sink
+        )
+        hands = KernelHands(HandsConfig(workdir=str(work), env={"WB_TEST_MARK": mark}), launcher=launcher, on_event=sink)
+        made.append((hands, mark))
+        return hands, events
+
+    try:
+        yield make
+    finally:
+        for hands, mark in made:
+            await hands.shutdown()
+            await no_process_left(mark)
+
+
+async def run(hands: KernelHands, code: str) -> str:
+    """Run code in the hands; it must succeed; returns its text."""
+    obs = await hands.execute(code, timeout=30)
+    assert obs.ok, obs.text()
+    return obs.text()

@@ -1,0 +1,150 @@
+"""The egress proxy: allowlisted hosts get the credential added; everything else gets a 403 that says why."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+
+import pytest
+
+from workbench.egress import Vault
+from workbench.errors import ConfigError, VaultUnsafe
+
+from .conftest import needs_sandbox, run
+
+pytestmark = needs_sandbox
+
+FETCH = """
+import json, urllib.request, urllib.error
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return [r.status, r.read().decode()]
+    except urllib.error.HTTPError as e:
+        return [e.code, e.read().decode()]
+    except OSError as e:
+        return [0, repr(e)]
+"""
+
+SEARCH = """
+import os
+def search(needle, roots):
+    hits = [k for k, v in os.environ.items() if needle in k or needle in v]
+    for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+        for f in ("environ", "cmdline"):
+            try:
+                if needle.encode() in open(f"/proc/{pid}/{f}", "rb").read():
+                    hits.append(f"/proc/{pid}/{f}")
+            except OSError:
+                pass
+    for root in roots:
+        for d, _, files in os.walk(root):
+            for f in files:
+                try:
+                    if needle.encode() in open(os.path.join(d, f), "rb").read():
+                        hits.append(os.path.join(d, f))
+                except OSError:
+                    pass
+    return hits
+"""
+
+
+@pytest.mark.asyncio
+async def test_allowlisted_host_gets_the_credential_the_kernel_never_sees(make_hands, upstream, vault_file, secret):
+    vault = Vault.load(vault_file)
+    allow = f"127.0.0.1:{upstream.port}"
+    hands, events = await make_hands(egress={"allow": [allow], "credentials": ["example"]}, vault=vault, allow_private=allow)
+    code = FETCH + SEARCH + textwrap.dedent(f"""
+        import socket, tempfile
+        out = {{"allowed": fetch("http://{allow}/data?x=1"), "denied": fetch("http://example.com/"),
+                "denied_tls": fetch("https://example.com/")}}
+        # the request exactly as the kernel sends it, on a raw socket to the proxy
+        raw = b"GET http://{allow}/raw HTTP/1.1\\r\\nHost: {allow}\\r\\n\\r\\n"
+        s = socket.create_connection(("127.0.0.1", 3128)); s.sendall(raw)
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+        out["raw_sent"], out["raw_reply"] = raw.decode(), reply.decode()
+        # a CONNECT tunnel is opaque to the proxy: it carries no credential
+        s = socket.create_connection(("127.0.0.1", 3128))
+        s.sendall(b"CONNECT {allow} HTTP/1.1\\r\\nHost: {allow}\\r\\n\\r\\n")
+        out["tunnel"] = s.recv(4096).decode()
+        s.sendall(b"GET /tunnel HTTP/1.0\\r\\nHost: {allow}\\r\\n\\r\\n")
+        out["tunnel_reply"] = b"".join(iter(lambda: s.recv(65536), b"")).decode()
+        from ipykernel import get_connection_file
+        run_dir = os.path.dirname(get_connection_file())
+        # the needle is built here, so that this code (kept in the kernel's history) does not hold it
+        out["hits"] = search({secret[::-1]!r}[::-1], [os.getcwd(), run_dir, os.environ["HOME"], "/etc", "/dev/shm"])
+        print(json.dumps(out))
+    """)
+    out = json.loads(await run(hands, code))
+    assert out["allowed"] == [200, "ok from upstream\n"]
+    assert out["hits"] == []
+    assert secret not in out["raw_sent"] and secret not in out["raw_reply"]
+    got = [r for r in upstream.requests if r["path"] in ("/data?x=1", "/raw")]
+    assert len(got) == 2 and all(r["headers"]["Authorization"] == f"Bearer {secret}" for r in got)
+    assert out["tunnel"].startswith("HTTP/1.1 200") and "ok from upstream" in out["tunnel_reply"]
+    assert [r["headers"].get("Authorization") for r in upstream.requests if r["path"] == "/tunnel"] == [None]
+    assert out["denied"][0] == 403 and "example.com:80 is not on this session's egress allowlist" in out["denied"][1]
+    assert "403" in out["denied_tls"][1] and "example.com:443" in out["denied_tls"][1]
+    allowed = [p for t, p in events if t == "egress_allowed"]
+    denied = [p for t, p in events if t == "egress_denied"]
+    assert {"host": "127.0.0.1", "port": upstream.port, "method": "GET", "credential": "example"} in allowed
+    assert {"host": "127.0.0.1", "port": upstream.port, "method": "CONNECT", "credential": None} in allowed
+    assert {(d["host"], d["port"], d["method"]) for d in denied} == {("example.com", 80, "GET"), ("example.com", 443, "CONNECT")}
+    assert secret not in json.dumps(events)
+
+
+@pytest.mark.asyncio
+async def test_proxy_refuses_loopback_and_private_targets(make_hands, upstream, bystander):
+    # the session allowlists the bystander under every name, but the host never allowed its address
+    j = bystander.port
+    allow = [f"127.0.0.1:{j}", f"localhost:{j}", f"127.1:{j}", f"[::1]:{j}", f"0.0.0.0:{j}", "169.254.169.254:80", "10.1.2.3:80"]
+    hands, events = await make_hands(egress={"allow": allow}, allow_private=f"127.0.0.1:{upstream.port}")
+    code = FETCH + textwrap.dedent(f"""
+        urls = ["http://127.0.0.1:{j}/api/contents", "http://localhost:{j}/", "http://127.1:{j}/", "http://[::1]:{j}/",
+                "http://0.0.0.0:{j}/", "http://169.254.169.254/latest/meta-data/", "http://10.1.2.3/",
+                "https://127.0.0.1:{j}/", "http://localhost:{upstream.port}/"]
+        print(json.dumps({{u: fetch(u) for u in urls}}))
+    """)
+    out = json.loads(await run(hands, code))
+    for url, (status, body) in out.items():
+        assert status == 403 or "403" in body, (url, status, body)
+    assert "loopback address" in out[f"http://127.0.0.1:{j}/api/contents"][1]
+    assert "cloud metadata" in out["http://169.254.169.254/latest/meta-data/"][1]
+    assert "private address" in out["http://10.1.2.3/"][1]
+    assert "not on this session's egress allowlist" in out[f"http://localhost:{upstream.port}/"][1]
+    assert bystander.connections == 0 and upstream.connections == 0
+    assert sum(1 for t, _ in events if t == "egress_denied") == len(out)
+    assert not [p for t, p in events if t == "egress_allowed"]
+
+
+@pytest.mark.asyncio
+async def test_request_limit(make_hands, upstream):
+    allow = f"127.0.0.1:{upstream.port}"
+    hands, events = await make_hands(egress={"allow": [allow], "max_requests": 1}, allow_private=allow)
+    out = json.loads(await run(hands, FETCH + f"print(json.dumps([fetch('http://{allow}/a'), fetch('http://{allow}/b')]))"))
+    assert out[0][0] == 200 and out[1][0] == 403 and "limit of 1 requests is used up" in out[1][1]
+    assert [t for t, _ in events if t.startswith("egress")] == ["egress_allowed", "egress_denied"]
+
+
+def test_vault_must_be_private(tmp_path, secret):
+    p = tmp_path / "vault.toml"
+    p.write_text(f'[credentials.example]\nvalue = "{secret}"\nhosts = ["api.example.com:443"]\n')
+    p.chmod(0o640)
+    with pytest.raises(VaultUnsafe, match="chmod 600"):
+        Vault.load(p)
+    p.chmod(0o600)
+    vault = Vault.load(p)
+    assert vault.get("example").header_value() == f"Bearer {secret}"
+    assert vault.redact(f"token={secret}!") == "token=[secret example]!"
+    with pytest.raises(ConfigError, match="not in the vault"):
+        vault.get("other")
+
+
+@pytest.mark.asyncio
+async def test_unknown_credential_is_an_observation(make_hands):
+    hands, _ = await make_hands(egress={"credentials": ["nope"]}, vault=Vault())
+    obs = await hands.execute("print(1)")
+    assert not obs.ok and "credential 'nope' is not in the vault" in obs.text()

@@ -1,0 +1,230 @@
+"""The egress proxy: the hands' only way out, owned by the brain's process.
+
+An asyncio HTTP forward proxy (CONNECT tunnels and absolute-URI requests)
+listening on a unix socket in a kernel's run directory; inside the sandbox
+socat bridges it to 127.0.0.1:3128, the kernel's HTTP(S)_PROXY. Each request
+is checked against the session's policy, its target name is resolved here
+and every address is checked (never loopback, private, link-local or
+metadata unless the host's settings name that ip:port), and the proxy then
+connects to the address it checked, so a name cannot be re-pointed between
+the check and the connection.
+
+Credentials are added only to requests the proxy can see: plain-HTTP
+requests (the gateway form). `http://api.example.com:443/...` makes the proxy
+speak TLS to port 443 upstream and add the credential's header there. A
+CONNECT tunnel is opaque, so it carries no credential; we do not intercept
+TLS (that would need a CA inside the sandbox for little gain).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import ssl
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+from urllib.parse import urlsplit
+
+from ..errors import ConfigError
+from .policy import EgressPolicy, EgressSettings, address_kind, normalise_host, public, split_hostport
+from .vault import Credential, Vault
+
+EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
+HOP_BY_HOP = {"connection", "proxy-connection", "keep-alive", "proxy-authorization", "te", "trailer", "upgrade", "host"}
+MAX_HEAD = 64 * 1024
+
+
+class Denied(Exception):
+    """A request the policy refuses; `status` and a reason the model can act on."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+class EgressProxy:
+    """One session's egress: its policy, the vault's credentials for it, its events."""
+
+    def __init__(
+        self,
+        policy: EgressPolicy,
+        vault: Vault | None = None,
+        on_event: EventSink | None = None,
+        settings: EgressSettings | None = None,
+    ):
+        self.policy, self.vault, self.on_event = policy, vault or Vault(), on_event
+        self.settings = settings or EgressSettings()
+        # fail at once (a kernel that cannot start) rather than at the first request
+        self.credentials: list[Credential] = [self.vault.get(n) for n in policy.credentials]
+
+    async def listen(self, path: Path, uid: int | None = None, gid: int | None = None) -> "Listener":
+        """Serve on a unix socket at `path`, owned by uid:gid, mode 0600."""
+        listener = Listener(self, Path(path))
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            listener.tasks.add(task)
+            try:
+                # the listener's proxy, not this one: a pooled kernel is handed to a session's proxy
+                await listener.proxy._serve(reader, writer)
+            except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ValueError):
+                pass
+            finally:
+                listener.tasks.discard(task)
+                writer.close()
+
+        listener.server = await asyncio.start_unix_server(handle, path=str(path), limit=MAX_HEAD)
+        os.chmod(path, 0o600)
+        if uid is not None:
+            os.chown(path, uid, gid if gid is not None else uid)
+        return listener
+
+    async def _emit(self, type: str, payload: dict[str, Any]) -> None:
+        if self.on_event is not None:
+            await self.on_event(type, payload)
+
+    # -- one connection ----------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.settings.egress_connect_timeout * 3)
+        lines = head.decode("latin-1").split("\r\n")
+        method, target = (lines[0].split(" ") + ["", ""])[:2]
+        headers = [(k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in lines[1:] if line)]
+        host, port, url = target, 0, None
+        try:
+            if method == "CONNECT":
+                host, port = split_hostport(target)
+            else:
+                url = urlsplit(target)
+                if url.scheme != "http" or not url.hostname:
+                    raise Denied(
+                        400,
+                        "the egress proxy takes CONNECT (https) and absolute http:// URLs; to have this session's "
+                        "credentials added for an https host, request http://HOST:443/PATH and the proxy speaks TLS upstream",
+                    )
+                host, port = normalise_host(url.hostname), url.port or 80
+            up_r, up_w, cred = await self._open(method, host, port, tls=url is not None and port == 443)
+        except (ConfigError, ValueError) as e:
+            await self._deny(writer, method, host, port, Denied(400, str(e)))
+            return
+        except Denied as d:
+            await self._deny(writer, method, host, port, d)
+            return
+        try:
+            if url is None:
+                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                await writer.drain()
+                await asyncio.gather(_pipe(reader, up_w), _pipe(up_r, writer))
+            else:
+                await self._forward(method, url, headers, cred, reader, writer, up_r, up_w)
+        finally:
+            up_w.close()
+
+    async def _forward(self, method, url, headers, cred, reader, writer, up_r, up_w) -> None:
+        """Send one request upstream (credential added, Host fixed) and relay the answer."""
+        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        out = [f"{method} {path} HTTP/1.1", f"Host: {url.netloc.rpartition('@')[2]}"]
+        drop = HOP_BY_HOP | ({cred.header.lower()} if cred else set())
+        out += [f"{k}: {v}" for k, v in headers if k.lower() not in drop]
+        if cred is not None:
+            out.append(f"{cred.header}: {cred.header_value()}")
+        out.append("Connection: close")
+        up_w.write(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"))
+        body = asyncio.create_task(_pipe(reader, up_w))
+        try:
+            resp = await up_r.readuntil(b"\r\n\r\n")
+            lines = resp.decode("latin-1").split("\r\n")
+            keep = [line for line in lines[1:] if line and line.partition(":")[0].strip().lower() not in HOP_BY_HOP]
+            writer.write(("\r\n".join([lines[0], *keep, "Connection: close"]) + "\r\n\r\n").encode("latin-1"))
+            await _pipe(up_r, writer)
+        except asyncio.IncompleteReadError:
+            gone = Denied(502, "the upstream host closed the connection without answering")
+            await self._deny(writer, method, url.hostname or "", url.port or 80, gone, emit=False)
+        finally:
+            body.cancel()
+
+    # -- the decision --------------------------------------------------------
+
+    async def _open(self, method: str, host: str, port: int, *, tls: bool):
+        """Check host:port against the policy, then connect to a checked address."""
+        p = self.policy
+        cred = None if method == "CONNECT" else next((c for c in self.credentials if c.matches(host, port)), None)
+        listed = p.allows(host, port) or any(c.matches(host, port) for c in self.credentials)
+        if not listed:
+            raise Denied(
+                403,
+                f"host {host}:{port} is not on this session's egress allowlist; ask the user to add "
+                f'"{host}:{port}" to the session\'s egress allow list',
+            )
+        if p.max_requests is not None and p.used >= p.max_requests:
+            raise Denied(403, f"this session's egress limit of {p.max_requests} requests is used up; ask the user to raise egress.max_requests")
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except socket.gaierror as e:
+            raise Denied(502, f"host {host} does not resolve ({e.strerror})") from None
+        addrs = list(dict.fromkeys(i[4][0] for i in infos))
+        for a in addrs:
+            if not public(a) and not p.private_ok(a, port):
+                raise Denied(
+                    403,
+                    f"host {host} resolves to {a}, a {address_kind(a)} address; the egress proxy never connects "
+                    "to loopback, private, link-local or metadata addresses",
+                )
+        p.used += 1
+        await self._emit("egress_allowed", {"host": host, "port": port, "method": method, "credential": cred.name if cred else None})
+        ctx = ssl.create_default_context() if tls else None
+        try:
+            r, w = await asyncio.wait_for(
+                asyncio.open_connection(addrs[0], port, ssl=ctx, server_hostname=host if tls else None),
+                self.settings.egress_connect_timeout,
+            )
+        except (OSError, asyncio.TimeoutError, ssl.SSLError) as e:
+            raise Denied(502, f"could not connect to {host}:{port} ({e.__class__.__name__}: {e})") from None
+        return r, w, cred
+
+    async def _deny(self, writer: asyncio.StreamWriter, method: str, host: str, port: int, d: Denied, emit: bool = True) -> None:
+        if emit:
+            await self._emit("egress_denied", {"host": host, "port": port, "method": method, "reason": d.reason})
+        body = (d.reason + "\n").encode()
+        # the reason is in the status line too: for CONNECT, clients show only that line
+        phrase = d.reason.encode("ascii", "replace").decode()[:400]
+        writer.write(
+            f"HTTP/1.1 {d.status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            f"Content-Length: {len(body)}\r\nX-Workbench-Egress: denied\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+
+
+class Listener:
+    """One kernel's socket on a proxy; closing it also ends its open connections."""
+
+    def __init__(self, proxy: EgressProxy, path: Path):
+        self.proxy, self.path = proxy, path
+        self.server: asyncio.AbstractServer | None = None
+        self.tasks: set[asyncio.Task] = set()
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        pending = list(self.tasks)
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy bytes until EOF, then half-close the other side."""
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (ConnectionError, OSError):
+        pass
