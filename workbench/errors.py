@@ -2,6 +2,7 @@
 
     WorkbenchError                 anything the workbench raises on purpose
      ├── ConfigError               a setting, CLI argument or request body is invalid
+     │    └── VaultUnsafe          the credential vault is readable by other users
      ├── LogError                  the session log cannot do what was asked
      │    ├── DatabaseLocked       another process holds the DuckDB file
      │    ├── DatabaseUnreadable   the file is not a DuckDB database we can open
@@ -30,6 +31,10 @@ class WorkbenchError(Exception):
 
 class ConfigError(WorkbenchError):
     """A setting, CLI argument or request body is invalid."""
+
+
+class VaultUnsafe(ConfigError):
+    """The credential vault file is readable by users other than the server's."""
 
 
 class LogError(WorkbenchError):
