@@ -101,6 +101,10 @@ class ServerProcess:
     def start(self, timeout: float = 60) -> "ServerProcess":
         for d in ("runtime", "data", "config"):
             (self.home / d).mkdir(parents=True, exist_ok=True)
+        # only the workbench extension: the others (lab, lsp, panel, ...) just slow the start down
+        others = {name: False for name in ("jupyterlab", "jupyter_lsp", "notebook_shim", "jupyter_server_terminals", "panel.io.jupyter_server_extension", "notebook")}
+        config = {"ServerApp": {"jpserver_extensions": {**others, "workbench": True}}}
+        (self.home / "config" / "jupyter_server_config.json").write_text(json.dumps(config))
         cmd = [
             sys.executable, "-m", "jupyter_server", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
             "--port-retries=0", f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.home}",

@@ -1,0 +1,130 @@
+"""`%load_ext workbench`, then `%%agent` / `%agent` send text to a session of the server's brain.
+
+    %%agent [--session ID] [--new] [--model NAME] [--title TITLE]
+    text for the agent, any number of lines
+
+    %agent [options] text on one line
+    %agent --session ID            (no text: make ID this notebook's session)
+
+One default session per notebook (kernel): created on first use, kept until
+`--new` or `--session`. The cell runs until the turn ends and shows it live;
+interrupting the cell (the stop button) interrupts the turn in the server.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+
+from ..errors import WorkbenchError
+
+OPTIONS = {"--session": True, "--model": True, "--title": True, "--url": True, "--token": True, "--new": False}
+USAGE = "usage: %%agent [--session ID] [--new] [--model NAME] [--title TITLE] [--url URL --token TOKEN], then the text"
+
+
+TOKEN = re.compile(r"""\s*(?:"([^"]*)"|'([^']*)'|(\S+))""")
+
+
+def _word(text: str) -> tuple[str, str]:
+    """The first (optionally quoted) word of text, and the text after it."""
+    m = TOKEN.match(text)
+    if not m or m.end() == 0:
+        return "", ""
+    word = next(g for g in m.groups() if g is not None)
+    return word, text[m.end():]
+
+
+def parse(line: str) -> tuple[dict[str, Any], str]:
+    """(options, rest of the line, verbatim) of a magic line; options come first."""
+    opts: dict[str, Any] = {}
+    rest = line.strip()
+    while rest.startswith("--"):
+        word, rest = _word(rest)
+        name, eq, value = word.partition("=")
+        if name not in OPTIONS:
+            raise WorkbenchError(f"unknown option {name} ({USAGE})")
+        if OPTIONS[name]:
+            if not eq:
+                value, rest = _word(rest)
+                if not value:
+                    raise WorkbenchError(f"{name} needs a value ({USAGE})")
+            opts[name[2:]] = value
+        else:
+            opts[name[2:]] = True
+        rest = rest.strip()
+    return opts, rest
+
+
+@magics_class
+class AgentMagics(Magics):
+    """The %agent and %%agent magics."""
+
+    def __init__(self, shell: Any):
+        super().__init__(shell)
+        self.client: Any = None
+        self.session_id: str | None = None
+
+    def _client(self, opts: dict[str, Any]) -> Any:
+        from .api import connect
+
+        if opts.get("url") or self.client is None:
+            self.client = connect(opts.get("url"), opts.get("token"))
+        return self.client
+
+    @line_cell_magic
+    def agent(self, line: str, cell: str | None = None) -> None:
+        """Send text to this notebook's agent session and show the turn live."""
+        try:
+            opts, rest = parse(line)
+            text = cell if cell is not None else rest
+            client = self._client(opts)
+            if opts.get("session"):
+                client.session(opts["session"])  # 404 -> a clear error
+                self.session_id = opts["session"]
+            if opts.get("new") or self.session_id is None:
+                if not (text or "").strip():
+                    if opts.get("new"):
+                        self.session_id = client.create_session(title=opts.get("title"), model=opts.get("model"))["id"]
+                        print(f"agent: new session {self.session_id}")
+                        return
+                    raise WorkbenchError(f"nothing to send ({USAGE})")
+                title = opts.get("title") or text.strip().splitlines()[0][:60]
+                self.session_id = client.create_session(title=title, model=opts.get("model"))["id"]
+            if not (text or "").strip():
+                print(f"agent: this notebook now talks to session {self.session_id}")
+                return
+            run_turn(client, self.session_id, text)
+        except WorkbenchError as e:
+            print(f"agent: {e}")
+
+
+def run_turn(client: Any, session_id: str, text: str) -> Any:
+    """Send text, render the turn live until it ends; Ctrl-C / the stop button interrupts it."""
+    from IPython.display import display
+
+    from .render import ChatView
+
+    view = ChatView(session_id, prompt=text)
+    handle = display(view, display_id=True)
+    turn = client.turn(session_id, text)
+    try:
+        for msg in turn:
+            view.feed(msg)
+    except KeyboardInterrupt:
+        client.interrupt(session_id)
+        # the server records the interrupt; show how the turn ended
+        for e in client.events(session_id, after=0)[-6:]:
+            if e["type"] in ("interrupted", "turn_ended"):
+                view.event(e)
+    finally:
+        turn.close()
+        if handle is not None:
+            handle.update(view)  # the final view, with the full transcript as text/plain
+    return view
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register the magics (called by `%load_ext workbench`)."""
+    ipython.register_magics(AgentMagics)

@@ -1,0 +1,185 @@
+"""The conversation, live in a cell's output, with ipywidgets.
+
+A ChatView is fed the stream messages of a session (`feed`): text streams in
+as it is generated, thinking sits collapsed in an Accordion, each code call
+shows its code, its output and its images, with the hands' status and any
+errors. `transcript()` is the same conversation as plain text, the fallback
+for frontends without widgets (and for headless runs: nbclient keeps it).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from typing import Any
+
+IMAGE_TYPES = {"image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif", "image/webp": "webp"}
+PRE = "white-space: pre-wrap; font-family: var(--jp-code-font-family, monospace); font-size: 12px; margin: 0"
+
+
+def _pre(text: str, color: str | None = None) -> str:
+    style = PRE + (f"; color: {color}" if color else "")
+    return f'<pre style="{style}">{html.escape(text)}</pre>'
+
+
+def _text_html(text: str) -> str:
+    return f'<div style="white-space: pre-wrap">{html.escape(text)}</div>'
+
+
+class ChatView:
+    """Widgets showing one session's turn as it happens."""
+
+    def __init__(self, session_id: str, prompt: str | None = None):
+        import ipywidgets as w
+
+        self.w = w
+        self.session_id = session_id
+        self.header = w.HTML(f"<b>agent</b> · session <code>{html.escape(session_id)}</code>")
+        self.body = w.VBox([])
+        self.live = w.VBox([])  # the response being streamed; replaced by the stored turn
+        self.status = w.HTML("")
+        self.box = w.VBox([self.header, self.body, self.live, self.status])
+        self._stream_block: Any = None
+        self._stream_text = ""
+        self._calls: dict[str, Any] = {}
+        self.lines: list[str] = []  # the plain-text transcript
+        self.hands_line = ""
+        if prompt:
+            self._add(w.HTML(f"<b>you:</b> {html.escape(prompt)}"))
+
+    # -- feeding -------------------------------------------------------------------
+
+    def feed(self, msg: dict[str, Any]) -> None:
+        """One stream message: {"kind": "delta", "event": ...} or {"kind": "event", "event": ...}."""
+        if msg.get("kind") == "delta":
+            self.delta(msg["event"])
+        elif msg.get("kind") == "event":
+            self.event(msg["event"])
+
+    def delta(self, ev: dict[str, Any]) -> None:
+        w = self.w
+        t = ev.get("type")
+        if t == "content_block_start":
+            kind = ev.get("content_block", {}).get("type")
+            self._stream_text = ""
+            if kind == "text":
+                self._stream_block = w.HTML("")
+                self.live.children = (*self.live.children, self._stream_block)
+            elif kind == "thinking":
+                self._stream_block = w.HTML("")
+                acc = w.Accordion(children=[self._stream_block], selected_index=None)
+                acc.set_title(0, "thinking…")
+                self.live.children = (*self.live.children, acc)
+            else:
+                self._stream_block = None
+        elif t == "content_block_delta" and self._stream_block is not None:
+            d = ev.get("delta", {})
+            piece = d.get("text") if d.get("type") == "text_delta" else d.get("thinking") if d.get("type") == "thinking_delta" else None
+            if piece:
+                self._stream_text += piece
+                self._stream_block.value = _text_html(self._stream_text)
+        elif t == "content_block_stop":
+            self._stream_block = None
+
+    def event(self, ev: dict[str, Any]) -> None:
+        w, p, t = self.w, ev["payload"], ev["type"]
+        if t == "user_message":
+            self.lines.append(f"you: {p['text']}")
+        elif t == "assistant_turn":
+            self.live.children = ()
+            for block in p["message"].get("content", []):
+                self._block(block)
+        elif t == "tool_result":
+            self._result(p)
+        elif t in ("hands_started", "hands_died", "hands_restarted", "hands_timeout", "hands_stopped", "hands_refused"):
+            self.hands_line = _hands_note(t, p)
+            self.status.value = f'<span style="color: gray">hands: {html.escape(self.hands_line)}</span>'
+            if t in ("hands_died", "hands_timeout", "hands_refused"):
+                self._note(f"[{t}] {self.hands_line}", "#b36b00")
+        elif t in ("model_retry", "model_error"):
+            self._note(f"[{t}] {p.get('error', '')}", "#b00020" if t == "model_error" else "#b36b00")
+        elif t == "interrupted":
+            self._note(f"[interrupted by {p.get('by', 'user')}]", "#b36b00")
+        elif t == "resumed":
+            self._note("[resumed from the log after the server restarted]", "gray")
+        elif t == "turn_ended":
+            stop = p.get("stop_reason")
+            self.live.children = ()
+            if stop != "end_turn":
+                self._note(f"[turn ended: {stop}]", "#b00020")
+            self.status.value = f'<span style="color: gray">turn ended ({html.escape(str(stop))}) · hands: {html.escape(self.hands_line or "not started")}</span>'
+
+    # -- pieces --------------------------------------------------------------------
+
+    def _add(self, widget: Any) -> None:
+        self.body.children = (*self.body.children, widget)
+
+    def _note(self, text: str, color: str) -> None:
+        self._add(self.w.HTML(f'<span style="color: {color}">{html.escape(text)}</span>'))
+        self.lines.append(text)
+
+    def _block(self, block: dict[str, Any]) -> None:
+        w, kind = self.w, block.get("type")
+        if kind == "text":
+            self._add(w.HTML(_text_html(block["text"])))
+            self.lines.append(f"agent: {block['text']}")
+        elif kind == "thinking" and block.get("thinking"):
+            acc = w.Accordion(children=[w.HTML(_text_html(block["thinking"]))], selected_index=None)
+            acc.set_title(0, "thinking")
+            self._add(acc)
+        elif kind == "tool_use":
+            inp = block.get("input") or {}
+            code = inp.get("code") if block.get("name") == "python" else None
+            head = w.HTML(f"<b>{html.escape(block['name'])}</b>")
+            src = w.HTML(_pre(code if code is not None else str(inp)))
+            out = w.VBox([w.HTML('<span style="color: gray">running…</span>')])
+            call = w.VBox([head, src, out], layout=w.Layout(border="1px solid #ddd", padding="4px", margin="4px 0"))
+            self._calls[block["id"]] = out
+            self._add(call)
+            self.lines.append(f"[{block['name']}]\n{code if code is not None else inp}")
+
+    def _result(self, p: dict[str, Any]) -> None:
+        w = self.w
+        parts: list[Any] = []
+        texts = []
+        for b in p.get("content", []):
+            if b.get("type") == "text":
+                texts.append(b["text"])
+                parts.append(w.HTML(_pre(b["text"], "#b00020" if p.get("is_error") else None)))
+            elif b.get("type") == "image":
+                src = b.get("source", {})
+                fmt = IMAGE_TYPES.get(src.get("media_type", ""), "png")
+                parts.append(w.Image(value=base64.b64decode(src.get("data", "")), format=fmt))
+        out = self._calls.get(p.get("tool_use_id"))
+        if out is not None:
+            out.children = tuple(parts)
+        else:
+            for part in parts:
+                self._add(part)
+        self.lines.append(("[error] " if p.get("is_error") else "[output] ") + "\n".join(texts))
+
+    # -- display -------------------------------------------------------------------
+
+    def transcript(self) -> str:
+        return "\n".join(self.lines)
+
+    def _repr_mimebundle_(self, **kw: Any) -> dict[str, Any]:
+        bundle = self.box._repr_mimebundle_(**kw) or {}
+        bundle = dict(bundle)
+        bundle["text/plain"] = self.transcript() or f"agent session {self.session_id}"
+        return bundle
+
+
+def _hands_note(t: str, p: dict[str, Any]) -> str:
+    gen = p.get("generation")
+    if t == "hands_started":
+        return f"kernel generation {gen} ready (pid {p.get('pid')}, {p.get('start_ms', 0):.0f} ms)"
+    if t == "hands_died":
+        return f"kernel generation {gen} died ({p.get('how', '')}); the next call gets a fresh one"
+    if t == "hands_timeout":
+        return f"a call ran past {p.get('timeout')} s ({p.get('action')})"
+    if t == "hands_restarted":
+        return f"restarted (generation {gen})"
+    if t == "hands_refused":
+        return str(p.get("reason") or p.get("error") or "refused: no safe sandbox")
+    return "stopped"
