@@ -15,6 +15,8 @@
      │    ├── MissingAPIKey        an Anthropic model without ANTHROPIC_API_KEY
      │    └── ModelCallFailed      the model call failed after its retries
      ├── TurnBusy                  a turn is already running in that session
+     ├── ServerUnavailable         no workbench server answers the notebook client
+     ├── RequestRefused            the workbench server answered a client request with an error
      └── MemoryStoreError          the memory store cannot do what was asked
           ├── UnknownMemory        no memory with that id
           └── MemoryConflict       the review action does not fit the memory's status
@@ -83,6 +85,18 @@ class ModelCallFailed(ModelError):
 
 class TurnBusy(WorkbenchError):
     """A turn is already running in that session."""
+
+
+class ServerUnavailable(WorkbenchError):
+    """No Jupyter server with the workbench extension answers the client."""
+
+
+class RequestRefused(WorkbenchError):
+    """The workbench server answered a client request with an error (its status and message)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(f"{message} (HTTP {status})")
+        self.status = status
 
 
 class MemoryStoreError(WorkbenchError):
