@@ -27,7 +27,7 @@ def config_classes() -> list[type]:
 
 
 # Dotted paths of config classes that other parts of the package add.
-EXTRA_CONFIG_CLASSES: list[str] = []
+EXTRA_CONFIG_CLASSES: list[str] = ["workbench.hands.sandbox.SandboxSettings", "workbench.egress.EgressSettings"]
 
 
 def from_env(cls: type, prefix: str = ENV_PREFIX, **overrides: Any) -> Any:

@@ -23,7 +23,6 @@ class EgressSettings:
     vault: str = ""  # path of the credential vault (JSON or TOML, mode 0600); empty: no credentials
     egress_allow_private: str = ""  # comma-separated ip:port pairs that are not public but may be reached
     egress_connect_timeout: float = 10.0  # seconds to connect to an upstream host
-    egress_idle_timeout: float = 300.0  # seconds a proxied connection may sit idle
 
 
 def split_hostport(entry: str) -> tuple[str, int]:

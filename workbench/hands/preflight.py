@@ -17,8 +17,11 @@ import subprocess
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..config import from_env
+from ..egress import EgressSettings, Vault
 from .base import EventSink, Observation, failure
-from .sandbox import SandboxSettings, base_args, setpriv_args
+from .live import LocalLauncher
+from .sandbox import SandboxLauncher, SandboxSettings, base_args, setpriv_args
 
 log = logging.getLogger("workbench.hands")
 
@@ -38,7 +41,7 @@ class Preflight:
     reason: str = ""
     fix: str = ""
     bwrap: str | None = None
-    mode: str = ""  # "setpriv to uid N" (server is root) or "user namespace, same uid"
+    isolation: str = ""  # "setpriv to uid N" (server is root) or "user namespace, same uid"
     egress: bool = False  # socat found: the egress proxy can be bridged in
     egress_note: str = ""
 
@@ -60,7 +63,7 @@ def preflight(settings: SandboxSettings | None = None, *, refresh: bool = False)
 
 def _check(s: SandboxSettings) -> Preflight:
     owner = (s.sandbox_uid, s.sandbox_gid) if os.geteuid() == 0 else None
-    mode = f"setpriv to uid {s.sandbox_uid}" if owner else "user namespace, same uid"
+    mode = f"bwrap, then setpriv to uid {s.sandbox_uid}" if owner else "bwrap in a user namespace, same uid"
     socat = shutil.which(s.socat, path="/usr/bin:/bin:/usr/local/bin")
     note = "" if socat else f"socat ({s.socat}) is not installed: kernels get no network at all, not even through the egress proxy"
     bwrap = shutil.which(s.bwrap)
@@ -121,3 +124,48 @@ class RefusedHands:
 
     def status(self) -> dict[str, Any]:
         return {"backend": "sandbox", "state": "refused", "generation": 0, "pid": None, "sandbox": self.result.to_json()}
+
+
+class SandboxBackend:
+    """What a hands factory needs for the sandbox backend: the preflight, a launcher per session, redaction."""
+
+    def __init__(
+        self,
+        unsafe: bool = False,
+        settings: SandboxSettings | None = None,
+        egress_settings: EgressSettings | None = None,
+        vault: Vault | None = None,
+    ):
+        self.settings = settings or from_env(SandboxSettings)
+        self.egress_settings = egress_settings or from_env(EgressSettings)
+        self.vault = vault if vault is not None else Vault.load(self.egress_settings.vault)
+        self.unsafe = unsafe
+        self.preflight = preflight(self.settings)
+        self.message = announce(self.preflight, unsafe)
+
+    @property
+    def mode(self) -> str:
+        """`sandbox`, `unsafe` (no sandbox, model code runs anyway) or `refused`."""
+        return "sandbox" if self.preflight.ok else "unsafe" if self.unsafe else "refused"
+
+    def launcher(self, session_config: dict[str, Any] | None = None, sink: EventSink | None = None) -> Any:
+        """A launcher for one session (its egress policy and event sink); None when model code is refused."""
+        if self.mode == "sandbox":
+            egress = (session_config or {}).get("egress")
+            return SandboxLauncher(self.settings, egress=egress, vault=self.vault, egress_settings=self.egress_settings, on_event=sink)
+        if self.mode == "unsafe":
+            launcher = LocalLauncher()
+            launcher.name = "unsafe-local"  # shows in every hands_started event
+            return launcher
+        return None
+
+    def refused(self, sink: EventSink | None = None) -> RefusedHands:
+        return RefusedHands(self.preflight, sink)
+
+    def redact(self, text: str) -> str:
+        """Mask the vault's secret values (pass as `Brain(redact=...)`)."""
+        return self.vault.redact(text)
+
+    def status(self) -> dict[str, Any]:
+        """For the UI and `/workbench/api/status`: the mode, and why when it is not `sandbox`."""
+        return {"mode": self.mode, "message": self.message, "credentials": sorted(self.vault.credentials), **self.preflight.to_json()}
