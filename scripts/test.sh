@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 need=""
-for pkg in bubblewrap socat; do dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"; done
+for pkg in bubblewrap socat chromium; do dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"; done
 if [ -n "$need" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >/dev/null

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from typing import Any
 
@@ -113,7 +114,13 @@ def cmd_memory(args: argparse.Namespace) -> int:
 def cmd_review(args: argparse.Namespace) -> int:
     from ..panels.review import serve_review
 
-    store = _store(args, read_only=False)
+    store = _store(args, read_only=False)  # DatabaseLocked (a clear message) when a server holds the file
+
+    def stop(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)  # so the log is checkpointed and closed on SIGTERM too
+    print(f"memory review on http://127.0.0.1:{args.port}/review (Ctrl-C stops it)", file=sys.stderr, flush=True)
     try:
         serve_review(store, port=args.port, show=False, actor=args.actor)
     except KeyboardInterrupt:

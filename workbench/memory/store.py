@@ -201,6 +201,10 @@ class MemoryStore:
             out.append(dict(s, proposals=n[0][0] if n else 0, sessions_read=done[0][0] if done else 0))
         return out
 
+    def session_events(self, session_id: str, after: int | None = None, until: int | None = None) -> list[dict[str, Any]]:
+        """A slice of a session's events as JSON (what the review panels show as context)."""
+        return [e.to_json() for e in self.log.events(session_id, after=after, until=until)]
+
     def prompt_memories(self) -> tuple[str, list[dict[str, Any]]]:
         """The memory preamble for a new session's system prompt, and what it holds."""
         accepted = self.list(status="accepted")

@@ -1,0 +1,114 @@
+"""HTML pieces both review views share: a memory, a diff, source events in context, a dream's timeline."""
+
+from __future__ import annotations
+
+import difflib
+import html
+import json
+from typing import Any
+
+STATUS_OPTIONS = ["all", "proposed", "accepted", "rejected", "superseded", "retired"]
+CONTEXT = 2  # events shown on each side of a cited one
+STATUS_COLORS = {"proposed": "#b26b00", "accepted": "#1a7f37", "rejected": "#a40e26", "superseded": "#6e7781", "retired": "#6e7781"}
+
+
+def esc(s: Any) -> str:
+    return html.escape(str(s))
+
+
+def badge(status: str) -> str:
+    color = STATUS_COLORS.get(status, "#444")
+    return f'<span class="wb-status" style="color:#fff;background:{color};padding:1px 6px;border-radius:8px;font-size:0.85em">{esc(status)}</span>'
+
+
+def memory_html(m: dict[str, Any]) -> str:
+    """A memory's title, status, kind, tags and text."""
+    what = m["proposal"] + (f" of {', '.join(m['targets'])}" if m["targets"] else "")
+    tags = " ".join(f"<code>{esc(t)}</code>" for t in m["tags"])
+    by = f"proposed by {esc(m['created_by'])}" + (f", last change by {esc(m['updated_by'])}" if m["updated_by"] != m["created_by"] else "")
+    return (f'<div class="wb-memory"><h3 style="margin:4px 0">{esc(m["title"])}</h3>'
+            f"<div>{badge(m['status'])} <i>{esc(what)}</i> · v{m['version']} · {by} {tags}</div>"
+            f'<pre style="white-space:pre-wrap;background:#f6f8fa;padding:8px">{esc(m["text"])}</pre></div>')
+
+
+def diff_html(old: str, new: str, old_name: str = "current", new_name: str = "proposed") -> str:
+    """A unified diff, lines coloured, of a proposed edit against the memory it would replace."""
+    lines = difflib.unified_diff(old.splitlines(), new.splitlines(), old_name, new_name, lineterm="")
+    out = []
+    for line in lines:
+        color = "#1a7f37" if line.startswith("+") else "#a40e26" if line.startswith("-") else "#444"
+        out.append(f'<span style="color:{color}">{esc(line)}</span>')
+    return '<pre class="wb-diff" style="background:#f6f8fa;padding:8px">' + ("\n".join(out) or "(no change in text)") + "</pre>"
+
+
+def proposal_diffs(m: dict[str, Any], get: Any) -> str:
+    """Diffs of an edit or merge proposal against each memory it would replace ('' for a new memory)."""
+    if m["proposal"] not in ("edit", "merge") or not m["targets"]:
+        return ""
+    parts = []
+    for t in m["targets"]:
+        try:
+            old = get(t)
+        except Exception as e:  # a target that cannot be read is shown, not hidden
+            parts.append(f"<div>{esc(t)}: {esc(e)}</div>")
+            continue
+        parts.append(f"<div><b>{esc(t)}</b> ({esc(old['status'])}) → this proposal</div>" + diff_html(old["text"], m["text"], t, m["id"]))
+    return "".join(parts)
+
+
+def event_summary(e: dict[str, Any]) -> str:
+    """One line of text for an event."""
+    p = e["payload"]
+    if e["type"] == "user_message":
+        return p.get("text", "")
+    if e["type"] == "assistant_turn":
+        bits = []
+        for b in p.get("message", {}).get("content", []):
+            if b.get("type") == "text":
+                bits.append(b["text"])
+            elif b.get("type") == "tool_use":
+                bits.append(f"→ {b['name']} {json.dumps(b.get('input'), ensure_ascii=False)}")
+        return "\n".join(bits)
+    if e["type"] == "tool_started":
+        inp = p.get("input") or {}
+        return f"{p.get('name')}: " + (inp.get("code") if isinstance(inp.get("code"), str) else json.dumps(inp, ensure_ascii=False))
+    if e["type"] == "tool_result":
+        text = "\n".join(b.get("text", "") for b in p.get("content", []) if b.get("type") == "text")
+        return ("ERROR " if p.get("is_error") else "") + text
+    if e["type"] == "session_created":
+        return f"title: {p.get('title')} · model: {p.get('model')}"
+    return json.dumps(p, ensure_ascii=False)
+
+
+def _mark(text: str, quote: str | None) -> str:
+    body = esc(text)
+    if quote and esc(quote) in body:
+        body = body.replace(esc(quote), f'<mark class="wb-quote">{esc(quote)}</mark>', 1)
+    return body
+
+
+def context_html(events: list[dict[str, Any]], seq: int, quote: str | None = None, limit: int = 1500) -> str:
+    """Source events around a cited one, the cited event outlined and its quote marked."""
+    rows = []
+    for e in events:
+        cited = e["seq"] == seq
+        text = event_summary(e)
+        text = text if len(text) <= limit else text[:limit] + " …"
+        style = "border:2px solid #b26b00;" if cited else "border:1px solid #ddd;"
+        rows.append(f'<div class="wb-event{" wb-cited" if cited else ""}" style="{style}padding:4px;margin:2px 0">'
+                    f"<b>#{e['seq']} {esc(e['type'])}</b>"
+                    f'<pre style="white-space:pre-wrap;margin:2px 0">{_mark(text, quote if cited else None)}</pre></div>')
+    if not any(e["seq"] == seq for e in events):
+        rows.append(f"<div><b>event #{seq} does not exist</b></div>")
+    return "".join(rows)
+
+
+def timeline_html(events: list[dict[str, Any]], limit: int = 300) -> str:
+    """A dream's own session as a timeline: seq, time, type and a line of text per event."""
+    rows = []
+    for e in events:
+        text = event_summary(e).replace("\n", " ")
+        rows.append(f"<tr><td>{e['seq']}</td><td>{esc(e['ts'][11:19])}</td><td><code>{esc(e['type'])}</code></td>"
+                    f"<td>{esc(text[:limit])}{' …' if len(text) > limit else ''}</td></tr>")
+    return ('<table class="wb-timeline"><tr><th>seq</th><th>time</th><th>type</th><th>what</th></tr>'
+            + "".join(rows) + "</table>")

@@ -1,0 +1,172 @@
+"""The memory review panel (Panel): proposals with provenance, diffs, accept / edit / reject / merge.
+
+Use it inline in a notebook (`ReviewApp(source).panel()`, after
+`pn.extension(inline=True)` so nothing comes from a CDN) or served by
+`workbench review` on 127.0.0.1. Every button is a versioned change in the
+store, made as the reviewer named in the "reviewer" field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import panel as pn
+
+from ..errors import WorkbenchError
+from .render import CONTEXT, STATUS_OPTIONS, context_html, memory_html, proposal_diffs, timeline_html
+from .source import MemorySource
+
+
+class ReviewApp:
+    """A review panel over a MemorySource (the store in-process, or RestSource)."""
+
+    def __init__(self, source: MemorySource, actor: str = "person:reviewer", status: str = "proposed"):
+        self.source = source
+        self.status = pn.widgets.Select(label="status", options=STATUS_OPTIONS, value=status, width=140)
+        self.tag = pn.widgets.Select(label="tag", options=["all"], value="all", width=140)
+        self.dream = pn.widgets.Select(label="dream", options={"all": ""}, value="", width=220)
+        self.actor = pn.widgets.TextInput(label="reviewer", value=actor, width=200)
+        self.memories = pn.widgets.Select(label="memories", options={}, size=14, width=420)
+        self.detail = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["wb-detail"])
+        self.diff = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["wb-diff-pane"])
+        self.provenance = pn.Column(css_classes=["wb-provenance"])
+        self.source_pane = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["wb-source"])
+        self.title_input = pn.widgets.TextInput(label="title", sizing_mode="stretch_width")
+        self.text_input = pn.widgets.TextAreaInput(label="text", height=120, sizing_mode="stretch_width")
+        self.note_input = pn.widgets.TextInput(label="note (why)", sizing_mode="stretch_width")
+        self.accept_button = pn.widgets.Button(label="Accept", color="success")
+        self.accept_edited_button = pn.widgets.Button(label="Accept with my edits", color="primary")
+        self.save_button = pn.widgets.Button(label="Save edit", color="default")
+        self.reject_button = pn.widgets.Button(label="Reject", color="danger")
+        self.retire_button = pn.widgets.Button(label="Retire", color="warning")
+        self.merge_with = pn.widgets.MultiChoice(label="merge with", options={}, sizing_mode="stretch_width")
+        self.merge_button = pn.widgets.Button(label="Merge", color="primary")
+        self.message = pn.pane.Alert("", alert_type="light", visible=False)
+        self.timeline_dream = pn.widgets.Select(label="dream", options={}, width=320)
+        self.timeline = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["wb-timeline-pane"])
+
+        for w in (self.status, self.tag, self.dream):
+            w.param.watch(lambda _e: self.refresh(), "value")
+        self.memories.param.watch(lambda _e: self.show(), "value")
+        self.timeline_dream.param.watch(lambda _e: self.show_timeline(), "value")
+        self.accept_button.on_click(lambda _e: self.act("accept"))
+        self.accept_edited_button.on_click(lambda _e: self.act("accept", edited=True))
+        self.save_button.on_click(lambda _e: self.act("edit", edited=True))
+        self.reject_button.on_click(lambda _e: self.act("reject"))
+        self.retire_button.on_click(lambda _e: self.act("retire"))
+        self.merge_button.on_click(lambda _e: self.act("merge", edited=True))
+        self.refresh()
+
+    # -- state ------------------------------------------------------------------
+
+    @property
+    def selected(self) -> str | None:
+        return self.memories.value or None
+
+    def refresh(self) -> None:
+        """Reload the filters' choices and the list of memories."""
+        everything = self.source.list()
+        tags = sorted({t for m in everything for t in m["tags"]})
+        self.tag.options = ["all", *tags]
+        dreams = self.source.dreams()
+        self.dream.options = {"all": "", **{f"{d['id']} · {d['created_at'][:16]} · {d['proposals']} proposed": d["id"] for d in dreams}}
+        self.timeline_dream.options = {f"{d['id']} · {d['title']}": d["id"] for d in dreams}
+        if dreams and self.timeline_dream.value not in self.timeline_dream.options.values():
+            self.timeline_dream.value = dreams[-1]["id"]  # the latest dream
+        rows = self.source.list(status=None if self.status.value == "all" else self.status.value,
+                                tag=None if self.tag.value == "all" else self.tag.value, dream=self.dream.value or None)
+        keep = self.selected
+        self.memories.options = {f"[{m['status']}] {m['title']} ({m['id']})": m["id"] for m in rows}
+        self.memories.value = keep if keep in self.memories.options.values() else (rows[0]["id"] if rows else None)
+        self.merge_with.options = {f"{m['title']} ({m['id']})": m["id"] for m in everything if m["status"] in ("proposed", "accepted")}
+        self.show()
+        self.show_timeline()
+
+    def show(self) -> None:
+        """Show the selected memory: text, diff, provenance buttons, edit fields."""
+        self.source_pane.object = ""
+        mid = self.selected
+        if mid is None:
+            self.detail.object = "<i>no memories match these filters</i>"
+            self.diff.object, self.provenance.objects = "", []
+            return
+        m = self.source.get(mid)
+        self.detail.object = memory_html(m)
+        self.diff.object = proposal_diffs(m, self.source.get)
+        buttons = []
+        for c in m["provenance"]:
+            b = pn.widgets.Button(label=f"{c['session_id']} #{c['seq']}", color="light", css_classes=["wb-cite"])
+            b.on_click(lambda _e, c=c: self.show_source(c))
+            quote = f"“{c['quote']}”" if c.get("quote") else ""
+            buttons.append(pn.Row(b, pn.pane.HTML(f"<small>{quote}</small>")))
+        self.provenance.objects = buttons or [pn.pane.HTML("<i>no provenance (written by a person)</i>")]
+        self.title_input.value, self.text_input.value = m["title"], m["text"]
+        self.merge_with.value = []
+
+    def show_source(self, citation: dict[str, Any]) -> None:
+        """The cited event in context: a few events before and after it."""
+        seq = citation["seq"]
+        try:
+            events = self.source.session_events(citation["session_id"], after=max(0, seq - 1 - CONTEXT), until=seq + CONTEXT)
+        except WorkbenchError as e:
+            self.source_pane.object = f"<b>cannot read session {citation['session_id']}: {e}</b>"
+            return
+        self.source_pane.object = (f"<h4>session {citation['session_id']}, around #{seq}</h4>"
+                                   + context_html(events, seq, citation.get("quote")))
+
+    def show_timeline(self) -> None:
+        did = self.timeline_dream.value
+        self.timeline.object = timeline_html(self.source.session_events(did)) if did else "<i>no dreams yet</i>"
+
+    def act(self, action: str, edited: bool = False) -> dict[str, Any] | None:
+        """Apply a review action to the selected memory as the reviewer; the message says what happened."""
+        mid = self.selected
+        if mid is None:
+            return self._say("select a memory first", "warning")
+        kw: dict[str, Any] = {}
+        note = self.note_input.value.strip() or None
+        if edited:
+            kw.update(title=self.title_input.value, text=self.text_input.value)
+        if action == "merge":
+            kw["with"] = [i for i in self.merge_with.value if i != mid]
+        if action in ("accept", "reject", "retire", "edit", "merge") and note:
+            kw["note"] = note
+        try:
+            m = self.source.review(mid, action, self.actor.value.strip(), **kw)
+        except WorkbenchError as e:
+            return self._say(str(e), "danger")
+        self.note_input.value = ""
+        self._say(f"{action}: {m['id']} is now {m['status']} (v{m['version']})", "success")
+        self.refresh()
+        return m
+
+    def _say(self, text: str, kind: str) -> None:
+        self.message.object, self.message.alert_type, self.message.visible = text, kind, True
+        return None
+
+    # -- layout -------------------------------------------------------------------
+
+    def panel(self) -> pn.viewable.Viewable:
+        """The whole app: a review tab and a dream-timeline tab."""
+        filters = pn.Row(self.status, self.tag, self.dream, self.actor)
+        actions = pn.Column(
+            pn.Row(self.accept_button, self.reject_button, self.retire_button),
+            self.title_input, self.text_input, self.note_input,
+            pn.Row(self.save_button, self.accept_edited_button),
+            pn.Row(self.merge_with, self.merge_button),
+        )
+        review = pn.Column(filters, self.message, pn.Row(
+            pn.Column(self.memories, width=440),
+            pn.Column(self.detail, self.diff, pn.pane.HTML("<b>provenance</b> (click to see the source events)"),
+                      self.provenance, self.source_pane, actions, sizing_mode="stretch_width"),
+            sizing_mode="stretch_width"))
+        timeline = pn.Column(self.timeline_dream, self.timeline, sizing_mode="stretch_width")
+        return pn.Tabs(("Review", review), ("Dream timeline", timeline), sizing_mode="stretch_width")
+
+
+def serve_review(source: MemorySource, *, port: int = 5006, show: bool = False, actor: str = "person:reviewer",
+                 threaded: bool = False) -> Any:
+    """Serve the review app on 127.0.0.1 (blocks unless threaded); every browser tab gets its own app."""
+    origins = [f"127.0.0.1:{port}", f"localhost:{port}"]
+    return pn.serve({"review": lambda: ReviewApp(source, actor=actor).panel()}, port=port, address="127.0.0.1",
+                    websocket_origin=origins, show=show, threaded=threaded, title="workbench memory review")
