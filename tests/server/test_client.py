@@ -1,0 +1,102 @@
+"""The notebook client against a real `jupyter server` subprocess: a notebook using %%agent
+executed headless with nbclient, `workbench.connect()`, and the CLI next to a server that holds the DB."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from wbsrv import ServerProcess
+
+from workbench.client import WorkbenchClient, connect
+from workbench.errors import RequestRefused, ServerUnavailable
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    home = tmp_path_factory.mktemp("client")
+    s = ServerProcess(home / "home", home / "wb.duckdb", env={"WORKBENCH_MODEL": "scripted", "ANTHROPIC_API_KEY": ""})
+    try:
+        yield s.start()
+    finally:
+        s.stop()
+
+
+def text_outputs(cell) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            parts.append(out["text"])
+        elif "data" in out:
+            parts.append(out["data"].get("text/plain", ""))
+    return "\n".join(parts)
+
+
+def test_a_notebook_with_agent_cells_shows_the_replies(server, tmp_path, monkeypatch):
+    # the kernel finds the server through the runtime dir the server wrote its info to
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(server.home / "runtime"))
+    monkeypatch.delenv("WORKBENCH_URL", raising=False)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext workbench"),
+        nbformat.v4.new_code_cell("%%agent\nPlease run this:\n```python\nprint(21 * 2)\n```"),
+        nbformat.v4.new_code_cell("%agent who are you"),
+        nbformat.v4.new_code_cell(
+            "import workbench\nc = workbench.connect()\na = c.ask('```python\\nprint(\"from a script\")\\n```')\nprint(a.stop_reason, a.text)"
+        ),
+    ]
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    first, second, third = (text_outputs(c) for c in nb.cells[1:])
+    assert "you: Please run this" in first and "42" in first and "Here is what it printed" in first
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in nb.cells[1].outputs)
+    assert "scripted model" in second and "who are you" in second
+    assert "end_turn" in third and "from a script" in third
+    # both magic cells went to the notebook's one default session; the script made its own
+    c = WorkbenchClient(server.url, server.token)
+    mine = [s for s in c.sessions() if s["title"] and s["title"].startswith("Please run this")]
+    assert len(mine) == 1 and mine[0]["events"] > 0
+    users = [e for e in c.events(mine[0]["id"]) if e["type"] == "user_message"]
+    assert [u["payload"]["text"] for u in users][1] == "who are you"
+
+
+def test_client_operations_and_errors(server):
+    c = connect(server.url, server.token)
+    a = c.ask("hello there", model="scripted")
+    assert a.stop_reason == "end_turn" and "You said: hello there" in a.text
+    assert c.session(a.session_id)["last_type"] == "turn_ended"
+    assert c.hands(a.session_id)["state"] == "not started"
+    assert c.interrupt(a.session_id) is False
+    q = c.query("SELECT count(*) FROM events WHERE session_id = ?", [a.session_id])
+    assert q["rows"][0][0] == len(c.events(a.session_id))
+    with pytest.raises(RequestRefused) as e:
+        c.create_session(model="nonsense")
+    assert e.value.status == 400 and "unknown model" in str(e.value)
+    with pytest.raises(RequestRefused) as e:
+        connect(server.url, "wrong-token")
+    assert e.value.status == 403
+
+
+def test_no_server_gives_one_line_that_says_how_to_fix_it(tmp_path, monkeypatch):
+    from wbsrv import free_port
+
+    with pytest.raises(ServerUnavailable) as e:
+        connect(f"http://127.0.0.1:{free_port()}", "t")
+    assert "jupyter server extension enable workbench" in str(e.value) and "\n" not in str(e.value)
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.delenv("WORKBENCH_URL", raising=False)
+    with pytest.raises(ServerUnavailable) as e:
+        connect()
+    assert "connect(url=..., token=...)" in str(e.value)
+
+
+def test_the_cli_says_clearly_when_a_server_holds_the_database(server):
+    env = {**os.environ, "WORKBENCH_DB": str(server.db)}
+    for args in (["sessions"], ["show", "x"], ["run", "hello", "--model", "scripted"]):
+        r = subprocess.run([sys.executable, "-m", "workbench.cli", *args], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "in use by another process" in lines[0] and "use its API or stop it first" in lines[0], r.stderr
