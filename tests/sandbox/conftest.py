@@ -25,7 +25,7 @@ needs_sandbox = pytest.mark.skipif(not preflight().ok, reason=f"no working bubbl
 class Upstream:
     """An HTTP server on 127.0.0.1 that records every connection and request it gets."""
 
-    def __init__(self, body: bytes = b"ok from upstream\n"):
+    def __init__(self, body: bytes = b"ok from upstream\n", port: int = 0):
         self.requests: list[dict] = []
         self.connections = 0
         outer = self
@@ -47,7 +47,7 @@ class Upstream:
             def log_message(self, *a):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

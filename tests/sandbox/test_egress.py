@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-import os
 import textwrap
 
 import pytest
 
-from workbench.egress import Vault
+from workbench.egress import EgressPolicy, EgressProxy, EgressSettings, Vault
 from workbench.errors import ConfigError, VaultUnsafe
 
 from .conftest import needs_sandbox, run
@@ -148,3 +148,88 @@ async def test_unknown_credential_is_an_observation(make_hands):
     hands, _ = await make_hands(egress={"credentials": ["nope"]}, vault=Vault())
     obs = await hands.execute("print(1)")
     assert not obs.ok and "credential 'nope' is not in the vault" in obs.text()
+
+
+@pytest.mark.asyncio
+async def test_proxy_rewrites_what_the_kernel_sends(tmp_path, upstream, secret):
+    """Host comes from the URL, the kernel's own credential header and proxy headers are dropped."""
+    allow = f"127.0.0.1:{upstream.port}"
+    vault = Vault.from_dict({"credentials": {"example": {"value": secret, "hosts": [allow]}}})
+    events: list = []
+
+    async def sink(type: str, payload: dict) -> None:
+        events.append((type, payload))
+
+    policy = EgressPolicy.from_config({"credentials": ["example"]}, EgressSettings(egress_allow_private=allow))
+    listener = await EgressProxy(policy, vault, sink).listen(tmp_path / "egress.sock")
+
+    async def send(raw: bytes) -> bytes:
+        r, w = await asyncio.open_unix_connection(str(tmp_path / "egress.sock"))
+        w.write(raw)
+        reply = await r.read()
+        w.close()
+        return reply
+
+    try:
+        reply = await send(
+            f"GET http://{allow}/x HTTP/1.1\r\nHost: other.example\r\nAuthorization: Bearer mine\r\n"
+            "Proxy-Authorization: Basic eA==\r\nConnection: keep-alive\r\n\r\n".encode()
+        )
+        smuggled = await send(f"GET http://{allow}/y HTTP/1.1\r\nX-A: 1\nGET /z HTTP/1.1\r\n\r\n".encode())
+    finally:
+        await listener.close()
+    assert reply.startswith(b"HTTP/1.0 200") and b"Connection: close" in reply
+    (got,) = upstream.requests
+    assert got["headers"]["Host"] == allow and got["headers"]["Authorization"] == f"Bearer {secret}"
+    assert "Proxy-Authorization" not in got["headers"] and got["headers"]["Connection"] == "close"
+    assert smuggled.startswith(b"HTTP/1.1 400") and b"bare CR or LF" in smuggled
+    assert [t for t, _ in events] == ["egress_allowed", "egress_denied"]
+    assert not (tmp_path / "egress.sock").exists()
+
+
+@pytest.fixture
+def tls_upstream(tmp_path):
+    """A TLS server on 127.0.0.1:443 with a throwaway CA, recording requests (skipped if 443 is taken)."""
+    import shutil
+    import ssl
+    import subprocess
+
+    from .conftest import Upstream
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    try:
+        u = Upstream(port=443)
+    except OSError as e:
+        pytest.skip(f"cannot listen on 127.0.0.1:443: {e}")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    u.server.socket = ctx.wrap_socket(u.server.socket, server_side=True)
+    with u:
+        yield u, cert
+
+
+@pytest.mark.asyncio
+async def test_gateway_form_speaks_tls_upstream_and_adds_the_credential(tmp_path, tls_upstream, secret):
+    """http://host:443/... from the kernel: the proxy connects with TLS and adds the header there."""
+    upstream, ca = tls_upstream
+    vault = Vault.from_dict({"credentials": {"example": {"value": secret, "hosts": ["127.0.0.1:443"]}}})
+    settings = EgressSettings(egress_allow_private="127.0.0.1:443", egress_ca_file=str(ca))
+    listener = await EgressProxy(EgressPolicy.from_config({"credentials": ["example"]}, settings), vault, None, settings).listen(
+        tmp_path / "egress.sock"
+    )
+    try:
+        r, w = await asyncio.open_unix_connection(str(tmp_path / "egress.sock"))
+        w.write(b"GET http://127.0.0.1:443/over-tls HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        reply = await r.read()
+        w.close()
+    finally:
+        await listener.close()
+    assert reply.startswith(b"HTTP/1.0 200") and reply.endswith(b"ok from upstream\n")
+    assert [(q["path"], q["headers"]["Authorization"]) for q in upstream.requests] == [("/over-tls", f"Bearer {secret}")]

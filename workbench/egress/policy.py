@@ -23,6 +23,7 @@ class EgressSettings:
     vault: str = ""  # path of the credential vault (JSON or TOML, mode 0600); empty: no credentials
     egress_allow_private: str = ""  # comma-separated ip:port pairs that are not public but may be reached
     egress_connect_timeout: float = 10.0  # seconds to connect to an upstream host
+    egress_ca_file: str = ""  # CA bundle the proxy trusts for TLS upstream (default: the system's)
 
 
 def split_hostport(entry: str) -> tuple[str, int]:

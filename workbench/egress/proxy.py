@@ -94,6 +94,8 @@ class EgressProxy:
         headers = [(k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in lines[1:] if line)]
         host, port, url = target, 0, None
         try:
+            if any("\n" in line or "\r" in line for line in lines):
+                raise Denied(400, "a request line or header contains a bare CR or LF")
             if method == "CONNECT":
                 host, port = split_hostport(target)
             else:
@@ -174,7 +176,7 @@ class EgressProxy:
                 )
         p.used += 1
         await self._emit("egress_allowed", {"host": host, "port": port, "method": method, "credential": cred.name if cred else None})
-        ctx = ssl.create_default_context() if tls else None
+        ctx = ssl.create_default_context(cafile=self.settings.egress_ca_file or None) if tls else None
         try:
             r, w = await asyncio.wait_for(
                 asyncio.open_connection(addrs[0], port, ssl=ctx, server_hostname=host if tls else None),

@@ -143,6 +143,8 @@ class SandboxLauncher:
 
     def manager(self, run_dir: Path, env: dict[str, str], workdir: Path) -> tuple[AsyncKernelManager, dict]:
         """A kernel manager whose kernel runs in the sandbox, and the kwargs for its start_kernel()."""
+        socat = shutil.which(self.settings.socat, path="/usr/bin:/bin:/usr/local/bin")
+        proxy = self.proxy() if socat else None  # first: a bad policy fails before anything is made
         run_dir, workdir = Path(run_dir).resolve(), Path(workdir).resolve()
         owner = self.owner()
         uid, gid = owner or (os.getuid(), os.getgid())
@@ -154,8 +156,6 @@ class SandboxLauncher:
         (etc / "passwd").write_text(f"root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{uid}:{gid}:workbench sandbox:{HOME}:/usr/sbin/nologin\n")
         (etc / "group").write_text(f"root:x:0:\nsandbox:x:{gid}:\n")
         (etc / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n")
-        socat = shutil.which(self.settings.socat, path="/usr/bin:/bin:/usr/local/bin")
-        proxy = self.proxy() if socat else None
         argv = bwrap_argv(self.settings, run_dir, workdir, etc, env, owner, socat)
         spec = KernelSpec(argv=argv, display_name="workbench sandbox", language="python", interrupt_mode="message", env={})
         km = SandboxKernelManager(kernel_name="workbench-sandbox", kernel_spec_manager=_OneSpec(spec), transport="ipc")

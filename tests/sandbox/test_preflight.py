@@ -1,0 +1,107 @@
+"""Without a working bubblewrap, model code is refused, out loud, unless the unsafe setting is on.
+
+And with one: a secret that kernel code prints is masked before it reaches the log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+
+import pytest
+
+from workbench.brain import Brain
+from workbench.brain.models import ScriptedModel
+from workbench.brain.models.scripted import Reply
+from workbench.hands.factory import HandsFactory, HandsSettings
+from workbench.hands.preflight import preflight
+from workbench.hands.sandbox import SandboxSettings
+
+from wbsupport import WORKBENCH, cli_env
+from .conftest import needs_sandbox
+
+
+def test_preflight_checks_a_real_sandbox():
+    missing = preflight(SandboxSettings(bwrap="/nonexistent"), refresh=True)
+    assert not missing.ok and "bubblewrap is not installed" in missing.reason
+    assert "apt-get install bubblewrap" in missing.fix and "WORKBENCH_HANDS_UNSAFE_UNSANDBOXED=1" in missing.fix
+    broken = preflight(SandboxSettings(bwrap="/bin/false"), refresh=True)  # installed, but no sandbox starts
+    assert not broken.ok and "failed to start" in broken.reason
+
+
+async def _turn(log, factory, code: str) -> list:
+    model = ScriptedModel([Reply(code=[code]), Reply(text="done")])
+    brain = Brain(log, model_factory=lambda name: model, hands_factory=factory, redact=factory.redact)
+    sid = brain.create_session(model="scripted")["id"]
+    try:
+        await brain.run_turn(sid, "go")
+    finally:
+        await brain.close()
+        await factory.close()
+    return log.events(sid)
+
+
+@pytest.mark.asyncio
+async def test_model_code_is_refused_without_a_sandbox(log, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("WORKBENCH_BWRAP", "/nonexistent")
+    with caplog.at_level(logging.WARNING, logger="workbench.hands"):
+        factory = HandsFactory(HandsSettings(backend="sandbox", pool_size=0, registry_dir=str(tmp_path / "reg")))
+    assert "sandbox unavailable" in caplog.text and "model code will be refused" in caplog.text
+    status = factory.status()["sandbox"]
+    assert status["mode"] == "refused" and "bubblewrap is not installed" in status["reason"]
+    events = await _turn(log, factory, "print('ran')")
+    refused = [e.payload for e in events if e.type == "hands_refused"]
+    assert len(refused) == 1 and "bubblewrap is not installed" in refused[0]["reason"] and refused[0]["fix"]
+    result = next(e.payload for e in events if e.type == "tool_result")
+    assert result["is_error"] and "model code was not run" in result["content"][0]["text"]
+    assert "ran" not in json.dumps(result) and not [e for e in events if e.type == "hands_started"]
+
+
+@pytest.mark.asyncio
+async def test_the_unsafe_setting_runs_model_code_unsandboxed_and_says_so(log, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("WORKBENCH_BWRAP", "/nonexistent")
+    with caplog.at_level(logging.WARNING, logger="workbench.hands"):
+        factory = HandsFactory(
+            HandsSettings(backend="sandbox", pool_size=0, unsafe_unsandboxed=True, registry_dir=str(tmp_path / "reg"))
+        )
+    assert "UNSAFE: the hands are NOT sandboxed" in caplog.text
+    assert factory.status()["sandbox"]["mode"] == "unsafe"
+    events = await _turn(log, factory, "print('ran')")
+    assert [e.payload["launcher"] for e in events if e.type == "hands_started"] == ["unsafe-local"]
+    result = next(e.payload for e in events if e.type == "tool_result")
+    assert not result["is_error"] and result["observation"]["stdout"] == "ran\n"
+
+
+def test_the_cli_warns_on_stderr(tmp_path):
+    env = cli_env(WORKBENCH_BWRAP="/nonexistent", WORKBENCH_HANDS_POOL_SIZE="0")
+    p = subprocess.run(
+        [*WORKBENCH, "run", "```python\nprint(2 + 3)\n```", "--db", str(tmp_path / "db.duckdb")],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert "sandbox unavailable: bubblewrap is not installed" in p.stderr
+    assert "[hands_refused]" in p.stderr and "5\n" not in p.stdout
+
+
+@needs_sandbox
+@pytest.mark.asyncio
+async def test_a_printed_secret_is_masked_in_the_log(log, tmp_path, monkeypatch, secret, vault_file, upstream):
+    monkeypatch.setenv("WORKBENCH_VAULT", str(vault_file))
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "leaked.txt").write_text(f"the key is {secret}.")  # readable by the sandbox on purpose
+    (work / "leaked.txt").chmod(0o644)
+    factory = HandsFactory(HandsSettings(backend="sandbox", pool_size=0, registry_dir=str(tmp_path / "reg")))
+    model = ScriptedModel([Reply(code=["print(open('leaked.txt').read())"]), Reply(text="done")])
+    brain = Brain(log, model_factory=lambda name: model, hands_factory=factory, redact=factory.redact)
+    sid = brain.create_session(model="scripted", config={"hands": {"workdir": str(work)}})["id"]
+    try:
+        await brain.run_turn(sid, "go")
+    finally:
+        await brain.close()
+        await factory.close()
+    events = log.events(sid)
+    assert [e.payload["launcher"] for e in events if e.type == "hands_started"] == ["sandbox"]
+    result = next(e.payload for e in events if e.type == "tool_result")
+    assert result["observation"]["stdout"] == "the key is [secret example].\n"
+    assert secret not in json.dumps([e.payload for e in events])
