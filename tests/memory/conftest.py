@@ -107,3 +107,15 @@ def brain(store):
     b.extras["memory"] = store
     yield b
     asyncio.run(b.close())
+
+
+# The REST tests run against a real in-process Jupyter server (pytest-jupyter).
+pytest_plugins = ("pytest_jupyter.jupyter_server",)
+
+
+@pytest.fixture
+def jp_server_config(db_path):
+    return {
+        "ServerApp": {"jpserver_extensions": {"workbench": True}, "allow_unauthenticated_access": False},
+        "Workbench": {"db": str(db_path), "hands": {"pool_size": 0}},
+    }

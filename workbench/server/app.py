@@ -19,20 +19,26 @@ from traitlets import Bool, Dict, Unicode
 from .routes import ROUTES, pattern
 
 
+MEMORY_HANDLERS = f"{__package__}.memory_handlers"
+
+
+def _memory_handlers() -> Any:
+    """The memory and dream routes' module, or None when this build has none."""
+    # They live in their own module, written with the dreaming work: when it
+    # exists, its HANDLERS list of (path, handler class) is served too, and its
+    # optional setup(runtime) is called once the log and the brain exist.
+    try:
+        return importlib.import_module(MEMORY_HANDLERS)
+    except ModuleNotFoundError as e:
+        if e.name != MEMORY_HANDLERS:  # the module exists but something it imports is missing
+            raise
+        return None
+
+
 def all_handlers() -> list[tuple[str, type]]:
     """Every (path, handler class) the extension serves, in docs/api.md's notation."""
-    routes = list(ROUTES)
-    # The memory and dream routes live in their own module (written with the
-    # dreaming work); when it exists, its HANDLERS list is served too.
-    name = f"{__package__}.memory_handlers"
-    try:
-        memory_handlers = importlib.import_module(name)
-    except ModuleNotFoundError as e:
-        if e.name != name:  # the module exists but something it imports is missing
-            raise
-    else:
-        routes += list(memory_handlers.HANDLERS)
-    return routes
+    memory = _memory_handlers()
+    return list(ROUTES) + (list(memory.HANDLERS) if memory is not None else [])
 
 
 class Workbench(ExtensionApp):
@@ -79,8 +85,14 @@ class Workbench(ExtensionApp):
         path = Path(self.db).expanduser() if self.db else default_db_path()
         self.session_log = SessionLog(path)
         brain = Brain(self.session_log, settings=settings, hands_factory=self.hands_factory)
+        from ..memory import attach
+
+        self.memory = attach(brain)  # new sessions get accepted memories; the memory routes use this store
         self.runtime = Runtime(self.session_log, brain, default_model=self.default_model or None, logger=self.log)
         self.settings["workbench_runtime"] = self.runtime
+        memory = _memory_handlers()
+        if memory is not None and hasattr(memory, "setup"):
+            memory.setup(self.runtime)
         self.log.info("workbench: session log %s", path)
 
     def _make_hands_factory(self) -> Any:
@@ -106,6 +118,10 @@ class Workbench(ExtensionApp):
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         """After the loop runs: reap orphaned kernels, warm the pool, wake cut-off turns."""
         self.runtime.bind(asyncio.get_running_loop())
+        if self.memory.settings.dream_every > 0:  # background dreams after every N finished sessions
+            from ..memory.dream import DreamScheduler
+
+            self.dream_scheduler = DreamScheduler(self.runtime.brain)
         if self.reap_on_start:
             await self.reap()
         start = getattr(self.hands_factory, "start", None)
