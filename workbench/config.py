@@ -27,7 +27,11 @@ def config_classes() -> list[type]:
 
 
 # Dotted paths of config classes that other parts of the package add.
-EXTRA_CONFIG_CLASSES: list[str] = ["workbench.hands.sandbox.SandboxSettings", "workbench.egress.EgressSettings"]
+EXTRA_CONFIG_CLASSES: list[str] = [
+    "workbench.hands.sandbox.SandboxSettings",
+    "workbench.egress.EgressSettings",
+    "workbench.server.app.Workbench",  # traitlets: its class_own_traits(config=True)
+]
 
 
 def from_env(cls: type, prefix: str = ENV_PREFIX, **overrides: Any) -> Any:

@@ -85,9 +85,6 @@ class Workbench(ExtensionApp):
         path = Path(self.db).expanduser() if self.db else default_db_path()
         self.session_log = SessionLog(path)
         brain = Brain(self.session_log, settings=settings, hands_factory=self.hands_factory)
-        from ..memory import attach
-
-        self.memory = attach(brain)  # new sessions get accepted memories; the memory routes use this store
         self.runtime = Runtime(self.session_log, brain, default_model=self.default_model or None, logger=self.log)
         self.settings["workbench_runtime"] = self.runtime
         memory = _memory_handlers()
@@ -118,10 +115,6 @@ class Workbench(ExtensionApp):
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         """After the loop runs: reap orphaned kernels, warm the pool, wake cut-off turns."""
         self.runtime.bind(asyncio.get_running_loop())
-        if self.memory.settings.dream_every > 0:  # background dreams after every N finished sessions
-            from ..memory.dream import DreamScheduler
-
-            self.dream_scheduler = DreamScheduler(self.runtime.brain)
         if self.reap_on_start:
             await self.reap()
         start = getattr(self.hands_factory, "start", None)

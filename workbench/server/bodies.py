@@ -87,12 +87,23 @@ def _check_effort(v: Any) -> None:
         raise ConfigError(f'config "effort" must be one of {", ".join(EFFORTS)}')
 
 
+def _check_egress(v: Any) -> None:
+    if not isinstance(v, dict):
+        raise ConfigError('config "egress" must be an object (see docs/settings.md, egress)')
+    try:
+        from ..egress.policy import EgressPolicy
+    except ImportError:  # a build without the egress proxy
+        return
+    EgressPolicy.from_config(v)
+
+
 CONFIG_CHECKS.update(
     {
         "max_tokens": lambda v: _positive_int("max_tokens", v),
         "thinking": _check_thinking,
         "effort": _check_effort,
         "hands": _check_hands,
+        "egress": _check_egress,
     }
 )
 
