@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from workbench.brain import Brain
-from workbench.brain.models import Reply, ScriptedModel
-from workbench.memory.dream import commit_dream, create_dream, run_dream
+from workbench.brain.models import Reply, ScriptedModel, make_model
+from workbench.memory.dream import DreamScheduler, commit_dream, create_dream, run_dream
 
 
 def strings(value) -> list[str]:
@@ -112,3 +114,26 @@ def test_recalled_memories_are_never_proposed_again(brain, store, recorded):
     ])
     assert results[0]["is_error"] and f"memory {existing['id']} (accepted) already says this" in results[0]["content"][0]["text"]
     assert results[1]["is_error"] and "read by an earlier dream" in results[1]["content"][0]["text"]
+
+
+@pytest.mark.asyncio
+async def test_a_background_dream_starts_after_every_n_finished_sessions(store):
+    store.settings.dream_every, store.settings.dream_model = 2, "scripted:dream"
+    brain = Brain(store.log, model_factory=lambda name: make_model(name) if name.startswith("scripted") else ScriptedModel([Reply(text="ok")], name=name))
+    brain.extras["memory"] = store
+    scheduler = DreamScheduler(brain)
+    try:
+        first = brain.create_session(title="one", model="echo")["id"]
+        await brain.run_turn(first, "Always write files as UTF-8, please.")
+        assert scheduler.task is None  # one finished session is not enough
+        second = brain.create_session(title="two", model="echo")["id"]
+        await brain.run_turn(second, "Hello there, nothing to remember here.")
+        # the writer thread queued the scheduler's callback before the append's own completion
+        assert scheduler.task is not None
+        await scheduler.task
+    finally:
+        scheduler.close()
+        await brain.close()
+    result = scheduler.results[0]
+    assert store.log.events(result["dream_id"], until=1)[0].payload["config"]["dream"]["sessions"] == sorted([first, second])
+    assert [store.get(m)["title"] for m in result["proposed"]] == ["Preference: Always write files as UTF-8, please."]

@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from ..brain import Brain
 from ..brain.models import default_model_name
@@ -136,9 +136,9 @@ def dream_status(store: MemoryStore, dream_id: str) -> dict[str, Any]:
 class DreamScheduler:
     """Starts a background dream after every `dream_every` sessions that finished a turn."""
 
-    def __init__(self, brain: Brain, loop: asyncio.AbstractEventLoop | None = None):
+    def __init__(self, brain: Brain, loop: asyncio.AbstractEventLoop | Callable[[], Any] | None = None):
         self.brain, self.store = brain, brain.extras["memory"]
-        self.loop = loop or asyncio.get_running_loop()
+        self._loop = loop or asyncio.get_running_loop()
         self.finished: set[str] = set()
         self.task: asyncio.Task | None = None
         self.results: list[dict[str, Any]] = []
@@ -146,8 +146,13 @@ class DreamScheduler:
 
     def _on_event(self, e: Event) -> None:
         # runs on the log's writer thread: only hop to the event loop from here
-        if e.type == "turn_ended" and self.store.settings.dream_every > 0:
-            self.loop.call_soon_threadsafe(self._finished, e.session_id)
+        loop = self.loop
+        if e.type == "turn_ended" and self.store.settings.dream_every > 0 and loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._finished, e.session_id)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return self._loop() if callable(self._loop) else self._loop
 
     def _finished(self, session_id: str) -> None:
         if self.brain.log.session(session_id)["kind"] == "dream":

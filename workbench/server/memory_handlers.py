@@ -128,6 +128,18 @@ class DreamHandler(MemoryHandlerBase):
         self.reply(status)
 
 
+def setup(runtime: Any) -> None:
+    """Called by the extension once the log and brain exist: attach the store, and start dreaming after N sessions if set."""
+    from ..memory import attach
+
+    store = attach(runtime.brain)
+    if store.settings.dream_every > 0:
+        from ..memory.dream import DreamScheduler
+
+        # the runtime learns its event loop when the server starts; the scheduler asks for it then
+        runtime.dream_scheduler = DreamScheduler(runtime.brain, loop=lambda: runtime._loop)
+
+
 HANDLERS: list[tuple[str, type]] = [
     (f"{API}/memories", MemoriesHandler),
     (f"{API}/memories/{{id}}", MemoryHandler),
