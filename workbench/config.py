@@ -31,6 +31,7 @@ EXTRA_CONFIG_CLASSES: list[str] = [
     "workbench.hands.sandbox.SandboxSettings",
     "workbench.egress.EgressSettings",
     "workbench.server.app.Workbench",  # traitlets: its class_own_traits(config=True)
+    "workbench.memory.store.MemorySettings",
 ]
 
 

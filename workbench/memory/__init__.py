@@ -14,6 +14,6 @@ def attach(brain: Any, settings: MemorySettings | None = None) -> MemoryStore:
     from ..config import from_env
     from . import tools  # noqa: F401  (registers the dream tools)
 
-    store = MemoryStore(brain.log, settings or from_env(MemorySettings))
+    store = MemoryStore(brain.log, settings or from_env(MemorySettings, prefix="WORKBENCH_MEMORY_"))
     brain.extras["memory"] = store
     return store

@@ -18,7 +18,7 @@ def _store(args: argparse.Namespace, read_only: bool):
     from ..log import SessionLog
     from .store import MemoryStore
 
-    return MemoryStore(SessionLog(args.db, read_only=read_only), from_env(MemorySettings))
+    return MemoryStore(SessionLog(args.db, read_only=read_only), from_env(MemorySettings, prefix="WORKBENCH_MEMORY_"))
 
 
 def cmd_dream(args: argparse.Namespace) -> int:
