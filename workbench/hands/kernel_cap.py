@@ -22,6 +22,13 @@ def install(limit):
     from IPython.display import publish_display_data
 
     ip = get_ipython()
+    if hasattr(ip, "_tee"):
+        # IPython (9+) wraps each cell's stream writes to keep every chunk in its output
+        # history, in memory and then in its sqlite file: a flood would pile up there
+        # even though we drop it. The workbench's log is the history; turn this one off.
+        import contextlib
+
+        ip._tee = lambda channel: contextlib.nullcontext()
     kept = {"stdout": 0, "stderr": 0}
     dropped = {"stdout": 0, "stderr": 0}
 
@@ -40,13 +47,17 @@ def install(limit):
 
         return capped_write
 
-    for name in ("stdout", "stderr"):
-        stream = getattr(sys, name)
-        if not getattr(stream, "_workbench_capped", False):
-            stream.write = capped(name, stream.write)
-            stream._workbench_capped = True
+    def wrap():
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            if not getattr(stream.write, "_workbench_capped", False):
+                stream.write = capped(name, stream.write)
+                stream.write._workbench_capped = True
 
     def reset(*args):
+        # wrap here, in each cell, not at install: the cell that installs this is itself
+        # wrapped by IPython, which puts the stream's write back when that cell ends
+        wrap()
         for d in (kept, dropped):
             d["stdout"] = d["stderr"] = 0
 

@@ -59,6 +59,8 @@ class LocalLauncher:
         km = AsyncKernelManager(kernel_name=self.kernel_name, kernel_spec_manager=ksm, transport="ipc")
         km.connection_file = str(run_dir / "kernel.json")
         km.ip = str(run_dir / "kernel-ipc")
+        # a profile dir of its own: the user's IPython startup files and history stay out of the hands
+        env = {**env, "IPYTHONDIR": str(run_dir / "ipython")}
         return km, {"env": env, "cwd": str(workdir)}
 
     def adopt_code(self, workdir: Path, env: dict[str, str]) -> str:
