@@ -184,3 +184,22 @@ async def test_ten_sessions_at_once_and_a_slow_one_blocks_nobody(wb):
     _, r = await wb.call("POST", "sessions", slow, "interrupt", expect=200)
     assert r == {"interrupted": False}
     slow_ws.close()
+
+
+async def test_a_cut_off_turn_is_refused_new_messages_until_resumed(wb, jp_serverapp):
+    runtime = jp_serverapp.web_app.settings["workbench_runtime"]
+    sid = await wb.session(model="scripted")
+    # what a dead server leaves behind: a user message and no end of the turn
+    runtime.log.append(sid, "user_message", {"text": "hello from before the crash"})
+    code, data = await wb.call("POST", "sessions", sid, "messages", body={"text": "and again"})
+    assert code == 409 and "unfinished turn" in data["error"]
+    ws = await wb.stream(sid, after=2)
+    _, r = await wb.call("POST", "sessions", sid, "resume", expect=202)
+    assert r == {"resumed": True}
+    events = await read_until(ws, turn_ended)
+    assert events[0]["type"] == "resumed" and events[-1]["payload"]["stop_reason"] == "end_turn"
+    assert "hello from before the crash" in events[-2]["payload"]["message"]["content"][-1]["text"]
+    _, r = await wb.call("POST", "sessions", sid, "resume", expect=202)
+    assert r == {"resumed": False}
+    assert await runtime.wake() == []  # nothing left to wake
+    ws.close()

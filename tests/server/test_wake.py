@@ -26,57 +26,44 @@ def wait_for(stream, pred) -> dict:
     raise AssertionError("the stream ended first")
 
 
-def test_server_killed_during_a_slow_model_call_resumes_on_restart(server_process, tmp_path):
+def test_a_server_killed_mid_turn_resumes_its_turns_on_restart(server_process, tmp_path):
+    """Two turns cut off by SIGKILL: one waiting for a slow model, one inside a long tool call."""
+    marker = tmp_path / "ran.txt"
+    long_job = f"```python\nopen({str(marker)!r}, 'a').write('x')\nimport time\ntime.sleep(600)\n```"
     with FakeMessagesAPI([Reply(text="Done, after a long think.")]) as api:
-        api.delay = 600  # the first call hangs: the server dies while waiting for the model
+        api.delay = 600  # the model call hangs: the server dies while waiting for it
         env = {"ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "test-key"}
         first = server_process(env=env)
         c = WorkbenchClient(first.url, first.token)
-        sid = c.create_session(model="claude-opus-5-5", title="slow")["id"]
-        with c.stream(sid) as stream:
-            c.send(sid, "think hard")
+        slow_model = c.create_session(model="claude-opus-5-5", title="slow model")["id"]
+        long_tool = c.create_session(model="scripted", title="long tool call")["id"]
+        with c.stream(slow_model) as stream:
+            c.send(slow_model, "think hard")
             wait_for(stream, lambda e: e["type"] == "model_request")
+        with c.stream(long_tool) as stream:
+            c.send(long_tool, long_job)
+            wait_for(stream, lambda e: e["type"] == "hands_started")
+        kernel = psutil.Process(c.hands(long_tool)["pid"])
         first.kill()
         api.delay = 0
-        second = server_process(env=env)
+
+        second = server_process(env=env)  # same database, same runtime dir
         c2 = WorkbenchClient(second.url, second.token)
-        with c2.stream(sid) as stream:
-            end = wait_for(stream, lambda e: e["type"] == "turn_ended")
-        assert end["payload"]["stop_reason"] == "end_turn"
-        events = c2.events(sid)
+        for sid in (slow_model, long_tool):
+            with c2.stream(sid) as stream:
+                wait_for(stream, lambda e: e["type"] == "turn_ended")
+
+        events = c2.events(slow_model)
         check_log(events)
-        assert [e["type"] for e in events].count("resumed") == 1
-        assert "Done, after a long think." in [b.get("text") for e in events if e["type"] == "assistant_turn" for b in e["payload"]["message"]["content"]]
-        assert not api.rejections
+        assert [e["type"] for e in events].count("resumed") == 1 and events[-1]["payload"]["stop_reason"] == "end_turn"
+        texts = [b.get("text") for e in events if e["type"] == "assistant_turn" for b in e["payload"]["message"]["content"]]
+        assert "Done, after a long think." in texts and not api.rejections
 
-
-def test_server_killed_during_a_tool_call_resumes_without_rerunning_it(server_process, tmp_path):
-    marker = tmp_path / "ran.txt"
-    steps = [
-        Reply(text="Starting a long job.", code=[f"open({str(marker)!r}, 'a').write('x')\nimport time\ntime.sleep(600)"]),
-        Reply(text="The job was cut off; I will not run it again blindly."),
-    ]
-    with FakeMessagesAPI(steps) as api:
-        env = {"ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "test-key"}
-        first = server_process(env=env)
-        c = WorkbenchClient(first.url, first.token)
-        sid = c.create_session(model="claude-opus-5-5")["id"]
-        with c.stream(sid) as stream:
-            c.send(sid, "run the long job")
-            wait_for(stream, lambda e: e["type"] == "hands_started")
-        pid = c.hands(sid)["pid"]
-        first.kill()
-        kernel = psutil.Process(pid)
-        second = server_process(env=env)
-        c2 = WorkbenchClient(second.url, second.token)
-        with c2.stream(sid) as stream:
-            wait_for(stream, lambda e: e["type"] == "turn_ended")
-        events = c2.events(sid)
+        events = c2.events(long_tool)
         check_log(events)
         result = next(e for e in events if e["type"] == "tool_result")
         assert result["payload"]["is_error"] and "state unknown" in result["payload"]["content"][0]["text"]
         assert marker.read_text() == "x"  # the cut-off call was not run again
         assert events[-1]["payload"]["stop_reason"] == "end_turn"
         assert c2.status()["sessions_running"] == 0
-        # the orphaned kernel of the dead server is gone (reaped by the new server)
-        kernel.wait(20)
+        kernel.wait(20)  # the dead server's orphaned kernel is gone (reaped by the new server)

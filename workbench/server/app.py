@@ -115,6 +115,9 @@ class Workbench(ExtensionApp):
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         """After the loop runs: reap orphaned kernels, warm the pool, wake cut-off turns."""
         self.runtime.bind(asyncio.get_running_loop())
+        # The Anthropic SDK takes seconds to import: do it now, in a thread, so the
+        # first turn (and the event loop, which would do it inline) does not pay for it.
+        self._warm = asyncio.get_running_loop().run_in_executor(None, importlib.import_module, "anthropic")
         if self.reap_on_start:
             await self.reap()
         start = getattr(self.hands_factory, "start", None)

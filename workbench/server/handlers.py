@@ -7,6 +7,7 @@ completely before anything is written.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 from typing import Any, Awaitable, Callable
@@ -86,7 +87,8 @@ class SessionsHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def post(self) -> None:
-        kw = bodies.session_body(self.body())
+        # off the loop: checking a model name may import and set up the Anthropic SDK (seconds)
+        kw = await asyncio.to_thread(bodies.session_body, self.body())
         self.reply(await self.runtime.create_session(**kw), 201)
 
 
@@ -150,8 +152,6 @@ class QueryHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def post(self) -> None:
-        import asyncio
-
         sql, params = bodies.query_body(self.body())
         cols, rows = await asyncio.to_thread(self.runtime.log.query, sql, params)
         self.reply({"columns": cols, "rows": [list(r) for r in rows]})
