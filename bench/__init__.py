@@ -1,0 +1,1 @@
+"""Benchmarks of the workbench against the alternatives a user would pick (not timed tests)."""

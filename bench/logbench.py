@@ -1,0 +1,164 @@
+"""4. The session log: durable appends, rebuilding a request, resuming, and how each grows.
+
+Sessions of 1k / 10k / 100k events are written in one transaction with INSERT ... SELECT from
+a template turn of 8 events with realistic payloads (a signed thinking block, text, a tool call,
+a tool result with an observation), so building them takes seconds, not the minutes that
+one append per event would.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from .common import Context, Section, ms, percentile
+
+THINK = "Let me look at the data before deciding. " * 8
+CODE = "import statistics\nvals = [x * 1.5 for x in range(200)]\nprint(statistics.mean(vals), statistics.stdev(vals))\n" * 2
+OUT = "mean 149.25 stdev 86.74\n" * 16
+
+
+def template() -> list[tuple[str, dict[str, Any]]]:
+    """One turn of 8 events; @TURN@ becomes the turn number, so every tool call id is unique."""
+    usage = {"input_tokens": 1843, "output_tokens": 212, "cache_read_input_tokens": 1500}
+    call = {"type": "tool_use", "id": "toolu_bench@TURN@", "name": "python", "input": {"code": CODE}}
+    first = {"id": "msg_a@TURN@", "type": "message", "role": "assistant", "model": "bench",
+             "content": [{"type": "thinking", "thinking": THINK, "signature": "sig_" + "ab" * 32},
+                         {"type": "text", "text": "I'll compute the summary statistics first."}, call],
+             "stop_reason": "tool_use", "stop_sequence": None, "usage": usage}
+    last = {"id": "msg_b@TURN@", "type": "message", "role": "assistant", "model": "bench",
+            "content": [{"type": "text", "text": "The mean is 149.25 and the standard deviation 86.74. " * 3}],
+            "stop_reason": "end_turn", "stop_sequence": None, "usage": usage}
+    obs = {"stdout": OUT, "stderr": "", "result": None, "displays": [], "error": None, "truncated": [],
+           "generation": 1, "duration_ms": 14.2, "notes": []}
+    return [
+        ("user_message", {"text": "Summarise the measurements in vals and tell me what stands out (turn @TURN@)."}),
+        ("model_request", {"attempt": 1, "model": "bench", "messages": 3}),
+        ("assistant_turn", {"message": first, "usage": usage, "attempt": 1, "latency_ms": 2310.5, "ttft_ms": 640.2}),
+        ("tool_started", {"tool_use_id": "toolu_bench@TURN@", "name": "python", "input": {"code": CODE}}),
+        ("tool_result", {"tool_use_id": "toolu_bench@TURN@", "name": "python", "content": [{"type": "text", "text": OUT}],
+                         "is_error": False, "observation": obs}),
+        ("model_request", {"attempt": 1, "model": "bench", "messages": 5}),
+        ("assistant_turn", {"message": last, "usage": usage, "attempt": 1, "latency_ms": 1290.1, "ttft_ms": 580.7}),
+        ("turn_ended", {"stop_reason": "end_turn"}),
+    ]
+
+
+def fill(log: Any, session_id: str, events: int) -> int:
+    """Append whole template turns after session_created until about `events` events; returns the count."""
+    tmpl = template()
+    rows = ((events - 1) // len(tmpl)) * len(tmpl)
+
+    def _fill(tx: Any) -> None:
+        tx.execute("CREATE TEMP TABLE IF NOT EXISTS bench_tmpl (idx INTEGER, type VARCHAR, payload VARCHAR)")
+        tx.execute("DELETE FROM bench_tmpl")
+        for i, (t, p) in enumerate(tmpl):
+            tx.execute("INSERT INTO bench_tmpl VALUES (?, ?, ?)", [i, t, json.dumps(p)])
+        tx.execute(
+            "INSERT INTO events SELECT ?, 1 + g.i, now()::TIMESTAMP, t.type, "
+            "replace(t.payload, '@TURN@', CAST((g.i - 1) // ? AS VARCHAR))::JSON "
+            "FROM range(1, ? + 1) g(i) JOIN bench_tmpl t ON t.idx = (g.i - 1) % ?",
+            [session_id, len(tmpl), rows, len(tmpl)])
+
+    log.write(_fill).result()
+    return rows + 1
+
+
+def _append_latency(ctx: Context, sec: Section) -> float:
+    from workbench.log import SessionLog
+
+    log = SessionLog(ctx.tmp / "append.duckdb")
+    try:
+        log.create_session("append", title=None, model="bench", payload={"model": "bench"})
+        tmpl = template()
+        n = ctx.trials(100, 2000)
+        samples = []
+        t_all = time.perf_counter()
+        for i in range(n):
+            t, p = tmpl[i % len(tmpl)]
+            t0 = time.perf_counter()
+            log.append("append", t, p)
+            samples.append(ms(t0))
+        total = time.perf_counter() - t_all
+    finally:
+        log.close()
+    avg = sum(len(json.dumps(p)) for _, p in tmpl) / len(tmpl)
+    sec.row("durable append (SessionLog.append, one commit each)", samples, p99=True,
+            throughput_per_s=round(n / total), avg_payload_bytes=round(avg))
+    return percentile(samples, 50)
+
+
+def run_sync(ctx: Context) -> Section:
+    sec = Section("log", "Log: durable appends, request rebuilds, resume")
+    from workbench.brain import Brain, build_request, turn_state
+    from workbench.log import SessionLog
+
+    append50 = _append_latency(ctx, sec)
+    sec.compare("durable append p50", append50, None, target="< 2 ms", met=append50 < 2, kind="absolute")
+
+    sizes = [1_000, 10_000] + ([] if ctx.quick else [100_000])
+    path = ctx.tmp / "rebuild.duckdb"
+    log = SessionLog(path)
+    ids: dict[int, tuple[str, int]] = {}
+    try:
+        brain = Brain(log)
+        for size in sizes:
+            sid = brain.create_session(model="bench", title=f"{size} events")["id"]
+            t0 = time.perf_counter()
+            count = fill(log, sid, size)
+            sec.notes.append(f"built the {count:,}-event session in {ms(t0) / 1000:.1f} s")
+            ids[size] = (sid, count)
+        rebuild50: dict[int, float] = {}
+        for size in sizes:
+            sid, count = ids[size]
+            tot, ev, st, br, nbytes = [], [], [], [], 0
+            for _ in range(ctx.trials(3, 10 if size < 100_000 else 3)):
+                t0 = time.perf_counter()
+                events = log.events(sid)
+                t1 = time.perf_counter()
+                request = build_request(events)
+                t2 = time.perf_counter()
+                turn_state(events)
+                t3 = time.perf_counter()
+                tot.append(ms(t0, t2))
+                ev.append(ms(t0, t1))
+                br.append(ms(t1, t2))
+                st.append(ms(t2, t3))
+                nbytes = len(json.dumps(request))
+            rebuild50[size] = sec.row(f"rebuild request, {count:,} events (events() + build_request)", tot,
+                                      events_p50_ms=round(percentile(ev, 50), 1), build_p50_ms=round(percentile(br, 50), 1),
+                                      turn_state_p50_ms=round(percentile(st, 50), 1),
+                                      request_mib=round(nbytes / 2**20, 2))["p50_ms"]
+    finally:
+        log.close()
+    sec.notes.append(f"database file: {path.stat().st_size / 2**20:.1f} MiB after checkpoint")
+
+    resume50: dict[int, float] = {}
+    for size in sizes:
+        sid, count = ids[size]
+        samples = []
+        for _ in range(ctx.trials(3, 10 if size < 100_000 else 3)):
+            t0 = time.perf_counter()
+            lg = SessionLog(path)
+            events = lg.events(sid)
+            turn_state(events)
+            build_request(events)
+            samples.append(ms(t0))
+            lg.close()
+        resume50[size] = sec.row(f"resume, {count:,} events (open DB + turn_state + build_request)", samples)["p50_ms"]
+
+    v = rebuild50[10_000]
+    sec.compare("request rebuilt from a 10k-event session (p50)", v, None, target="< 100 ms", met=v < 100, kind="absolute")
+    for small, big in zip(sizes, sizes[1:]):
+        sec.compare(f"rebuild growth {big // 1000}k vs {small // 1000}k events", rebuild50[big], rebuild50[small])
+        sec.compare(f"resume growth {big // 1000}k vs {small // 1000}k events", resume50[big], resume50[small])
+    sec.notes.append("The brain reads the whole log and rebuilds the request before every model call (a step), "
+                     "so the rebuild time is paid once per step, not once per turn.")
+    return sec
+
+
+async def run(ctx: Context) -> Section:
+    import asyncio
+
+    return await asyncio.to_thread(run_sync, ctx)

@@ -1,0 +1,127 @@
+"""5. Scale: 1, 5 and 20 sessions at once, each running turns with a tool call through the server.
+
+A real `jupyter server` subprocess with the workbench extension, driven over its REST API and
+session websockets (docs/api.md), the scripted model (its ```python blocks become `python` calls).
+Each level gets a fresh server and database. Every session runs one warm-up turn (its kernel
+starts), then K timed turns in a row; the sessions run at the same time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from .common import Context, Section, ms, percentile
+
+TEXT = "Please run this:\n```python\nprint(sum(i * i for i in range(20000)))\n```"
+
+
+async def _turn(http: httpx.AsyncClient, ws: Any, sid: str) -> dict[str, float]:
+    """One turn: POST the message, read the session's stream until turn_ended."""
+    t0 = time.perf_counter()
+    r = await http.post(f"/workbench/api/sessions/{sid}/messages", json={"text": TEXT})
+    r.raise_for_status()
+    started = result = None
+    while True:
+        raw = await asyncio.wait_for(ws.read_message(), 120)
+        if raw is None:
+            raise RuntimeError(f"the stream of session {sid} closed during a turn")
+        msg = json.loads(raw)
+        if msg["kind"] != "event":
+            continue
+        e = msg["event"]
+        if e["type"] == "tool_started":
+            started = e
+        elif e["type"] == "tool_result":
+            result = e
+        elif e["type"] == "turn_ended":
+            break
+    turn = ms(t0)
+    if started is None or result is None or result["payload"].get("is_error"):
+        raise RuntimeError(f"the turn in session {sid} made no successful tool call: {result and result['payload']}")
+    tool = (datetime.fromisoformat(result["ts"]) - datetime.fromisoformat(started["ts"])).total_seconds() * 1000
+    kernel = result["payload"]["observation"]["duration_ms"]
+    return {"turn": turn, "tool": tool, "overhead": turn - kernel}
+
+
+async def _level(ctx: Context, n: int, turns: int) -> dict[str, Any]:
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    from .jserver import JupyterServer
+
+    home = ctx.tmp / f"scale-{n}"
+    server = JupyterServer(home, workbench=True, env={"WORKBENCH_DB": str(home / "wb.duckdb"), "WORKBENCH_MODEL": "scripted"})
+    await asyncio.to_thread(server.start)
+    wss: list[Any] = []
+    try:
+        async with httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=120) as http:
+            await _settle(http)
+            base_rss, base_procs = server.rss_mib()
+            ids = []
+            for i in range(n):
+                r = await http.post("/workbench/api/sessions", json={"model": "scripted", "title": f"scale {n}/{i}"})
+                r.raise_for_status()
+                ids.append(r.json()["id"])
+            ws_base = server.url.replace("http", "ws", 1)
+            for sid in ids:
+                wss.append(await websocket_connect(HTTPRequest(f"{ws_base}/workbench/api/sessions/{sid}/stream?after=0",
+                                                               headers=server.headers)))
+
+            async def timed(sid: str, ws: Any) -> list[dict[str, float]]:
+                return [await _turn(http, ws, sid) for _ in range(turns)]
+
+            # warm-up: every session's kernel starts; then the pool refills before the timed turns
+            await asyncio.gather(*(_turn(http, ws, sid) for sid, ws in zip(ids, wss)))
+            await _settle(http)
+            per = await asyncio.gather(*(timed(sid, ws) for sid, ws in zip(ids, wss)))
+            await _settle(http)
+            rss, procs = server.rss_mib()
+    finally:
+        for ws in wss:
+            ws.close()
+        await asyncio.to_thread(server.stop)
+    every = [t for p in per for t in p]
+    return {"samples": every, "base_rss": base_rss, "rss": rss, "procs": procs, "base_procs": base_procs}
+
+
+async def _settle(http: httpx.AsyncClient, timeout: float = 60.0) -> None:
+    """Wait until the server's warm pool (if any) is full, so the baseline memory includes it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pool = ((await http.get("/workbench/api/status")).json().get("sandbox") or {}).get("pool")
+        if not pool or pool["ready"] >= pool["size"] or pool.get("failures"):
+            return
+        await asyncio.sleep(0.1)
+
+
+async def run(ctx: Context) -> Section:
+    sec = Section("scale", "Scale: concurrent sessions running tool calls through the server")
+    import importlib.util
+
+    if importlib.util.find_spec("workbench.server") is None:
+        return sec.skip("the server extension (workbench.server) is not available")
+    levels = [2] if ctx.quick else [1, 5, 20]  # quick: one server, still concurrent
+    turns = ctx.trials(2, 5)
+    overhead50: dict[int, float] = {}
+    for n in levels:
+        got = await _level(ctx, n, turns)
+        s = got["samples"]
+        sec.row(f"{n} session(s): turn (POST message to turn_ended on the websocket)", [x["turn"] for x in s])
+        sec.row(f"{n} session(s): tool call (tool_started to tool_result, server clock)", [x["tool"] for x in s])
+        per_session = (got["rss"] - got["base_rss"]) / n
+        overhead50[n] = sec.row(f"{n} session(s): harness overhead per call (turn minus the kernel's execute time)",
+                                [x["overhead"] for x in s], rss_mib=round(got["rss"]), baseline_rss_mib=round(got["base_rss"]),
+                                mib_per_session=round(per_session, 1),
+                                processes=f"{got['base_procs']}->{got['procs']}")["p50_ms"]
+    for n in levels[1:]:
+        sec.compare(f"overhead per call, {n} sessions vs {levels[0]} (p50)", overhead50[n], overhead50[levels[0]])
+    sec.notes.append(f"Each turn: the scripted model asks for one python call, then answers; {turns} timed turns per "
+                     "session after a warm-up turn. Memory: RSS of the server and every process under it (kernels, "
+                     "the warm pool) after the turns, minus the idle server with its warm pool, per session.")
+    return sec

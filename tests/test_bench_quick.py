@@ -1,0 +1,50 @@
+"""The benchmark suite keeps working: `python -m bench --quick` runs every section and writes its JSON.
+
+Quick mode asserts nothing about speed; this only checks that each section produced figures,
+or says plainly why it was skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SECTIONS = {"first_response", "recovery", "tool_round_trip", "log", "scale", "dreaming"}
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+@pytest.mark.timeout(600)  # about a minute on a quiet machine; much more on a busy shared one
+def test_quick_mode_reports_every_section(tmp_path):
+    out = tmp_path / "bench.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "WORKBENCH_DB")}
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(out)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=540)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert result["mode"] == "quick"
+    m = result["machine"]
+    assert m["cores"] and m["cpu"] and m["python"] and m["packages"]["duckdb"]
+    assert set(result["sections"]) == SECTIONS
+    for key, s in result["sections"].items():
+        if s["status"] == "skipped":
+            assert s["reason"], f"{key} was skipped without a reason"
+            continue
+        assert s["status"] == "ok", (key, s["reason"])
+        assert s["rows"], f"{key} measured nothing"
+        for r in s["rows"]:
+            assert r["n"] >= 1 and _number(r["p50_ms"]) and _number(r["p95_ms"]), (key, r)
+        for c in s["comparisons"]:
+            assert _number(c["value"]), (key, c)
+            assert c["target"] is None or isinstance(c["met"], bool), (key, c)
+    # the table went to stdout, with the targets named
+    assert "### Targets" in proc.stdout and "| target | figure | met |" in proc.stdout
