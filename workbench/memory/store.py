@@ -1,7 +1,7 @@
 """The memory store: memories and their full history, in the session log's DuckDB file.
 
 Every change is a new row in `memory_versions` naming its actor; nothing is
-deleted. The one in-place change is `redact`, which blanks the text of every
+deleted. The one in-place change is `redact`, which blanks the text (and quotes) of every
 version (a leaked secret, personal data) and records who did it, when and why.
 Writes run on the log's writer thread, one transaction each; reads use a
 cursor of their own.
@@ -357,6 +357,11 @@ class MemoryStore:
         versions = [r[0] for r in tx.execute("SELECT version FROM memory_versions WHERE memory_id = ? ORDER BY version", [memory_id]).fetchall()]
         # the one in-place change: the text goes from every version; the record of the redaction stays
         tx.execute("UPDATE memory_versions SET text = ? WHERE memory_id = ?", [REDACTED, memory_id])
+        # quotes copied from the source events may hold the same secret
+        for version, prov in tx.execute("SELECT version, provenance FROM memory_versions WHERE memory_id = ?", [memory_id]).fetchall():
+            blanked = [dict(c, quote=REDACTED) if "quote" in c else c for c in json.loads(prov)]
+            tx.execute("UPDATE memory_versions SET provenance = ? WHERE memory_id = ? AND version = ?",
+                       [json.dumps(blanked), memory_id, version])
         if title is not None:
             tx.execute("UPDATE memory_versions SET title = ? WHERE memory_id = ?", [_text(title, "title"), memory_id])
         m = self._current(tx, memory_id)
