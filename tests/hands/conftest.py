@@ -8,6 +8,7 @@ behind: the check fails the run if there is one.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -23,7 +24,15 @@ import pytest_asyncio
 
 from workbench.hands.factory import HandsFactory, HandsSettings
 
+
 TOKEN = "test-gateway-token"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _leftovers(root: str) -> list[psutil.Process]:
@@ -61,15 +70,21 @@ def settings(tmp_path) -> HandsSettings:
     return HandsSettings(backend="local", pool_size=1, registry_dir=str(tmp_path / "registry"))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class Gateway:
+    """A running kernel gateway: its URL and token."""
+
+    def __init__(self, url: str, token: str):
+        self.url, self.token = url, token
+
+    def kernels(self) -> list[str]:
+        """The ids of the kernels running on the gateway."""
+        req = urllib.request.Request(self.url + "/api/kernels", headers={"Authorization": f"token {self.token}"})
+        return [k["id"] for k in json.loads(urllib.request.urlopen(req, timeout=5).read())]
 
 
 @pytest.fixture(scope="session")
 def gateway(hands_tmp):
-    """A real `jupyter kernelgateway` on 127.0.0.1, stopped at the end: its base URL."""
+    """A real `jupyter kernelgateway` on 127.0.0.1, stopped at the end."""
     port = free_port()
     runtime = hands_tmp / "gateway-runtime"
     runtime.mkdir()
@@ -97,7 +112,7 @@ def gateway(hands_tmp):
                 if time.monotonic() > deadline:
                     raise RuntimeError("the kernel gateway did not answer within 60 s")
                 time.sleep(0.1)
-        yield url
+        yield Gateway(url, TOKEN)
     finally:
         proc.terminate()
         try:
@@ -106,14 +121,6 @@ def gateway(hands_tmp):
             proc.kill()
             proc.wait()
         proc.stderr.close()
-
-
-def gateway_kernels(url: str) -> list[str]:
-    """The ids of the kernels running on the gateway."""
-    import json
-
-    req = urllib.request.Request(url + "/api/kernels", headers={"Authorization": f"token {TOKEN}"})
-    return [k["id"] for k in json.loads(urllib.request.urlopen(req, timeout=5).read())]
 
 
 @pytest_asyncio.fixture
@@ -125,3 +132,14 @@ async def factory(settings):
         yield f
     finally:
         await f.close()
+
+
+@pytest.fixture
+def recorder():
+    """A list of (type, payload) and an event sink that appends to it."""
+    events: list[tuple[str, dict]] = []
+
+    async def sink(type: str, payload: dict) -> None:
+        events.append((type, payload))
+
+    return events, sink

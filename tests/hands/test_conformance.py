@@ -15,10 +15,9 @@ import psutil
 import pytest
 import pytest_asyncio
 
-from workbench.hands import Hands, HandsConfig
+from workbench.hands import Hands
 from workbench.hands.factory import HandsFactory, HandsSettings
 
-from .conftest import TOKEN, gateway_kernels
 
 # a 1x1 PNG
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
@@ -30,7 +29,8 @@ def _backend_settings(backend: str, request, tmp_path) -> HandsSettings:
         pytest.skip("workbench.hands.sandbox does not exist yet (issue 4)")
     s = HandsSettings(backend=backend, pool_size=0, registry_dir=str(tmp_path / "registry"))
     if backend == "gateway":
-        s.gateway_url, s.gateway_token = request.getfixturevalue("gateway"), TOKEN
+        gw = request.getfixturevalue("gateway")
+        s.gateway_url, s.gateway_token = gw.url, gw.token
     return s
 
 
@@ -133,7 +133,7 @@ async def test_shutdown_leaves_no_process(hands: Hands, backend, request):
     await hands.shutdown()
     assert hands.status()["state"] == "stopped"
     if backend == "gateway":
-        assert status["kernel_id"] not in gateway_kernels(request.getfixturevalue("gateway"))
+        assert status["kernel_id"] not in request.getfixturevalue("gateway").kernels()
     else:
         assert status["pid"] and not psutil.pid_exists(status["pid"])
     assert any(t == "hands_stopped" for t, _ in hands.events)

@@ -12,23 +12,14 @@ from workbench.brain.models.scripted import Reply
 from workbench.hands.factory import HandsFactory
 
 
-def recorder():
-    events = []
-
-    async def sink(t, p):
-        events.append((t, p))
-
-    return events, sink
-
-
 @pytest.mark.asyncio
-async def test_memory_hog_is_contained_and_others_keep_working(settings):
+async def test_memory_hog_is_contained_and_others_keep_working(settings, recorder):
     settings.memory_mb, settings.pool_size = 512, 2
     factory = HandsFactory(settings)
     await factory.start()
     try:
-        events, sink = recorder()
-        hog, bystander = factory("hog", {}, sink), factory("bystander", {}, recorder()[1])
+        events, sink = recorder
+        hog, bystander = factory("hog", {}, sink), factory("bystander", {}, None)
         await bystander.execute("kept = 'yes'")
         obs = await hog.execute("big = b'x' * (2 * 1024 ** 3)\nlen(big)")
         how = events[0][1]["limits"]["memory"]
@@ -44,11 +35,11 @@ async def test_memory_hog_is_contained_and_others_keep_working(settings):
 
 
 @pytest.mark.asyncio
-async def test_fork_bomb_is_contained(settings):
+async def test_fork_bomb_is_contained(settings, recorder):
     settings.max_processes = 40
     factory = HandsFactory(settings)
     try:
-        events, sink = recorder()
+        events, sink = recorder
         hands = factory("bomb", {"hands": {"timeout": 30}}, sink)
         await hands.execute("1")
         how = events[0][1]["limits"]["processes"]
@@ -63,7 +54,7 @@ async def test_fork_bomb_is_contained(settings):
         )
         obs = await hands.execute(bomb)
         assert obs.ok and 0 < int(obs.result) < 40, obs.to_json()
-        other = factory("other", {}, recorder()[1])
+        other = factory("other", {}, None)
         assert (await other.execute("import subprocess; subprocess.run(['true']).returncode")).result == "0"
     finally:
         await factory.close()

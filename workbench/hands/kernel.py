@@ -106,6 +106,8 @@ class KernelHands:
 
     async def _provision(self) -> tuple[LiveKernel, bool]:
         env = self.config.env
+        if self._workdir is not None:
+            self._workdir.mkdir(parents=True, exist_ok=True)
         adoptable = hasattr(self.launcher, "adopt_code") or (self._workdir is None and not env)
         if self.pool is not None and adoptable:
             lk = await self.pool.take()
@@ -114,7 +116,6 @@ class KernelHands:
         if self._workdir is None:
             self._workdir = Path(tempfile.mkdtemp(prefix="workbench-work-"))
             self._owns_workdir = True
-        self._workdir.mkdir(parents=True, exist_ok=True)
         lk = await boot(self.launcher, env=kernel_env(env), workdir=self._workdir, limits=self.limits,
                         registry=self.registry, startup_timeout=self.config.startup_timeout)
         return lk, False

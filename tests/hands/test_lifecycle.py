@@ -1,0 +1,164 @@
+"""Lifetimes: the warm pool, the factory's settings, and no orphans (close, exit, crash, Ctrl-C)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from workbench.errors import ConfigError
+from workbench.hands.factory import HandsFactory, HandsSettings
+from workbench.hands.reaper import KernelRegistry, reap_orphans
+from workbench.log import SessionLog
+
+WORKBENCH = [sys.executable, "-m", "workbench.cli"]
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """A subprocess environment without the developer's key or workbench settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "WORKBENCH_"))}
+    return {**env, **extra}
+
+
+HOST = """
+import asyncio, sys
+from workbench.hands.factory import HandsFactory, HandsSettings
+
+async def main():
+    f = HandsFactory(HandsSettings(registry_dir=sys.argv[1], pool_size=1))
+    await f.start()
+    h = f("s", {}, None)
+    await h.execute("1")
+    while f.pool.status()["ready"] < 1:  # the refilled pool kernel is registered too
+        await asyncio.sleep(0.05)
+    print(h.status()["pid"], flush=True)
+    if sys.argv[2] == "hang":
+        await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+def host(registry: Path, mode: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", HOST, str(registry), mode], stdout=subprocess.PIPE, text=True,
+                            env=cli_env())
+
+
+def registered_pids(registry: Path) -> list[int]:
+    return [e["pid"] for e in KernelRegistry(registry).entries().values()]
+
+
+@pytest.mark.asyncio
+async def test_pool_serves_first_call_and_replacements(factory, recorder):
+    events, sink = recorder
+    hands = factory("s", {}, sink)
+    await hands.execute("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert (await hands.execute("1")).result == "1"
+    started = [p for t, p in events if t == "hands_started"]
+    assert [s["pooled"] for s in started] == [True, True]
+    assert all(s["boot_ms"] > 0 and s["start_ms"] >= 0 for s in started)
+    pool_pids = [lk.pid for lk in factory.pool._ready]
+    await factory.close()
+    assert not any(psutil.pid_exists(p) for p in pool_pids + [s["pid"] for s in started])
+    assert registered_pids(factory.registry.dir) == []
+
+
+@pytest.mark.asyncio
+async def test_session_workdir_and_env_reach_a_pooled_kernel(factory, tmp_path):
+    hands = factory("s", {"hands": {"workdir": str(tmp_path / "w"), "env": {"ANSWER": "42"}}}, None)
+    obs = await hands.execute("import os; print(os.getcwd(), os.environ['ANSWER'])")
+    assert obs.stdout == f"{tmp_path / 'w'} 42\n"
+    assert "ANTHROPIC_API_KEY" not in (await hands.execute("import os; sorted(os.environ)")).result
+
+
+def test_factory_refuses_bad_settings(tmp_path):
+    with pytest.raises(ConfigError, match="unknown hands backend"):
+        HandsFactory(HandsSettings(backend="cloud"))
+    with pytest.raises(ConfigError, match="GATEWAY_URL"):
+        HandsFactory(HandsSettings(backend="gateway"))
+    f = HandsFactory(HandsSettings(pool_size=0, registry_dir=str(tmp_path)))
+    with pytest.raises(ConfigError, match="unknown hands settings: colour"):
+        f("s", {"hands": {"colour": "red"}}, None)
+
+
+def test_orphans_of_a_killed_host_are_reaped(tmp_path):
+    registry = tmp_path / "registry"
+    proc = host(registry, "hang")
+    try:
+        kernel = int(proc.stdout.readline())
+        pids = registered_pids(registry)
+        assert kernel in pids and len(pids) == 2  # the session's kernel and the pool's
+        proc.kill()
+        proc.wait()
+        assert all(psutil.pid_exists(p) for p in pids)  # orphans, until someone reaps them
+        reaped = reap_orphans(registry)
+        assert sorted(e["pid"] for e in reaped) == sorted(pids) and all(e["killed"] for e in reaped)
+        assert not any(psutil.pid_exists(p) for p in pids)
+        assert registered_pids(registry) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reap_orphans(registry)
+
+
+def test_reaper_leaves_live_hosts_and_strangers_alone(tmp_path):
+    registry = KernelRegistry(tmp_path)
+    stranger = subprocess.Popen(["sleep", "60"])
+    try:
+        registry.add("ours", os.getpid())  # our own host is alive: not an orphan
+        (tmp_path / "stranger.json").write_text(json.dumps(
+            {"pid": stranger.pid, "started": 1.0, "host_pid": 2**22 + 7, "host_started": 1.0}))
+        reaped = reap_orphans(tmp_path)
+        assert [e["id"] for e in reaped] == ["stranger"] and "killed" not in reaped[0]
+        assert stranger.poll() is None  # a pid whose start time does not match is never killed
+        assert list(registry.entries()) == ["ours"]
+    finally:
+        stranger.kill()
+        stranger.wait()
+        registry.remove("ours")
+
+
+def test_host_that_exits_without_closing_stops_its_kernels(tmp_path):
+    registry = tmp_path / "registry"
+    proc = host(registry, "exit")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    assert not psutil.pid_exists(int(out))
+    assert registered_pids(registry) == []
+
+
+def test_ctrl_c_in_workbench_run_records_the_interrupt_and_stops_the_kernel(tmp_path):
+    registry, db = tmp_path / "registry", tmp_path / "log.duckdb"
+    env = cli_env(WORKBENCH_HANDS_REGISTRY_DIR=str(registry), WORKBENCH_HANDS_POOL_SIZE="0")
+    prompt = "```python\nimport time\nprint('sleeping', flush=True)\ntime.sleep(120)\n```"
+    proc = subprocess.Popen(WORKBENCH + ["run", prompt, "--db", str(db), "--model", "scripted"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not registered_pids(registry):  # the kernel exists once it is registered
+            assert proc.poll() is None and time.monotonic() < deadline, "the kernel never started"
+            time.sleep(0.05)
+        kernel = registered_pids(registry)[0]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not psutil.pid_exists(kernel) and registered_pids(registry) == []
+    with SessionLog(db, read_only=True) as log:
+        sid = log.sessions()[0]["id"]
+        events = log.events(sid)
+    types = [e.type for e in events]
+    assert "interrupted" in types and events[-1].type == "turn_ended"
+    assert events[-1].payload["stop_reason"] == "interrupted"
+    result = next(e.payload for e in events if e.type == "tool_result")
+    assert result["is_error"] and result.get("interrupted")
