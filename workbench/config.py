@@ -29,6 +29,7 @@ def config_classes() -> list[type]:
 # Dotted paths of config classes that other parts of the package add.
 EXTRA_CONFIG_CLASSES: list[str] = [
     "workbench.hands.sandbox.SandboxSettings",
+    "workbench.hands.factory.HandsSettings",
     "workbench.egress.EgressSettings",
     "workbench.server.app.Workbench",  # traitlets: its class_own_traits(config=True)
     "workbench.memory.store.MemorySettings",
