@@ -137,3 +137,25 @@ async def test_a_background_dream_starts_after_every_n_finished_sessions(store):
     result = scheduler.results[0]
     assert store.log.events(result["dream_id"], until=1)[0].payload["config"]["dream"]["sessions"] == sorted([first, second])
     assert [store.get(m)["title"] for m in result["proposed"]] == ["Preference: Always write files as UTF-8, please."]
+
+
+def test_a_dream_through_the_messages_api_uses_the_same_tools(store, recorded, fake_api, monkeypatch):
+    """The dream's tool specs and turns go through the real SDK to an HTTP Messages API (the fake one)."""
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake_api.url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    fake_api.use("dream")
+    brain = Brain(store.log)
+    brain.extras["memory"] = store
+
+    async def go():
+        try:
+            return await run_dream(brain, sessions=recorded, model="anthropic:fake-dreamer")
+        finally:
+            await brain.close()  # the SDK's client belongs to this event loop
+
+    result = asyncio.run(go())
+    assert result["stop_reason"] == "end_turn" and len(result["proposed"]) >= 4
+    sent = fake_api.requests[-1]
+    assert {t["name"] for t in sent["tools"]} == {"list_sessions", "read_events", "read_memories", "propose_memory",
+                                                  "propose_edit", "propose_merge", "propose_retire"}
+    assert sent["system"].startswith("You are dreaming")
