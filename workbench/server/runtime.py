@@ -107,6 +107,11 @@ class Runtime:
         if not await asyncio.to_thread(self.log.has_session, session_id):
             raise UnknownSession(f"no session {session_id!r}")
 
+    async def _model_ready(self, session_id: str) -> None:
+        """Make the session's model off the loop (an SDK import and client take seconds), failing early."""
+        s = await asyncio.to_thread(self.log.session, session_id)
+        await asyncio.to_thread(self.brain.model, s["model"])
+
     # -- turns -----------------------------------------------------------------
 
     def _start(self, session_id: str, coro: Any) -> asyncio.Task:
@@ -140,6 +145,7 @@ class Runtime:
             raise TurnBusy(
                 f"session {session_id} has an unfinished turn; resume it (POST .../resume) or interrupt it first"
             )
+        await self._model_ready(session_id)  # UnknownModel / MissingAPIKey before anything is written
         if self.running(session_id):  # another request started one while we were reading
             raise TurnBusy(f"a turn is already running in session {session_id}; wait for it or interrupt it")
         got: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -168,6 +174,7 @@ class Runtime:
             raise TurnBusy(f"a turn is already running in session {session_id}")
         if not turn_state(await self.log.aevents(session_id)).open:
             return False
+        await self._model_ready(session_id)
         if self.running(session_id):
             raise TurnBusy(f"a turn is already running in session {session_id}")
         self._start(session_id, self.brain.resume(session_id))
@@ -186,6 +193,11 @@ class Runtime:
             if s["last_type"] in ("turn_ended", "session_created") or self.running(s["id"]):
                 continue
             if turn_state(await self.log.aevents(s["id"])).open:
+                try:
+                    await self._model_ready(s["id"])
+                except WorkbenchError as e:  # e.g. the key is gone: leave the turn for a later resume
+                    self.logger.warning("workbench: cannot resume session %s: %s", s["id"], e)
+                    continue
                 self._start(s["id"], self.brain.resume(s["id"]))
                 resumed.append(s["id"])
         return resumed
