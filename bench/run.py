@@ -14,6 +14,7 @@ import asyncio
 import importlib
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -84,8 +85,13 @@ async def run_all(args: argparse.Namespace, tmp: Path) -> dict:
     return result
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # so asyncio cancels the sections and their finally blocks stop kernels and servers
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     with tempfile.TemporaryDirectory(prefix="workbench-bench-") as tmp:
         tmp_path = Path(tmp)
         # kernels' connection files and the hands registry go to a directory of our own

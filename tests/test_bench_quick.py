@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -27,9 +28,19 @@ def _number(x) -> bool:
 def test_quick_mode_reports_every_section(tmp_path):
     out = tmp_path / "bench.json"
     env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "WORKBENCH_DB")}
-    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(out)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=540)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "--quick", "--out", str(out)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=540)
+    finally:
+        if proc.poll() is None:  # timed out: SIGTERM lets the suite stop its kernels and servers
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 0, stderr[-4000:]
     result = json.loads(out.read_text())
     assert result["mode"] == "quick"
     m = result["machine"]
@@ -47,4 +58,4 @@ def test_quick_mode_reports_every_section(tmp_path):
             assert _number(c["value"]), (key, c)
             assert c["target"] is None or isinstance(c["met"], bool), (key, c)
     # the table went to stdout, with the targets named
-    assert "### Targets" in proc.stdout and "| target | figure | met |" in proc.stdout
+    assert "### Targets" in stdout and "| target | figure | met |" in stdout
