@@ -8,7 +8,9 @@ import pytest
 
 from workbench.brain import Brain
 from workbench.brain.models import Reply, ScriptedModel, make_model
-from workbench.memory.dream import DreamScheduler, commit_dream, create_dream, run_dream
+from workbench.memory.dream import (
+    DreamScheduler, commit_dream, commit_finished_dreams, create_dream, run_dream, uncommitted_dreams,
+)
 
 
 def strings(value) -> list[str]:
@@ -159,3 +161,25 @@ def test_a_dream_through_the_messages_api_uses_the_same_tools(store, recorded, f
     assert {t["name"] for t in sent["tools"]} == {"list_sessions", "read_events", "read_memories", "propose_memory",
                                                   "propose_edit", "propose_merge", "propose_retire"}
     assert sent["system"].startswith("You are dreaming")
+
+
+def test_a_dream_cut_short_records_nothing_and_a_finished_one_is_committed_later(store, recorded):
+    good = {"session_id": recorded[0], "seq": 2, "quote": "Always print results with two decimals"}
+    steps = [Reply(tool_calls=[("read_events", {"session_id": recorded[0]}),
+                               ("propose_memory", {"title": "Two decimals", "text": "Print results with two decimals.", "provenance": [good]})])]
+    brain = Brain(store.log, model_factory=lambda name: ScriptedModel(
+        steps + [Reply(text="out of room", stop_reason="max_tokens" if name == "short" else None)], name=name))
+    brain.extras["memory"] = store
+    try:
+        short = asyncio.run(run_dream(brain, sessions=recorded, model="short"))
+        assert short["stop_reason"] == "max_tokens" and short["proposed"] == []
+        assert store.list() == [] and store.bookmarks() == {}
+        # a dream whose turn ended but was never committed (the process stopped in between)
+        whole = create_dream(brain, sessions=recorded, model="whole")
+        assert asyncio.run(brain.run_turn(whole, "dream")) == "end_turn"
+    finally:
+        asyncio.run(brain.close())
+    assert uncommitted_dreams(store) == [whole]
+    committed = commit_finished_dreams(store)
+    assert [c["dream_id"] for c in committed] == [whole] and len(committed[0]["proposed"]) == 1
+    assert uncommitted_dreams(store) == [] and store.bookmarks() == {recorded[0]: store.log.session(recorded[0])["last_seq"]}

@@ -49,6 +49,10 @@ def cmd_dream(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             print(f"\nworkbench: dream {dream_id} interrupted; nothing it staged was proposed", file=sys.stderr)
             return 130
+        if result["stop_reason"] != "end_turn":
+            print(f"\nworkbench: dream {dream_id} stopped ({result['stop_reason']}); nothing it staged was proposed "
+                  "and its reading was not recorded, so the next dream reads the same events", file=sys.stderr)
+            return 1
         print(f"\ndream {dream_id} ended ({result['stop_reason']}): {len(result['proposed'])} proposal(s); "
               f"read {', '.join(f'{s} to #{n}' for s, n in result['read'].items()) or 'nothing new'}")
         for mid in result["proposed"]:
@@ -56,7 +60,7 @@ def cmd_dream(args: argparse.Namespace) -> int:
             print(f"  {mid}  {m['proposal']:<7} {m['title']}")
         if result["proposed"]:
             print(f"review them with `workbench review --db {store.log.path}` or `workbench memories --status proposed`")
-        return EXIT_OK if result["stop_reason"] == "end_turn" else 1
+        return EXIT_OK
     finally:
         store.log.close()
 

@@ -117,8 +117,27 @@ async def run_dream(brain: Brain, *, sessions: list[str] | None = None, model: s
     """Run a dream to its end and commit what it proposed; returns the commit summary with the stop reason."""
     dream_id = dream_id or create_dream(brain, sessions=sessions, model=model)
     stop = await brain.run_turn(dream_id, instructions or DEFAULT_INSTRUCTIONS)
+    if stop != "end_turn":
+        # a dream cut short may have read events it had not yet proposed from: record nothing,
+        # so the next dream reads them again
+        return {"dream_id": dream_id, "proposed": [], "read": {}, "committed_before": False, "stop_reason": stop}
     result = await asyncio.to_thread(commit_dream, brain.extras["memory"], dream_id)
     return dict(result, stop_reason=stop)
+
+
+def uncommitted_dreams(store: MemoryStore) -> list[str]:
+    """Dreams whose turn ended normally but whose proposals were never committed (the process stopped in between)."""
+    out = []
+    for s in store.log.sessions(kind="dream"):
+        events = store.log.events(s["id"], types=["turn_ended", "dream_read"])
+        if events and events[-1].type == "turn_ended" and events[-1].payload.get("stop_reason") == "end_turn":
+            out.append(s["id"])
+    return out
+
+
+def commit_finished_dreams(store: MemoryStore) -> list[dict[str, Any]]:
+    """Commit every dream that ended normally but was not committed; the server calls it at start and after resumed turns."""
+    return [commit_dream(store, d) for d in uncommitted_dreams(store)]
 
 
 def dream_status(store: MemoryStore, dream_id: str) -> dict[str, Any]:

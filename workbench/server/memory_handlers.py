@@ -133,11 +133,31 @@ def setup(runtime: Any) -> None:
     from ..memory import attach
 
     store = attach(runtime.brain)
+    from ..memory.dream import commit_finished_dreams
+
+    # a dream whose turn ended just before the server stopped, or that the server resumed
+    # after a crash, is committed here (commit_dream is idempotent, run_dream commits too)
+    commit_finished_dreams(store)
+
+    def on_commit(e: Any) -> None:
+        loop = runtime._loop
+        if e.type == "turn_ended" and e.payload.get("stop_reason") == "end_turn" and loop is not None and not loop.is_closed():
+            # on the writer thread: never wait for a write here; commit from the loop, off-thread
+            loop.call_soon_threadsafe(lambda: loop.create_task(asyncio.to_thread(_commit_if_dream, store, e.session_id)))
+
+    store.log.subscribe(on_commit)
     if store.settings.dream_every > 0:
         from ..memory.dream import DreamScheduler
 
         # the runtime learns its event loop when the server starts; the scheduler asks for it then
         runtime.dream_scheduler = DreamScheduler(runtime.brain, loop=lambda: runtime._loop)
+
+
+def _commit_if_dream(store: Any, session_id: str) -> None:
+    from ..memory.dream import commit_dream
+
+    if store.log.session(session_id)["kind"] == "dream":
+        commit_dream(store, session_id)
 
 
 HANDLERS: list[tuple[str, type]] = [
