@@ -64,7 +64,13 @@ export class WorkbenchApi {
     const url = URLExt.join(this.settings.baseUrl, 'workbench/api', path);
     const response = await ServerConnection.makeRequest(url, init, this.settings);
     const text = await response.text();
-    const body = text ? JSON.parse(text) : {};
+    let body: any = {};
+    try {
+      body = text ? JSON.parse(text) : {};
+    } catch {
+      // Not JSON: an HTML error page from Jupyter itself (e.g. a route that does not exist).
+      body = { error: `${response.status} ${response.statusText}` };
+    }
     if (!response.ok) {
       throw new ApiError(response.status, body.error || `${response.status} ${response.statusText}`);
     }

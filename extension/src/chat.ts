@@ -55,7 +55,10 @@ export class ChatLog {
         this.note(`model call failed (${p.error}); retrying in ${p.delay_s}s`, 'jp-wb-warn');
         break;
       case 'hands_started':
-        this.note(`hands: kernel generation ${p.generation} ready (${p.reason || 'started'})`);
+        // A restart on request has its own event (hands_restarted) below.
+        if (p.reason !== 'restart') {
+          this.note(`hands: kernel generation ${p.generation} ready (${p.reason || 'started'})`);
+        }
         break;
       case 'hands_restarted':
         this.note(`hands restarted: generation ${p.generation}`);

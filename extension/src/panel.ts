@@ -198,9 +198,9 @@ export class WorkbenchPanel extends Widget {
   }
 
   private showHands(hands: IHands): void {
-    const parts = [`hands: ${hands.state ?? 'unknown'}`];
+    const parts = [`hands ${hands.state ?? 'unknown'}`];
     if (hands.generation) {
-      parts.push(`generation ${hands.generation}`);
+      parts.push(`gen ${hands.generation}`);
     }
     if (hands.pid) {
       parts.push(`pid ${hands.pid}`);
@@ -222,9 +222,13 @@ export class WorkbenchPanel extends Widget {
     if (!id) {
       return;
     }
+    // Busy from now on; the stream's turn_ended (which may beat the POST's answer) ends it.
+    this.running = true;
+    this.updateButtons();
     if (await this.guard(() => this.api.send(id, text))) {
       this.input.value = '';
-      this.running = true;
+    } else {
+      this.running = false;
       this.updateButtons();
     }
   }
@@ -242,10 +246,12 @@ export class WorkbenchPanel extends Widget {
       return;
     }
     this.restartButton.disabled = true;
-    this.handsLabel.textContent = 'hands: restarting…';
+    this.handsLabel.textContent = 'hands restarting…';
     const hands = await this.guard(() => this.api.restartHands(id));
     if (hands) {
       this.showHands(hands);
+    } else {
+      await this.updateHands();
     }
     this.updateButtons();
   }
