@@ -3,8 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-need=""
-for pkg in bubblewrap socat chromium; do dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"; done
+need=""  # nodejs (20.19 or newer) builds the JupyterLab extension during pip install
+for pkg in bubblewrap socat chromium nodejs; do dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"; done
 if [ -n "$need" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >/dev/null
