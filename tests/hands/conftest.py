@@ -143,3 +143,25 @@ def recorder():
         events.append((type, payload))
 
     return events, sink
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.fixture
+def gone():
+    """`gone(pids)`: True once none of the pids is a live process (zombies awaiting init count as dead)."""
+
+    def check(pids, timeout: float = 5.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while any(_alive(p) for p in pids):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    return check

@@ -103,6 +103,9 @@ def _stop(kid: str, e: dict[str, Any], reg: KernelRegistry, grace: float) -> Non
     if _same(e.get("pid"), e.get("started")):
         _kill_tree(e["pid"], grace)
         e["killed"] = True
+    # ipykernel exits by itself when its parent dies, but what the model started (a server,
+    # a `sleep`) lives on in the kernel's process group; a cgroup, where there is one, gets the rest
+    e["strays"] = _kill_group(e.get("pid"), e.get("started"))
     if e.get("cgroup"):
         from .limits import cleanup
 
@@ -153,3 +156,25 @@ def _kill_tree(pid: int, grace: float) -> None:
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and psutil.pid_exists(pid):
         time.sleep(0.01)
+
+
+def _kill_group(pgid: int | None, started: float | None) -> int:
+    """SIGKILL the processes of a kernel's process group that started after it did; how many."""
+    if not pgid or started is None:
+        return 0
+    strays = []
+    for p in psutil.process_iter(["create_time"]):
+        try:
+            # a later process reusing the number as its group would have started after, too: also
+            # require that the group was the kernel's own (it was a session leader)
+            if os.getpgid(p.pid) == pgid and p.info["create_time"] >= started - 0.5 and p.pid != os.getpid():
+                strays.append(p)
+        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+            continue
+    for p in strays:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(strays, timeout=1)
+    return len(strays)
