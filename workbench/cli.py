@@ -180,8 +180,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"{'id':<14} {'created (UTC)':<20} {'model':<20} {'events':>6}  {'state':<12} title")
     for r in rows:
-        state = "ended" if r["last_type"] == "turn_ended" else ("new" if r["last_type"] == "session_created" else "unfinished")
-        print(f"{r['id']:<14} {r['created_at'][:19]:<20} {r['model'][:20]:<20} {r['events']:>6}  {state:<12} {r['title'] or ''}")
+        print(f"{r['id']:<14} {r['created_at'][:19]:<20} {r['model'][:20]:<20} {r['events']:>6}  {r['state']:<12} {r['title'] or ''}")
     return EXIT_OK
 
 
@@ -323,4 +322,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run the package's module, not this __main__ copy, so commands registered by other modules show up
+    from workbench.cli import main as _main
+
+    sys.exit(_main())

@@ -101,9 +101,9 @@ class Brain:
             "output_config": {"effort": config.get("effort", s.effort)} if config.get("effort", s.effort) else None,
             "config": config,
         }
-        self.log.create_session(session_id, title=title, model=model, kind=kind, payload=payload)
-        if injected:
-            self.log.append(session_id, "memories_injected", {"memories": injected, "text": memory_text})
+        # what was injected is recorded in the same transaction as the prompt it went into
+        then = [("memories_injected", {"memories": injected, "text": memory_text})] if injected else []
+        self.log.create_session(session_id, title=title, model=model, kind=kind, payload=payload, then=then)
         return self.log.session(session_id)
 
     def listen(self, fn: DeltaListener) -> Callable[[], None]:

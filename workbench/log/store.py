@@ -235,8 +235,9 @@ class SessionLog:
         model: str,
         kind: str = "chat",
         payload: dict[str, Any],
+        then: list[tuple[str, dict[str, Any]]] = (),
     ) -> Event:
-        """Create a session and its `session_created` event in one transaction."""
+        """Create a session, its `session_created` event and any `then` events in one transaction."""
 
         def _create(tx: Tx) -> Event:
             exists = tx.execute("SELECT count(*) FROM sessions WHERE id = ?", [session_id]).fetchone()[0]
@@ -247,7 +248,10 @@ class SessionLog:
                 [session_id, _utcnow(), title, model, kind],
             )
             self._seqs[session_id] = 0
-            return tx.append(session_id, "session_created", payload)
+            created = tx.append(session_id, "session_created", payload)
+            for type_, extra in then:
+                tx.append(session_id, type_, extra)
+            return created
 
         return self.write(_create).result()
 
@@ -289,7 +293,8 @@ class SessionLog:
         sql = f"""
             SELECT s.id, s.created_at, s.title, s.model, s.kind,
                    count(e.seq) AS events, max(e.seq) AS last_seq,
-                   arg_max(e.type, e.seq) AS last_type, max(e.ts) AS updated_at
+                   arg_max(e.type, e.seq) AS last_type, max(e.ts) AS updated_at,
+                   arg_max(e.type, e.seq) FILTER (WHERE e.type IN ('user_message', 'turn_ended')) AS turn_mark
             FROM sessions s LEFT JOIN events e ON e.session_id = s.id
             {"WHERE " + " AND ".join(where) if where else ""}
             GROUP BY ALL ORDER BY s.created_at, s.id
@@ -300,7 +305,8 @@ class SessionLog:
         finally:
             cur.close()
         out = []
-        for sid, created, title, model, kind_, n, last_seq, last_type, updated in rows:
+        states = {None: "new", "turn_ended": "ended", "user_message": "unfinished"}
+        for sid, created, title, model, kind_, n, last_seq, last_type, updated, turn_mark in rows:
             out.append(
                 {
                     "id": sid,
@@ -312,6 +318,7 @@ class SessionLog:
                     "events": n,
                     "last_seq": last_seq or 0,
                     "last_type": last_type,
+                    "state": states[turn_mark],  # new, ended, or unfinished (a turn started and has not ended)
                 }
             )
         return out
