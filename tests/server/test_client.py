@@ -100,3 +100,34 @@ def test_the_cli_says_clearly_when_a_server_holds_the_database(server):
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and "in use by another process" in lines[0] and "use its API or stop it first" in lines[0], r.stderr
+
+
+def test_a_kernel_started_by_the_server_finds_that_server(server):
+    import json
+
+    import httpx
+    from jupyter_client import BlockingKernelClient
+
+    # a decoy: a second live "server" in the same runtime dir, further up the process tree (this test
+    # process started the server): the kernel must pick the nearest one, the server that started it
+    decoy = server.home / "runtime" / f"jpserver-{os.getpid()}.json"
+    decoy.write_text(json.dumps({"url": "http://127.0.0.1:9/", "token": "decoy", "pid": os.getpid(), "port": 9}))
+    r = httpx.post(f"{server.url}/api/kernels", json={"name": "python3"}, headers=server.headers, timeout=60)
+    kid = r.json()["id"]
+    kc = BlockingKernelClient(connection_file=str(server.home / "runtime" / f"kernel-{kid}.json"))
+    try:
+        kc.load_connection_file()
+        kc.start_channels(hb=False)  # without a manager, an early heartbeat check can report a live kernel dead
+        kc.wait_for_ready(timeout=60)  # iopub is connected too, so no output is missed
+        out: list[str] = []
+
+        def hook(m: dict) -> None:
+            c = m["content"]
+            out.append(c.get("text") or (f"{c['ename']}: {c['evalue']}" if m["msg_type"] == "error" else ""))
+
+        reply = kc.execute_interactive("import workbench\nprint(workbench.connect().url)", timeout=60, output_hook=hook)
+        assert reply["content"]["status"] == "ok" and "".join(out).strip() == server.url.rstrip("/"), (reply["content"], out)
+    finally:
+        kc.stop_channels()
+        httpx.delete(f"{server.url}/api/kernels/{kid}", headers=server.headers, timeout=60)
+        decoy.unlink()

@@ -213,10 +213,10 @@ def find_server() -> tuple[str, str]:
     from jupyter_server.serverapp import list_running_servers
 
     servers = list(list_running_servers())
-    ancestors = _ancestors()
-    for info in servers:
-        if info.get("pid") in ancestors:  # the server that started this kernel
-            return info["url"], info.get("token", "")
+    by_pid = {info.get("pid"): info for info in servers}
+    for pid in _ancestors():  # nearest first: the server that started this kernel
+        if pid in by_pid:
+            return by_pid[pid]["url"], by_pid[pid].get("token", "")
     if len(servers) == 1:
         return servers[0]["url"], servers[0].get("token", "")
     if not servers:
@@ -226,13 +226,14 @@ def find_server() -> tuple[str, str]:
     )
 
 
-def _ancestors() -> set[int]:
+def _ancestors() -> list[int]:
+    """The pids of this process's parent, grandparent, ... (nearest first)."""
     try:
         import psutil
 
-        return {p.pid for p in psutil.Process().parents()}
+        return [p.pid for p in psutil.Process().parents()]
     except Exception:
-        return {os.getppid()}
+        return [os.getppid()]
 
 
 def connect(url: str | None = None, token: str | None = None) -> WorkbenchClient:
