@@ -68,11 +68,14 @@ class Workbench(ExtensionApp):
         {}, config=True, help="HandsSettings overrides, e.g. {'pool_size': 0}; fields as in docs/settings.md (host hands settings)."
     )
 
+    runtime: Any = None  # None when the session log could not be opened
+    hands_factory: Any = None
+
     def initialize_settings(self) -> None:
         """Open the log and make the brain and hands factory; nothing runs yet."""
         from ..brain import Brain, BrainSettings
         from ..config import from_env
-        from ..errors import ConfigError
+        from ..errors import ConfigError, LogError
         from ..log import SessionLog, default_db_path
         from .runtime import Runtime
 
@@ -81,9 +84,16 @@ class Workbench(ExtensionApp):
             if unknown:
                 raise ConfigError(f"unknown Workbench.{name} settings: {', '.join(sorted(unknown))}")
         settings = from_env(BrainSettings, **self.brain)
-        self.hands_factory = self._make_hands_factory()
         path = Path(self.db).expanduser() if self.db else default_db_path()
-        self.session_log = SessionLog(path)
+        try:
+            self.session_log = SessionLog(path)
+        except LogError as e:
+            # Serve the API anyway, answering 503 with this line, so that clients
+            # learn why (e.g. a CLI run holds the file) instead of getting a bare 404.
+            self.settings["workbench_error"] = str(e)
+            self.log.error("workbench: the API is unavailable: %s", e)
+            return
+        self.hands_factory = self._make_hands_factory()
         brain = Brain(self.session_log, settings=settings, hands_factory=self.hands_factory)
         self.runtime = Runtime(self.session_log, brain, default_model=self.default_model or None, logger=self.log)
         self.settings["workbench_runtime"] = self.runtime
@@ -114,6 +124,8 @@ class Workbench(ExtensionApp):
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         """After the loop runs: reap orphaned kernels, warm the pool, wake cut-off turns."""
+        if self.runtime is None:
+            return
         self.runtime.bind(asyncio.get_running_loop())
         # The Anthropic SDK takes seconds to import: do it now, in a thread, so the
         # first turn (and the event loop, which would do it inline) does not pay for it.

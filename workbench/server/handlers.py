@@ -48,7 +48,11 @@ def api(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[None]]:
 
 
 def runtime_of(handler: web.RequestHandler) -> Runtime:
-    return handler.settings["workbench_runtime"]
+    """The server's Runtime; DatabaseLocked (503) when the extension could not open the log."""
+    runtime = handler.settings.get("workbench_runtime")
+    if runtime is None:
+        raise DatabaseLocked(handler.settings.get("workbench_error") or "the workbench extension did not start (see the server log)")
+    return runtime
 
 
 class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
@@ -161,6 +165,7 @@ class StatusHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def get(self) -> None:
+        runtime_of(self)  # 503 with the reason when the extension could not open the log
         self.reply(self.extensionapp.status())
 
 
@@ -177,8 +182,8 @@ class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
 
     @ws_authenticated
     async def get(self, id: str) -> None:
-        runtime = runtime_of(self)
         try:
+            runtime = runtime_of(self)
             self.after = bodies.int_arg(self.get_query_argument("after", None), "after") or 0
             await runtime.session(id)
         except WorkbenchError as e:
