@@ -34,6 +34,7 @@ from .vault import Credential, Vault
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
 HOP_BY_HOP = {"connection", "proxy-connection", "keep-alive", "proxy-authorization", "te", "trailer", "upgrade", "host"}
 MAX_HEAD = 64 * 1024
+HEAD_TIMEOUT = 30.0  # seconds a client has to send its request line and headers
 
 
 class Denied(Exception):
@@ -88,7 +89,7 @@ class EgressProxy:
     # -- one connection ----------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.settings.egress_connect_timeout * 3)
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
         lines = head.decode("latin-1").split("\r\n")
         method, target = (lines[0].split(" ") + ["", ""])[:2]
         headers = [(k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in lines[1:] if line)]
