@@ -51,27 +51,28 @@ async def test_turn_streams_in_order_and_reconnect_misses_nothing(wb, fake_api):
     assert s["running"] is False and s["last_type"] == "turn_ended" and s["model"] == MODEL
 
 
-async def test_killing_the_hands_mid_turn_gets_a_fresh_kernel(wb):
-    sid = await wb.session(model="scripted")
+async def test_killing_the_hands_mid_turn_gets_a_fresh_kernel(wb, fake_api):
+    fake_api([
+        Reply(text="A long computation.", code=["import time\nprint('sleeping', flush=True)\ntime.sleep(120)"]),
+        Reply(text="My kernel died; again, in a fresh one.", code=["print('fresh')"]),
+        Reply(text="Done in the new kernel."),
+    ])
+    sid = await wb.session(model=MODEL)
     ws = await wb.stream(sid)
-    code = "```python\nimport time\nprint('sleeping', flush=True)\ntime.sleep(120)\n```"
-    await wb.send(sid, code)
+    await wb.send(sid, "compute")
     await read_until(ws, lambda e: e["type"] == "hands_started")
     _, hands = await wb.call("GET", "sessions", sid, "hands", expect=200)
     assert hands["pid"] and hands["generation"] == 1
     os.kill(hands["pid"], signal.SIGKILL)
     events = await read_until(ws, turn_ended)
     types = [e["type"] for e in events]
-    assert "hands_died" in types
-    result = next(e for e in events if e["type"] == "tool_result")
-    assert result["payload"]["is_error"] and "died" in result["payload"]["content"][0]["text"]
-    assert events[-1]["payload"]["stop_reason"] == "end_turn"
-    # the next call runs in a fresh kernel
-    await wb.send(sid, "```python\nprint('fresh')\n```")
-    events = await read_until(ws, turn_ended)
+    assert "hands_died" in types and events[-1]["payload"]["stop_reason"] == "end_turn"
+    died, fresh = [e for e in events if e["type"] == "tool_result"]
+    assert died["payload"]["is_error"] and "died" in died["payload"]["content"][0]["text"]
+    assert "fresh" in fresh["payload"]["content"][0]["text"] and not fresh["payload"]["is_error"]
     started = [e for e in events if e["type"] == "hands_started"]
-    assert started and started[0]["payload"]["generation"] == 2
-    assert "fresh" in next(e for e in events if e["type"] == "tool_result")["payload"]["content"][0]["text"]
+    assert [e["payload"]["generation"] for e in started] == [2]
+    assert types.index("hands_died") < types.index("hands_started")
     # a restart on request replaces the kernel and says so in the log
     _, hands = await wb.call("POST", "sessions", sid, "hands", "restart", expect=200)
     assert hands["generation"] == 3 and hands["state"] == "idle"
