@@ -204,3 +204,18 @@ async def test_a_cut_off_turn_is_refused_new_messages_until_resumed(wb, jp_serve
     assert r == {"resumed": False}
     assert await runtime.wake() == []  # nothing left to wake
     ws.close()
+
+
+async def test_restarting_busy_hands_ends_the_running_call_like_a_kernel_death(wb):
+    sid = await wb.session(model="scripted")
+    ws = await wb.stream(sid)
+    await wb.send(sid, "```python\nimport time\ntime.sleep(120)\n```")
+    await read_until(ws, lambda e: e["type"] == "hands_started")
+    await wb.call("POST", "sessions", sid, "hands", "restart", expect=200)
+    events = await read_until(ws, turn_ended)
+    restarted = next(e for e in events if e["type"] == "hands_restarted")
+    assert restarted["payload"]["killed_busy"] is True
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert result["payload"]["is_error"] and "died" in result["payload"]["content"][0]["text"]
+    assert events[-1]["payload"]["stop_reason"] == "end_turn"
+    ws.close()
