@@ -82,7 +82,7 @@ class ChatView:
             self._stream_block = None
 
     def event(self, ev: dict[str, Any]) -> None:
-        w, p, t = self.w, ev["payload"], ev["type"]
+        p, t = ev["payload"], ev["type"]
         if t == "user_message":
             self.lines.append(f"you: {p['text']}")
         elif t == "assistant_turn":

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 from collections import defaultdict
 from typing import Any, Callable
 
@@ -220,9 +222,6 @@ class Runtime:
         if status.get("state") == "busy" and status.get("pid"):
             # A call is running in it: kill the kernel, so the running call ends the way a
             # kernel death does (an error result for the model) and the next call starts fresh.
-            import os
-            import signal
-
             try:
                 os.kill(int(status["pid"]), signal.SIGKILL)
             except ProcessLookupError:
