@@ -84,3 +84,16 @@ async def test_gigabyte_print_is_truncated_and_the_log_stays_small(log, db_path,
     assert all(len(json.dumps(r)) < 50_000 for r in results)
     log.close()
     assert db_path.stat().st_size < 20 * 1024 * 1024
+
+
+@pytest.mark.asyncio
+async def test_cpu_time_limit_ends_a_spinning_kernel(settings):
+    settings.cpu_seconds, settings.pool_size = 4, 0  # booting takes about a second of CPU
+    factory = HandsFactory(settings)
+    try:
+        hands = factory("spin", {"hands": {"timeout": 60}}, None)
+        obs = await hands.execute("while True: pass")
+        assert obs.error["ename"] == "KernelDied" and "SIGXCPU" in obs.error["evalue"], obs.to_json()
+        assert (await hands.execute("'again'")).result == "'again'"
+    finally:
+        await factory.close()
