@@ -126,9 +126,11 @@ class KernelHands:
         if pooled:
             if self._workdir is None:  # the session adopts the pooled kernel's workdir as its own
                 self._workdir, self._owns_workdir, lk.owns_workdir = lk.workdir, True, False
-            elif hasattr(self.launcher, "adopt_code"):
+            if hasattr(self.launcher, "adopt_code") and (lk.workdir != self._workdir or self.config.env):
                 code += self.launcher.adopt_code(self._workdir, self.config.env) + "\n"
         try:
+            if pooled and hasattr(self.launcher, "adopt"):  # e.g. a sandbox attaches this session's egress proxy
+                await self.launcher.adopt(lk)
             reply = await _silent(lk.kc, code, self.config.startup_timeout)
         except BaseException:
             await asyncio.shield(lk.kill())
