@@ -11,6 +11,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import psutil
 import pytest
 import pytest_asyncio
 
@@ -111,6 +112,20 @@ async def no_process_left(mark: str, within: float = 5.0) -> None:
     while (left := processes_with(mark)) and loop.time() < deadline:
         await asyncio.sleep(0.05)
     assert not left, f"processes outlived the test: {left}"
+
+
+def tree(pid: int | None) -> list[psutil.Process]:
+    """A process and everything under it (bwrap, the kernel, socat), to check they are gone later."""
+    if pid is None:
+        return []
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+async def all_gone(procs: list[psutil.Process], within: float = 5.0) -> None:
+    """Fail unless every process of `procs` has ended."""
+    _, alive = await asyncio.to_thread(psutil.wait_procs, procs, within)
+    assert not alive, f"processes outlived the test: {alive}"
 
 
 @pytest_asyncio.fixture

@@ -19,7 +19,7 @@ from workbench.hands.preflight import preflight
 from workbench.hands.sandbox import SandboxSettings
 
 from wbsupport import WORKBENCH, cli_env
-from .conftest import needs_sandbox
+from .conftest import all_gone, needs_sandbox, tree
 
 
 def test_preflight_checks_a_real_sandbox():
@@ -34,11 +34,14 @@ async def _turn(log, factory, code: str) -> list:
     model = ScriptedModel([Reply(code=[code]), Reply(text="done")])
     brain = Brain(log, model_factory=lambda name: model, hands_factory=factory, redact=factory.redact)
     sid = brain.create_session(model="scripted")["id"]
+    procs = []
     try:
         await brain.run_turn(sid, "go")
+        procs = tree(brain.hands(sid).status()["pid"])
     finally:
         await brain.close()
         await factory.close()
+    await all_gone(procs)
     return log.events(sid)
 
 
@@ -95,13 +98,44 @@ async def test_a_printed_secret_is_masked_in_the_log(log, tmp_path, monkeypatch,
     model = ScriptedModel([Reply(code=["print(open('leaked.txt').read())"]), Reply(text="done")])
     brain = Brain(log, model_factory=lambda name: model, hands_factory=factory, redact=factory.redact)
     sid = brain.create_session(model="scripted", config={"hands": {"workdir": str(work)}})["id"]
+    procs = []
     try:
         await brain.run_turn(sid, "go")
+        procs = tree(brain.hands(sid).status()["pid"])
     finally:
         await brain.close()
         await factory.close()
+    assert len(procs) >= 3  # bwrap, its init, the kernel (and socat)
+    await all_gone(procs)
     events = log.events(sid)
     assert [e.payload["launcher"] for e in events if e.type == "hands_started"] == ["sandbox"]
     result = next(e.payload for e in events if e.type == "tool_result")
     assert result["observation"]["stdout"] == "the key is [secret example].\n"
     assert secret not in json.dumps([e.payload for e in events])
+
+
+@needs_sandbox
+@pytest.mark.asyncio
+async def test_a_pooled_sandbox_kernel_takes_on_its_session_egress(tmp_path, monkeypatch, upstream, vault_file, secret):
+    allow = f"127.0.0.1:{upstream.port}"
+    monkeypatch.setenv("WORKBENCH_VAULT", str(vault_file))
+    monkeypatch.setenv("WORKBENCH_EGRESS_ALLOW_PRIVATE", allow)
+    factory = HandsFactory(HandsSettings(backend="sandbox", pool_size=1, registry_dir=str(tmp_path / "reg")))
+    events: list = []
+
+    async def sink(type: str, payload: dict) -> None:
+        events.append((type, payload))
+
+    try:
+        await factory.start()
+        hands = factory("s1", {"egress": {"credentials": ["example"]}}, sink)
+        code = f"import urllib.request; print(urllib.request.urlopen('http://{allow}/pooled').read().decode(), end='')"
+        obs = await hands.execute(code)
+        procs = tree(hands.status()["pid"])
+    finally:
+        await factory.close()
+    await all_gone(procs)
+    assert obs.ok and obs.stdout == "ok from upstream\n", obs.text()
+    assert [p["pooled"] for t, p in events if t == "hands_started"] == [True]
+    assert ("egress_allowed", {"host": "127.0.0.1", "port": upstream.port, "method": "GET", "credential": "example"}) in events
+    assert [r["headers"]["Authorization"] for r in upstream.requests] == [f"Bearer {secret}"]
