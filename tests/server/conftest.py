@@ -1,8 +1,9 @@
 """Fixtures for the server extension: a real in-process Jupyter server (pytest-jupyter),
 real kernels, the fake Messages API, and real `jupyter server` subprocesses.
 
-pytest-jupyter runs these async tests with its own runner; pytest-asyncio stays
-in strict mode, so do not mark these tests with pytest.mark.asyncio.
+pytest-jupyter runs these async tests with its own runner (its hooks are imported
+below, scoped to this directory); pytest-asyncio stays in strict mode, so do not
+mark these tests with pytest.mark.asyncio.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ sys.path.insert(0, str(Path(__file__).parent))  # the tests import their helpers
 
 from wbsrv import WB, ServerProcess  # noqa: E402
 
-pytest_plugins = ("pytest_jupyter.jupyter_server",)
+# pytest-jupyter's fixtures and hooks for this directory only. Not `pytest_plugins`:
+# pytest refuses that outside the top-level conftest, and at the top level its
+# autouse fixtures and async runner would reach every other test.
+from pytest_jupyter.jupyter_server import *  # noqa: E402,F403
 
 
 @pytest.fixture
