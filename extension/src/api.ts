@@ -36,6 +36,7 @@ export interface IMemory {
   title?: string;
   text?: string;
   status?: string;
+  proposal?: string;
   tags?: string[];
   provenance?: { session_id: string; seq: number }[];
   [key: string]: any;

@@ -177,9 +177,6 @@ export class ChatLog {
         stream(tb || `${obs.error.ename}: ${obs.error.evalue}`, 'jp-wb-stderr');
       }
     }
-    if (p.interrupted) {
-      out.append(h('div', { class: 'jp-wb-note jp-wb-warn' }, 'interrupted; state unknown'));
-    }
     this.scroll();
   }
 

@@ -9,14 +9,14 @@ export class MemoriesView {
 
   constructor(
     private api: WorkbenchApi,
-    reviewUrl: string
+    openReview: () => void
   ) {
     this.node.append(
       h(
         'div',
         { class: 'jp-wb-section-head' },
         h('span', {}, 'Proposed memories'),
-        h('a', { class: 'jp-wb-link', href: reviewUrl, target: '_blank', rel: 'noopener', title: 'Provenance, diffs, edit and merge' }, 'Open the full review panel')
+        h('button', { class: 'jp-wb-link', title: 'Provenance, diffs, edit and merge, in a console', onclick: openReview }, 'Open the full review panel')
       ),
       this.status,
       this.list
@@ -48,6 +48,7 @@ export class MemoriesView {
       'article',
       { class: 'jp-wb-memory', 'data-memory-id': m.id },
       h('div', { class: 'jp-wb-memory-title' }, m.title || m.id),
+      m.proposal && m.proposal !== 'create' && h('div', { class: 'jp-wb-meta' }, `proposed: ${m.proposal}`),
       h('div', { class: 'jp-wb-memory-text' }, m.text || ''),
       sources && h('div', { class: 'jp-wb-meta' }, `from ${sources}`),
       buttons

@@ -29,12 +29,12 @@ export class WorkbenchPanel extends Widget {
   private chatTab = h('section', { class: 'jp-wb-tab' });
   private tabButtons: HTMLButtonElement[] = [];
 
-  constructor(api: WorkbenchApi, reviewUrl: string) {
+  constructor(api: WorkbenchApi, openReview: () => void) {
     super();
     this.api = api;
     this.id = 'jp-workbench';
     this.addClass('jp-wb-panel');
-    this.memories = new MemoriesView(api, reviewUrl);
+    this.memories = new MemoriesView(api, openReview);
     this.input.addEventListener('keydown', e => {
       if (e.key === 'Enter' && !e.shiftKey) {
         e.preventDefault();

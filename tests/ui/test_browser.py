@@ -3,11 +3,11 @@ through Playwright; no browser download). Screenshots go to test-artifacts/ui/."
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 from urllib.parse import urlparse
 
+import httpx
 import pytest
 
 from wbui import ARTIFACTS, JupyterProcess
@@ -75,6 +75,30 @@ def shot(page, name: str) -> Path:
     return path
 
 
+def lab_api(lab: JupyterProcess, method: str, path: str, body: dict | None = None) -> dict:
+    r = httpx.request(method, f"{lab.url}/workbench/api/{path}", json=body, headers=lab.headers, timeout=30)
+    r.raise_for_status()
+    return r.json()
+
+
+def dream_a_proposal(lab: JupyterProcess, preference: str) -> str:
+    """Run a chat turn stating `preference`, dream over it (scripted), return the proposal's id."""
+    from workbench.client import WorkbenchClient
+
+    client = WorkbenchClient(lab.url, lab.token)
+    try:
+        sid = client.ask(preference, model="scripted").session_id
+        dream_id = lab_api(lab, "POST", "dreams", {"sessions": [sid], "model": "scripted:dream"})["dream_id"]
+        # dream_read is committed after the dream's turn, in one transaction with its proposals.
+        with client.stream(dream_id, timeout=60) as stream:
+            next(m for m in stream if m["kind"] == "event" and m["event"]["type"] == "dream_read")
+    finally:
+        client.close()
+    proposals = lab_api(lab, "GET", f"dreams/{dream_id}")["proposals"]
+    assert len(proposals) == 1, proposals
+    return proposals[0]["id"]
+
+
 def widen_sidebar(page, dx: int) -> None:
     """Drag the handle between the left area and the main area (for readable screenshots)."""
     box = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first.bounding_box()
@@ -128,13 +152,29 @@ def test_sidebar_session_chat_hands_memories(page, lab: JupyterProcess):
     panel.locator(".jp-wb-tool.jp-mod-running").wait_for(timeout=30_000)
     panel.get_by_role("button", name="Interrupt").click()
     panel.locator(".jp-wb-note").filter(has_text="turn ended: interrupted").wait_for(timeout=30_000)
+    shot(page, "3-interrupted")
 
     panel.get_by_role("tab", name="Memories").click()
     memories = panel.locator(".jp-wb-memories")
-    memories.wait_for()
-    # No dream has run on this server: the empty state (or, without the memory routes, a note saying so).
-    memories.locator(".jp-wb-empty").filter(has_text=re.compile("No proposals waiting|not available")).wait_for()
-    assert memories.get_by_role("link", name="Open the full review panel").count() == 1
-    shot(page, "3-memories")
+    memories.locator(".jp-wb-empty").filter(has_text="No proposals waiting").wait_for()
+    assert memories.get_by_role("button", name="Open the full review panel").count() == 1
+
+    # A dream over a session where the user stated a preference proposes it as a memory.
+    memory_id = dream_a_proposal(lab, "Always report temperatures in Celsius.")
+    panel.get_by_role("tab", name="Chat").click()
+    panel.get_by_role("tab", name="Memories").click()
+    card = memories.locator(f'.jp-wb-memory[data-memory-id="{memory_id}"]')
+    card.filter(has_text="Always report temperatures in Celsius").wait_for()
+    shot(page, "4-memories")
+    card.get_by_role("button", name="Accept").click()
+    card.wait_for(state="detached")
+    assert lab_api(lab, "GET", f"memories/{memory_id}")["status"] == "accepted"
+
+    # The same sidebar in the dark theme (screenshot only: the styles use theme variables).
+    panel.get_by_role("tab", name="Chat").click()
+    page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
+    page.locator("body[data-jp-theme-light='false']").wait_for(state="attached")
+    page.locator("#jupyterlab-splash").wait_for(state="detached")
+    shot(page, "5-dark")
 
     assert page.blocked == [], f"the page tried to reach beyond loopback: {page.blocked[:5]}"

@@ -79,6 +79,8 @@ class JupyterProcess:
             sys.executable, "-m", self.app, "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
             "--port-retries=0", f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
             "--ServerApp.allow_root=True",
+            # Tests drive JupyterLab's commands (e.g. the theme) through window.jupyterapp.
+            *(["--LabApp.expose_app_in_browser=True"] if self.app == "jupyterlab" else []),
         ]
         with open(self.logfile, "ab") as log:
             # Own process group: stop() can take the kernels down with the server.
