@@ -48,13 +48,18 @@ def test_a_notebook_with_agent_cells_shows_the_replies(server, tmp_path, monkeyp
         nbformat.v4.new_code_cell(
             "import workbench\nc = workbench.connect()\na = c.ask('```python\\nprint(\"from a script\")\\n```')\nprint(a.stop_reason, a.text)"
         ),
+        nbformat.v4.new_code_cell("%%agent --new --background\n```python\nprint('in the background')\n```"),
+        nbformat.v4.new_code_cell(
+            "import threading\nfor t in threading.enumerate():\n    if t.name.startswith('workbench-agent-'):\n        t.join(60)\nprint('joined')"
+        ),
     ]
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    first, second, third = (text_outputs(c) for c in nb.cells[1:])
+    first, second, third, background, _ = (text_outputs(c) for c in nb.cells[1:])
     assert "you: Please run this" in first and "42" in first and "Here is what it printed" in first
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in nb.cells[1].outputs)
     assert "scripted model" in second and "who are you" in second
     assert "end_turn" in third and "from a script" in third
+    assert "in the background" in background and "Here is what it printed" in background
     # both magic cells went to the notebook's one default session; the script made its own
     c = WorkbenchClient(server.url, server.token)
     mine = [s for s in c.sessions() if s["title"] and s["title"].startswith("Please run this")]

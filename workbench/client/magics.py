@@ -14,14 +14,21 @@ interrupting the cell (the stop button) interrupts the turn in the server.
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from ..errors import WorkbenchError
 
-OPTIONS = {"--session": True, "--model": True, "--title": True, "--url": True, "--token": True, "--new": False}
-USAGE = "usage: %%agent [--session ID] [--new] [--model NAME] [--title TITLE] [--url URL --token TOKEN], then the text"
+OPTIONS = {
+    "--session": True, "--model": True, "--title": True, "--url": True, "--token": True,
+    "--new": False, "--background": False, "--interrupt": False,
+}
+USAGE = (
+    "usage: %%agent [--session ID] [--new] [--model NAME] [--title TITLE] [--background] "
+    "[--url URL --token TOKEN], then the text; %agent --interrupt stops the running turn"
+)
 
 
 TOKEN = re.compile(r"""\s*(?:"([^"]*)"|'([^']*)'|(\S+))""")
@@ -83,6 +90,10 @@ class AgentMagics(Magics):
             if opts.get("session"):
                 client.session(opts["session"])  # 404 -> a clear error
                 self.session_id = opts["session"]
+            if opts.get("interrupt"):
+                done = client.interrupt(self.session_id) if self.session_id else False
+                print("agent: interrupted the running turn" if done else "agent: no turn was running")
+                return
             if opts.get("new") or self.session_id is None:
                 if not (text or "").strip():
                     if opts.get("new"):
@@ -95,13 +106,17 @@ class AgentMagics(Magics):
             if not (text or "").strip():
                 print(f"agent: this notebook now talks to session {self.session_id}")
                 return
-            run_turn(client, self.session_id, text)
+            run_turn(client, self.session_id, text, background=bool(opts.get("background")))
         except WorkbenchError as e:
             print(f"agent: {e}")
 
 
-def run_turn(client: Any, session_id: str, text: str) -> Any:
-    """Send text, render the turn live until it ends; Ctrl-C / the stop button interrupts it."""
+def run_turn(client: Any, session_id: str, text: str, background: bool = False) -> Any:
+    """Send text and render the turn live until it ends; Ctrl-C / the stop button interrupts it.
+
+    With background=True the cell returns at once and a thread reads the stream and
+    updates the widgets (comm messages may be sent from any thread of the kernel).
+    """
     from IPython.display import display
 
     from .render import ChatView
@@ -109,19 +124,35 @@ def run_turn(client: Any, session_id: str, text: str) -> Any:
     view = ChatView(session_id, prompt=text)
     handle = display(view, display_id=True)
     turn = client.turn(session_id, text)
-    try:
-        for msg in turn:
-            view.feed(msg)
-    except KeyboardInterrupt:
-        client.interrupt(session_id)
-        # the server records the interrupt; show how the turn ended
-        for e in client.events(session_id, after=0)[-6:]:
-            if e["type"] in ("interrupted", "turn_ended"):
-                view.event(e)
-    finally:
-        turn.close()
-        if handle is not None:
-            handle.update(view)  # the final view, with the full transcript as text/plain
+
+    def follow() -> None:
+        try:
+            for msg in turn:
+                view.feed(msg)
+        except KeyboardInterrupt:
+            client.interrupt(session_id)
+            # the server records the interrupt; show how the turn ended
+            for e in client.events(session_id, after=0)[-6:]:
+                if e["type"] in ("interrupted", "turn_ended"):
+                    view.event(e)
+        finally:
+            turn.close()
+            if handle is not None:
+                handle.update(view)  # the final view, with the full transcript as text/plain
+
+    if not background:
+        follow()
+        return view
+
+    def follow_logged() -> None:
+        try:
+            follow()
+        except WorkbenchError as e:
+            view.event({"type": "model_error", "payload": {"error": str(e)}})
+
+    first = next(turn)  # open the stream and start the turn here, so errors show in this cell
+    view.feed(first)
+    threading.Thread(target=follow_logged, name=f"workbench-agent-{session_id}", daemon=True).start()
     return view
 
 
