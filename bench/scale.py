@@ -27,6 +27,7 @@ async def _turn(http: httpx.AsyncClient, ws: Any, sid: str) -> dict[str, float]:
     r = await http.post(f"/workbench/api/sessions/{sid}/messages", json={"text": TEXT})
     r.raise_for_status()
     started = result = None
+    seen: list[dict[str, Any]] = []
     while True:
         raw = await asyncio.wait_for(ws.read_message(), 120)
         if raw is None:
@@ -35,6 +36,7 @@ async def _turn(http: httpx.AsyncClient, ws: Any, sid: str) -> dict[str, float]:
         if msg["kind"] != "event":
             continue
         e = msg["event"]
+        seen.append(e)
         if e["type"] == "tool_started":
             started = e
         elif e["type"] == "tool_result":
@@ -46,7 +48,11 @@ async def _turn(http: httpx.AsyncClient, ws: Any, sid: str) -> dict[str, float]:
         raise RuntimeError(f"the turn in session {sid} made no successful tool call: {result and result['payload']}")
     tool = (datetime.fromisoformat(result["ts"]) - datetime.fromisoformat(started["ts"])).total_seconds() * 1000
     kernel = result["payload"]["observation"]["duration_ms"]
-    return {"turn": turn, "tool": tool, "overhead": turn - kernel}
+    gaps = {}
+    for a, b in zip(seen, seen[1:]):  # where the turn's time went, by the server's clock
+        key = f"{a['type']}->{b['type']}"
+        gaps[key] = gaps.get(key, 0.0) + (datetime.fromisoformat(b["ts"]) - datetime.fromisoformat(a["ts"])).total_seconds() * 1000
+    return {"turn": turn, "tool": tool, "overhead": turn - kernel, "gaps": gaps}
 
 
 async def _level(ctx: Context, n: int, turns: int) -> dict[str, Any]:
@@ -115,6 +121,12 @@ async def run(ctx: Context) -> Section:
         sec.row(f"{n} session(s): turn (POST message to turn_ended on the websocket)", [x["turn"] for x in s])
         sec.row(f"{n} session(s): tool call (tool_started to tool_result, server clock)", [x["tool"] for x in s])
         per_session = (got["rss"] - got["base_rss"]) / n
+        gaps: dict[str, list[float]] = {}
+        for x in s:
+            for k, v in x["gaps"].items():
+                gaps.setdefault(k, []).append(v)
+        sec.notes.append(f"{n} session(s), where a turn's time goes (ms between consecutive events, summed over the turn, p50 over turns; server clock): "
+                         + "; ".join(f"{k} {percentile(v, 50):.1f}" for k, v in gaps.items()))
         overhead50[n] = sec.row(f"{n} session(s): harness overhead per call (turn minus the kernel's execute time)",
                                 [x["overhead"] for x in s], rss_mib=round(got["rss"]), baseline_rss_mib=round(got["base_rss"]),
                                 mib_per_session=round(per_session, 1),
