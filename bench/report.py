@@ -69,7 +69,7 @@ def machine_md(m: dict[str, Any]) -> str:
         f"- OS: {m['os']}",
         f"- Python: {m['python']}",
         f"- Packages: {pk}",
-        f"- Load average at start (1, 5, 15 min): {m['load_average']}",
+        f"- Load average (1, 5, 15 min) at start: {m['load_average']}, at the end: {m.get('load_average_end')}",
     ])
 
 
@@ -94,4 +94,8 @@ The figures depend on the machine and on what else ran on it at the time (see th
 
 def write_docs(result: dict[str, Any], path: Path) -> None:
     """Regenerate docs/benchmarks.md from a full run."""
-    path.write_text(DOC_HEAD + markdown(result).split("\n", 1)[1].lstrip("\n").replace("### ", "## ", 0) + "\n")
+    parts = [DOC_HEAD + f"Latest run: {result['started_at']}, {result['mode']} mode.", "", "## Machine", "",
+             machine_md(result["machine"]), "", "## Targets", "", targets_md(result), ""]
+    for key, s in result["sections"].items():
+        parts.append(section_md(key, s).replace("### ", "## ", 1))
+    path.write_text("\n".join(parts).rstrip("\n") + "\n")

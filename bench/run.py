@@ -82,6 +82,8 @@ async def run_all(args: argparse.Namespace, tmp: Path) -> dict:
         sec = await run_section(key, module, ctx)
         print(f"[bench] {key}: {sec.status} in {sec.seconds} s{': ' + sec.reason if sec.reason else ''}", file=sys.stderr, flush=True)
         result["sections"][key] = sec.to_json()
+    if hasattr(os, "getloadavg"):
+        result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     return result
 
 
