@@ -24,6 +24,7 @@ def _number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)  # about a minute on a quiet machine; much more on a busy shared one
 def test_quick_mode_reports_every_section(tmp_path):
     out = tmp_path / "bench.json"
