@@ -32,7 +32,8 @@ def wb_db(tmp_path: Path) -> Path:
 @pytest.fixture
 def jp_server_config(wb_db: Path) -> dict[str, Any]:
     return {
-        "ServerApp": {"jpserver_extensions": {"workbench": True}, "allow_unauthenticated_access": False},
+        # terminals off: pytest-jupyter adds them unless told, and they are not ours to test
+        "ServerApp": {"jpserver_extensions": {"workbench": True, "jupyter_server_terminals": False}, "allow_unauthenticated_access": False},
         "Workbench": {"db": str(wb_db), "hands": {"pool_size": 0}},
     }
 

@@ -25,7 +25,8 @@ def held_db(tmp_path):
 @pytest.fixture
 def jp_server_config(held_db):
     return {
-        "ServerApp": {"jpserver_extensions": {"workbench": True}, "allow_unauthenticated_access": False},
+        # terminals off: pytest-jupyter adds them unless told, and they are not ours to test
+        "ServerApp": {"jpserver_extensions": {"workbench": True, "jupyter_server_terminals": False}, "allow_unauthenticated_access": False},
         "Workbench": {"db": str(held_db), "hands": {"pool_size": 0}},
     }
 
