@@ -60,6 +60,8 @@ class GatewayHands:
         self._lock = asyncio.Lock()
         self._busy = False
         self._interrupt_requested = False
+        self._running = False  # the kernel has begun running the current cell (execute_input seen)
+        self._interrupt_pending = False
 
     async def _emit(self, type: str, payload: dict[str, Any]) -> None:
         if self.on_event is not None:
@@ -184,7 +186,10 @@ class GatewayHands:
         """Interrupt the running call, if any."""
         if self.kernel_id is not None and self._busy:
             self._interrupt_requested = True
-            await self._rest("POST", f"/api/kernels/{self.kernel_id}/interrupt")
+            if self._running:
+                await self._rest("POST", f"/api/kernels/{self.kernel_id}/interrupt")
+            else:  # a kernel ignores an interrupt that lands before the cell starts: send it then
+                self._interrupt_pending = True
 
     def status(self) -> dict[str, Any]:
         return {"backend": "gateway", "state": "busy" if self._busy else self.state, "generation": self.generation,
@@ -211,7 +216,7 @@ class GatewayHands:
                     await asyncio.shield(self._rest("POST", f"/api/kernels/{self.kernel_id}/interrupt"))
                 raise
             finally:
-                self._busy = False
+                self._busy = self._running = self._interrupt_pending = False
                 self._interrupt_requested = False
             obs.notes = notes + obs.notes
             obs.generation = obs.generation or self.generation
@@ -243,7 +248,14 @@ class GatewayHands:
             t, c = msg.get("msg_type") or msg["header"]["msg_type"], msg.get("content", {})
             if t == "status" and c.get("execution_state") in ("restarting", "dead"):
                 return await self._died(f"the gateway reported it {c['execution_state']}", col)
-            if msg.get("parent_header", {}).get("msg_id") == msg_id and col.feed(t, c):
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            if t == "execute_input":
+                self._running = True
+                if self._interrupt_pending:
+                    self._interrupt_pending = False
+                    await self._rest("POST", f"/api/kernels/{self.kernel_id}/interrupt")
+            elif col.feed(t, c):
                 break
         obs = col.done()
         if interrupted_at is not None:

@@ -66,6 +66,8 @@ class KernelHands:
         self._start_lock = asyncio.Lock()
         self._busy = False
         self._interrupt_requested = False
+        self._running = False  # the kernel has begun running the current cell (execute_input seen)
+        self._interrupt_pending = False
 
     async def _emit(self, type: str, payload: dict[str, Any]) -> None:
         if self.on_event is not None:
@@ -170,7 +172,10 @@ class KernelHands:
         """Interrupt the running call, if any."""
         if self.kernel is not None and self._busy:
             self._interrupt_requested = True
-            await self.kernel.interrupt()
+            if self._running:
+                await self.kernel.interrupt()
+            else:  # a kernel ignores an interrupt that lands before the cell starts: send it then
+                self._interrupt_pending = True
 
     def status(self) -> dict[str, Any]:
         return {"backend": self.launcher.name, "state": "busy" if self._busy else self.state,
@@ -202,7 +207,7 @@ class KernelHands:
                     await asyncio.shield(self.kernel.interrupt())
                 raise
             finally:
-                self._busy = False
+                self._busy = self._running = self._interrupt_pending = False
                 self._interrupt_requested = False
             obs.notes = notes + obs.notes
             obs.generation = obs.generation or self.generation
@@ -233,7 +238,14 @@ class KernelHands:
                 msg = await lk.kc.get_iopub_msg(timeout=POLL)
             except queue.Empty:
                 continue
-            if msg["parent_header"].get("msg_id") == msg_id and col.feed(msg["msg_type"], msg["content"]):
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "execute_input":
+                self._running = True
+                if self._interrupt_pending:
+                    self._interrupt_pending = False
+                    await lk.interrupt()
+            elif col.feed(msg["msg_type"], msg["content"]):
                 break
         obs = col.done()
         if interrupted_at is not None:
