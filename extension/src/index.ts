@@ -45,7 +45,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
       label: 'Open the memory review panel',
       execute: async () => {
         try {
-          const console: any = await commands.execute('console:create', { name: 'Memory review', activate: true });
+          // The default kernel, started at once: no kernel dialog in the way.
+          const name = app.serviceManager.kernelspecs.specs?.default || 'python3';
+          const console: any = await commands.execute('console:create', {
+            name: 'Memory review',
+            activate: true,
+            kernelPreference: { name, autoStartDefault: true }
+          });
           await console.sessionContext.ready;
           console.console.inject(REVIEW_CODE);
         } catch (err) {

@@ -123,6 +123,14 @@ def test_sidebar_session_chat_hands_memories(page, lab: JupyterProcess):
     if news.count():
         news.first.click()
 
+    # The Memories tab: nothing proposed yet. Its button opens the full review panel (Panel, in a
+    # console of its own); that kernel starts while the chat below goes on.
+    panel.get_by_role("tab", name="Memories").click()
+    memories = panel.locator(".jp-wb-memories")
+    memories.locator(".jp-wb-empty").filter(has_text="No proposals waiting").wait_for()
+    memories.get_by_role("button", name="Open the full review panel").click()
+    panel.get_by_role("tab", name="Chat").click()
+
     panel.get_by_role("button", name="+ New session").click()
     panel.locator(".jp-wb-session.jp-mod-selected").wait_for()
     assert "scripted" in panel.locator(".jp-wb-title").inner_text()
@@ -154,14 +162,8 @@ def test_sidebar_session_chat_hands_memories(page, lab: JupyterProcess):
     panel.locator(".jp-wb-note").filter(has_text="turn ended: interrupted").wait_for(timeout=30_000)
     shot(page, "3-interrupted")
 
-    panel.get_by_role("tab", name="Memories").click()
-    memories = panel.locator(".jp-wb-memories")
-    memories.locator(".jp-wb-empty").filter(has_text="No proposals waiting").wait_for()
-    assert memories.get_by_role("button", name="Open the full review panel").count() == 1
-
     # A dream over a session where the user stated a preference proposes it as a memory.
     memory_id = dream_a_proposal(lab, "Always report temperatures in Celsius.")
-    panel.get_by_role("tab", name="Chat").click()
     panel.get_by_role("tab", name="Memories").click()
     card = memories.locator(f'.jp-wb-memory[data-memory-id="{memory_id}"]')
     card.filter(has_text="Always report temperatures in Celsius").wait_for()
@@ -169,12 +171,14 @@ def test_sidebar_session_chat_hands_memories(page, lab: JupyterProcess):
     card.get_by_role("button", name="Accept").click()
     card.wait_for(state="detached")
     assert lab_api(lab, "GET", f"memories/{memory_id}")["status"] == "accepted"
+    page.locator(".jp-CodeConsole").get_by_text("Dream timeline").wait_for(timeout=60_000)
+    shot(page, "5-review-panel")
 
     # The same sidebar in the dark theme (screenshot only: the styles use theme variables).
     panel.get_by_role("tab", name="Chat").click()
     page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
     page.locator("body[data-jp-theme-light='false']").wait_for(state="attached")
     page.locator("#jupyterlab-splash").wait_for(state="detached")
-    shot(page, "5-dark")
+    shot(page, "6-dark")
 
     assert page.blocked == [], f"the page tried to reach beyond loopback: {page.blocked[:5]}"
