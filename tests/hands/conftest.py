@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -46,22 +47,31 @@ def _leftovers(root: str) -> list[psutil.Process]:
     return found
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def hands_tmp():
-    """All temp files of the run under one root; at the end, no process may mention it."""
+    """One root for every temp file of this run's hands tests; at the end, no process may mention it."""
     root = tempfile.mkdtemp(prefix="wbhands-")
-    old_env, old_tempdir = os.environ.get("TMPDIR"), tempfile.tempdir
-    os.environ["TMPDIR"], tempfile.tempdir = root, root
     try:
         yield Path(root)
     finally:
-        os.environ.pop("TMPDIR") if old_env is None else os.environ.__setitem__("TMPDIR", old_env)
-        tempfile.tempdir = old_tempdir
         left = _leftovers(root)
         _, alive = psutil.wait_procs(left, timeout=3)  # a kernel may still be on its way out
+        described = []
         for p in alive:
-            p.kill()
-        assert not alive, f"kernel processes outlived the test run: {[p.cmdline()[:4] for p in alive]}"
+            try:
+                described.append(" ".join(p.cmdline()[:4]))
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        shutil.rmtree(root, ignore_errors=True)
+        assert not described, f"kernel processes outlived the test run: {described}"
+
+
+@pytest.fixture(autouse=True)
+def _temp_under_root(hands_tmp, monkeypatch):
+    """Each hands test makes its kernels' run dirs (and subprocesses theirs) under the root."""
+    monkeypatch.setenv("TMPDIR", str(hands_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(hands_tmp))
 
 
 @pytest.fixture
