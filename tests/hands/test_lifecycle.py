@@ -135,7 +135,8 @@ def test_host_that_exits_without_closing_stops_its_kernels(tmp_path, gone):
     assert registered_pids(registry) == []
 
 
-def test_ctrl_c_in_workbench_run_records_the_interrupt_and_stops_the_kernel(tmp_path, gone):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_in_workbench_run_records_the_interrupt_and_stops_the_kernel(tmp_path, gone, sig):
     registry, db = tmp_path / "registry", tmp_path / "log.duckdb"
     env = cli_env(WORKBENCH_HANDS_REGISTRY_DIR=str(registry), WORKBENCH_HANDS_POOL_SIZE="0")
     prompt = "```python\nimport time\nprint('sleeping', flush=True)\ntime.sleep(120)\n```"
@@ -147,7 +148,7 @@ def test_ctrl_c_in_workbench_run_records_the_interrupt_and_stops_the_kernel(tmp_
             assert proc.poll() is None and time.monotonic() < deadline, "the kernel never started"
             time.sleep(0.05)
         kernel = registered_pids(registry)[0]
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         assert proc.wait(60) == 130
     finally:
         if proc.poll() is None:
