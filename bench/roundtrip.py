@@ -6,7 +6,8 @@
 - workbench python tool: the `python` tool on those hands (tool input checks, tool_result content);
 - workbench brain step: a whole loop step with the scripted model: build the request from the log,
   stream the model's reply, append assistant_turn, tool_started, run the tool, append tool_result.
-All kernels are local ipykernels over ipc, started before timing; rounds interleave the systems.
+All kernels are local ipykernels over ipc, one per system, started before timing; rounds interleave
+the systems, so no system runs a cell on a kernel that has just finished the previous one.
 """
 
 from __future__ import annotations
@@ -93,12 +94,13 @@ async def run(ctx: Context) -> Section:
     rounds = ctx.trials(3, 50)
     raw = RawKernel()
     hands = KernelHands(HandsConfig())
+    tool_hands = KernelHands(HandsConfig())  # a kernel of its own, like every other system here
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
     d = Path(tempfile.mkdtemp(dir=ctx.tmp, prefix="nbclient-"))
     nb_km = AsyncKernelManager(kernel_name="python3", transport="ipc")
     nb_km.connection_file, nb_km.ip = str(d / "kernel.json"), str(d / "ipc")
     client = NotebookClient(nb, km=nb_km, kernel_name="python3", timeout=60)
-    tool_ctx = ToolContext("bench", lambda: hands, None)
+    tool_ctx = ToolContext("bench", lambda: tool_hands, None)
     samples: dict[str, dict[str, list[float]]] = {k: {c: [] for c in CELLS} for k in ("raw", "nbclient", "hands", "tool")}
 
     async def one(system: str, i: int) -> None:
@@ -121,6 +123,7 @@ async def run(ctx: Context) -> Section:
     try:
         await raw.start(ctx.tmp)
         await hands.start()
+        await tool_hands.start()
         async with client.async_setup_kernel():
             warm = ctx.trials(1, 3)
             for r in range(rounds + warm):  # warm-up rounds first
@@ -133,6 +136,7 @@ async def run(ctx: Context) -> Section:
     finally:
         await raw.stop()
         await hands.shutdown()
+        await tool_hands.shutdown()
         if nb_km.has_kernel:  # nbclient leaves a kernel manager it was given running
             await nb_km.shutdown_kernel(now=True)
 

@@ -23,8 +23,16 @@ TEXT = "Please run this:\n```python\nprint(sum(i * i for i in range(20000)))\n``
 
 async def _turn(http: httpx.AsyncClient, ws: Any, sid: str) -> dict[str, float]:
     """One turn: POST the message, read the session's stream until turn_ended."""
-    t0 = time.perf_counter()
-    r = await http.post(f"/workbench/api/sessions/{sid}/messages", json={"text": TEXT})
+    busy = 0
+    while True:
+        t0 = time.perf_counter()
+        r = await http.post(f"/workbench/api/sessions/{sid}/messages", json={"text": TEXT})
+        # turn_ended is committed (and streamed) a moment before the turn's task is done: a
+        # client that sends at once may get 409; it is counted, and the turn timed from the accepted POST
+        if r.status_code != 409 or busy >= 200:
+            break
+        busy += 1
+        await asyncio.sleep(0.005)
     r.raise_for_status()
     started = result = None
     seen: list[dict[str, Any]] = []
@@ -52,7 +60,7 @@ async def _turn(http: httpx.AsyncClient, ws: Any, sid: str) -> dict[str, float]:
     for a, b in zip(seen, seen[1:]):  # where the turn's time went, by the server's clock
         key = f"{a['type']}->{b['type']}"
         gaps[key] = gaps.get(key, 0.0) + (datetime.fromisoformat(b["ts"]) - datetime.fromisoformat(a["ts"])).total_seconds() * 1000
-    return {"turn": turn, "tool": tool, "overhead": turn - kernel, "gaps": gaps}
+    return {"turn": turn, "tool": tool, "overhead": turn - kernel, "gaps": gaps, "busy": busy}
 
 
 async def _level(ctx: Context, n: int, turns: int) -> dict[str, Any]:
@@ -125,6 +133,10 @@ async def run(ctx: Context) -> Section:
         for x in s:
             for k, v in x["gaps"].items():
                 gaps.setdefault(k, []).append(v)
+        busy = sum(x["busy"] for x in s)
+        if busy:
+            sec.notes.append(f"{n} session(s): {busy} POST(s) got 409 (turn still running) right after turn_ended "
+                             f"was streamed, in {sum(1 for x in s if x['busy'])} of {len(s)} turns; retried every 5 ms")
         sec.notes.append(f"{n} session(s), where a turn's time goes (ms between consecutive events, summed over the turn, p50 over turns; server clock): "
                          + "; ".join(f"{k} {percentile(v, 50):.1f}" for k, v in gaps.items()))
         overhead50[n] = sec.row(f"{n} session(s): harness overhead per call (turn minus the kernel's execute time)",
