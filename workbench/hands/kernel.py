@@ -68,6 +68,8 @@ class KernelHands:
         self._interrupt_requested = False
         self._running = False  # the kernel has begun running the current cell (execute_input seen)
         self._interrupt_pending = False
+        self._msg_id: str | None = None  # the execute request in flight
+        self._settling: asyncio.Task | None = None  # finishing a cancelled call
 
     async def _emit(self, type: str, payload: dict[str, Any]) -> None:
         if self.on_event is not None:
@@ -160,6 +162,8 @@ class KernelHands:
     async def shutdown(self) -> None:
         """Stop the kernel (if any) and remove the session's temporary workdir."""
         had = self.kernel is not None
+        if self._settling is not None and not self._settling.done():
+            self._settling.cancel()
         await self._discard()
         self.state = "stopped"
         if self._owns_workdir and self._workdir is not None:
@@ -203,8 +207,11 @@ class KernelHands:
                 obs = await self._run(code, timeout)
             except asyncio.CancelledError:
                 # the caller gave up (a user interrupt): stop the code too, keep the kernel
-                if self.kernel is not None:
-                    await asyncio.shield(self.kernel.interrupt())
+                lk, running = self.kernel, self._running
+                if lk is not None and self._msg_id is not None:
+                    if running:
+                        await asyncio.shield(lk.interrupt())
+                    self._settling = asyncio.get_running_loop().create_task(self._settle(lk, self._msg_id, running))
                 raise
             finally:
                 self._busy = self._running = self._interrupt_pending = False
@@ -217,7 +224,7 @@ class KernelHands:
     async def _run(self, code: str, timeout: float) -> Observation:
         lk = self.kernel
         col = Collector(self.config.output_limit, self.generation)
-        msg_id = lk.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
+        msg_id = self._msg_id = lk.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
         deadline = time.monotonic() + timeout
         interrupted_at: float | None = None
         next_poll = 0.0
@@ -253,6 +260,38 @@ class KernelHands:
         elif self._interrupt_requested:
             obs.notes.append("[interrupted on request; the kernel and its state survive]")
         return obs
+
+    async def _settle(self, lk: LiveKernel, msg_id: str, interrupted: bool) -> None:
+        """After a cancelled call: interrupt it once it starts, wait for it to end, or replace a stuck kernel.
+
+        Holds the lock, so the next call waits for this (at most about the grace period) instead
+        of queueing behind a cell nobody is waiting for.
+        """
+        async with self._lock:
+            deadline = time.monotonic() + self.config.interrupt_grace
+            try:
+                while lk is self.kernel and await lk.poll() is None:
+                    if time.monotonic() > deadline:
+                        await self._emit("hands_timeout", {"generation": self.generation, "timeout": None,
+                                                           "action": "replaced", "grace": self.config.interrupt_grace,
+                                                           "cause": "a cancelled call did not stop"})
+                        await self._discard()
+                        self.state = "dead"
+                        return
+                    try:
+                        msg = await lk.kc.get_iopub_msg(timeout=POLL)
+                    except queue.Empty:
+                        continue
+                    if msg["parent_header"].get("msg_id") != msg_id:
+                        continue
+                    if msg["msg_type"] == "execute_input" and not interrupted:
+                        interrupted = True
+                        await lk.interrupt()
+                        deadline = time.monotonic() + self.config.interrupt_grace
+                    elif msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
+                        return
+            except Exception:  # the kernel was stopped under us (shutdown): nothing left to settle
+                return
 
     async def _record_death(self, status: int, during: str) -> str:
         """Log a death, forget the kernel, and return how it died, in words."""
