@@ -111,8 +111,17 @@ class Runtime:
 
     async def _model_ready(self, session_id: str) -> None:
         """Make the session's model off the loop (an SDK import and client take seconds), failing early."""
-        s = await asyncio.to_thread(self.log.session, session_id)
-        await asyncio.to_thread(self.brain.model, s["model"])
+        await asyncio.to_thread(self._prepare, session_id)
+
+    def _prepare(self, session_id: str) -> bool:
+        """In a worker thread: check the session, make its model; True if its last turn is open.
+
+        One thread hop for all of it: under load each hop costs milliseconds before a turn starts.
+        """
+        if not self.log.has_session(session_id):
+            raise UnknownSession(f"no session {session_id!r}")
+        self.brain.model(self.log.session(session_id)["model"])  # UnknownModel / MissingAPIKey, early
+        return turn_state(self.log.events(session_id)).open
 
     # -- turns -----------------------------------------------------------------
 
@@ -140,14 +149,13 @@ class Runtime:
         """Start a turn with the user's text; returns the seq of its user_message."""
         if not isinstance(text, str) or not text.strip():
             raise ConfigError('the body needs "text": a non-empty string')
-        await self._require(session_id)
         if self.running(session_id):
             raise TurnBusy(f"a turn is already running in session {session_id}; wait for it or interrupt it")
-        if turn_state(await self.log.aevents(session_id)).open and not self.running(session_id):
+        open_turn = await asyncio.to_thread(self._prepare, session_id)  # nothing is written before this
+        if open_turn and not self.running(session_id):
             raise TurnBusy(
                 f"session {session_id} has an unfinished turn; resume it (POST .../resume) or interrupt it first"
             )
-        await self._model_ready(session_id)  # UnknownModel / MissingAPIKey before anything is written
         if self.running(session_id):  # another request started one while we were reading
             raise TurnBusy(f"a turn is already running in session {session_id}; wait for it or interrupt it")
         got: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -171,12 +179,10 @@ class Runtime:
 
     async def resume(self, session_id: str) -> bool:
         """Resume a turn that was cut off, in the background; False if there is none."""
-        await self._require(session_id)
         if self.running(session_id):
             raise TurnBusy(f"a turn is already running in session {session_id}")
-        if not turn_state(await self.log.aevents(session_id)).open:
+        if not await asyncio.to_thread(self._prepare, session_id):
             return False
-        await self._model_ready(session_id)
         if self.running(session_id):
             raise TurnBusy(f"a turn is already running in session {session_id}")
         self._start(session_id, self.brain.resume(session_id))
