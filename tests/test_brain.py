@@ -215,3 +215,26 @@ async def test_interrupt_records_and_the_session_goes_on(api, brain, log):
     assert brain.hands(sid).status()["state"] == "idle"
     assert await brain.run_turn(sid, "continue") == "end_turn"
     assert api.rejections == []
+
+
+@pytest.mark.asyncio
+async def test_redaction_reaches_every_string_of_a_result(api, log):
+    secret = "s3cr3t-value-123"
+    brain = Brain(log, redact=lambda text: text.replace(secret, "[secret demo]"))
+    try:
+        api.use(
+            [
+                Reply(code=[f"print('{secret}')", f"raise ValueError('{secret}')", f"'{secret}'"]),
+                Reply(text="done"),
+            ]
+        )
+        sid = brain.create_session(model=MODEL)["id"]
+        assert await brain.run_turn(sid, "leak it") == "end_turn"
+        results = log.events(sid, types=["tool_result"])
+        assert len(results) == 3
+        for e in results:
+            assert secret not in json.dumps(e.payload) and "[secret demo]" in json.dumps(e.payload)
+        # what went back to the model as tool results is masked too (its own tool_use input is its own text)
+        assert secret not in json.dumps(api.requests[-1]["messages"][-1])
+    finally:
+        await brain.close()

@@ -227,19 +227,11 @@ class Brain:
             await self._result(session_id, call, await tool.run(call.get("input") or {}, ctx))
 
     async def _result(self, session_id: str, call: dict[str, Any], out: ToolOutput) -> None:
-        content = out.content
+        payload = {"tool_use_id": call["id"], "name": call["name"], "content": out.content, "is_error": out.is_error, **out.details}
         if self.redact is not None:
-            content = [dict(b, text=self.redact(b["text"])) if b.get("type") == "text" else b for b in content]
-            if "observation" in out.details:
-                obs = out.details["observation"]
-                for k in ("stdout", "stderr", "result"):
-                    if isinstance(obs.get(k), str):
-                        obs[k] = self.redact(obs[k])
-        await self.log.aappend(
-            session_id,
-            "tool_result",
-            {"tool_use_id": call["id"], "name": call["name"], "content": content, "is_error": out.is_error, **out.details},
-        )
+            # every string, tracebacks and display text included, before the log or the model sees it
+            payload = _map_strings(payload, self.redact, skip=("data",))
+        await self.log.aappend(session_id, "tool_result", payload)
 
     # -- interrupts and resume -------------------------------------------------
 
@@ -321,6 +313,17 @@ class Brain:
         hands = self._hands.pop(session_id, None)
         if hands is not None:
             await hands.shutdown()
+
+
+def _map_strings(value: Any, fn: Callable[[str], str], skip: tuple[str, ...] = ()) -> Any:
+    """A copy of a JSON value with fn applied to every string (not under keys in `skip`, e.g. image data)."""
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, list):
+        return [_map_strings(v, fn, skip) for v in value]
+    if isinstance(value, dict):
+        return {k: (v if k in skip else _map_strings(v, fn, skip)) for k, v in value.items()}
+    return value
 
 
 def _text(s: str) -> dict[str, Any]:
