@@ -15,6 +15,7 @@ export class WorkbenchPanel extends Widget {
   private memories: MemoriesView;
   private current: ISession | null = null;
   private ws: WebSocket | null = null;
+  private streamOpen: Promise<void> = Promise.resolve();
   private running = false;
   private timer = 0;
 
@@ -152,6 +153,10 @@ export class WorkbenchPanel extends Widget {
       return;
     }
     const ws = this.api.stream(session.id, this.log.lastSeq, m => this.onStream(m));
+    this.streamOpen = new Promise(resolve => {
+      ws.addEventListener('open', () => resolve());
+      ws.addEventListener('close', () => resolve());
+    });
     // Reconnect after a drop: `after` makes sure nothing is missed or drawn twice.
     ws.onclose = () => {
       if (this.ws === ws && !this.isDisposed) {
@@ -225,6 +230,8 @@ export class WorkbenchPanel extends Widget {
     // Busy from now on; the stream's turn_ended (which may beat the POST's answer) ends it.
     this.running = true;
     this.updateButtons();
+    // Live deltas are not stored: subscribe before the turn starts, or its streaming is missed.
+    await this.streamOpen;
     if (await this.guard(() => this.api.send(id, text))) {
       this.input.value = '';
     } else {
