@@ -123,21 +123,3 @@ async def test_first_model_request_does_not_wait_for_hands(log, settings):
     started = [e.payload for e in log.events(sid) if e.type == "hands_started"]
     assert started[0]["pooled"] is False and started[0]["start_ms"] > 0
 
-
-@pytest.mark.asyncio
-@pytest.mark.parametrize("started", [False, True], ids=["before-the-cell-starts", "while-it-runs"])
-async def test_cancelled_call_is_stopped_and_the_kernel_kept(factory, recorder, started):
-    """A user interrupt cancels the call; the cell must stop too, whenever the cancel lands."""
-    events, sink = recorder
-    hands = factory("s", {"hands": {"interrupt_grace": 5}}, sink)
-    await hands.execute("kept = 1")
-    call = asyncio.ensure_future(hands.execute("import time\nfor _ in range(3000): time.sleep(0.01)\nfinished = 1"))
-    while not (hands._running if started else hands.status()["state"] == "busy"):
-        await asyncio.sleep(0.002)
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
-    # 30 s of sleeping would hold up this call if the cell went on running
-    obs = await asyncio.wait_for(hands.execute("'kept' in dir(), 'finished' in dir()"), 15)
-    assert obs.result == "(True, False)" and obs.generation == 1
-    assert not any(t == "hands_timeout" for t, _ in events)

@@ -62,6 +62,8 @@ class GatewayHands:
         self._interrupt_requested = False
         self._running = False  # the kernel has begun running the current cell (execute_input seen)
         self._interrupt_pending = False
+        self._msg_id: str | None = None  # the execute request in flight
+        self._settling: asyncio.Task | None = None  # finishing a cancelled call
 
     async def _emit(self, type: str, payload: dict[str, Any]) -> None:
         if self.on_event is not None:
@@ -177,6 +179,8 @@ class GatewayHands:
     async def shutdown(self) -> None:
         """Delete the kernel on the gateway."""
         had = self.kernel_id is not None
+        if self._settling is not None and not self._settling.done():
+            self._settling.cancel()
         await self._discard()
         self.state = "stopped"
         if had:
@@ -212,8 +216,12 @@ class GatewayHands:
             try:
                 obs = await self._run(code, timeout)
             except asyncio.CancelledError:
-                if self.kernel_id is not None:
-                    await asyncio.shield(self._rest("POST", f"/api/kernels/{self.kernel_id}/interrupt"))
+                # the caller gave up (a user interrupt): stop the cell too, once it has started
+                kid, running = self.kernel_id, self._running
+                if kid is not None and self._msg_id is not None:
+                    if running:
+                        await asyncio.shield(self._interrupt_kernel(kid))
+                    self._settling = asyncio.get_running_loop().create_task(self._settle(kid, self._msg_id, running))
                 raise
             finally:
                 self._busy = self._running = self._interrupt_pending = False
@@ -225,7 +233,7 @@ class GatewayHands:
 
     async def _run(self, code: str, timeout: float) -> Observation:
         col = Collector(self.config.output_limit, self.generation)
-        msg_id = self._send("shell", "execute_request", {"code": code, "silent": False, "store_history": True,
+        msg_id = self._msg_id = self._send("shell", "execute_request", {"code": code, "silent": False, "store_history": True,
                                                           "allow_stdin": False, "stop_on_error": True})
         deadline = time.monotonic() + timeout
         interrupted_at: float | None = None
@@ -263,6 +271,41 @@ class GatewayHands:
         elif self._interrupt_requested:
             obs.notes.append("[interrupted on request; the kernel and its state survive]")
         return obs
+
+    async def _interrupt_kernel(self, kid: str) -> None:
+        try:
+            await self._rest("POST", f"/api/kernels/{kid}/interrupt")
+        except GatewayError:
+            pass  # gone already: the next call finds out
+
+    async def _settle(self, kid: str, msg_id: str, interrupted: bool) -> None:
+        """After a cancelled call: interrupt it once it starts, wait for it to end, or replace the kernel."""
+        async with self._lock:
+            deadline = time.monotonic() + self.config.interrupt_grace
+            while self.kernel_id == kid:
+                if time.monotonic() > deadline:
+                    await self._emit("hands_timeout", {"generation": self.generation, "timeout": None,
+                                                       "action": "replaced", "grace": self.config.interrupt_grace,
+                                                       "cause": "a cancelled call did not stop"})
+                    await self._discard()
+                    self.state = "dead"
+                    return
+                try:
+                    msg = await asyncio.wait_for(self._queue.get(), POLL)
+                except asyncio.TimeoutError:
+                    continue
+                if msg is CLOSED:
+                    await self._queue.put(CLOSED)  # for the next call to find
+                    return
+                if msg.get("parent_header", {}).get("msg_id") != msg_id or msg.get("channel") != "iopub":
+                    continue
+                t = msg.get("msg_type") or msg["header"]["msg_type"]
+                if t == "execute_input" and not interrupted:
+                    interrupted = True
+                    await self._interrupt_kernel(kid)
+                    deadline = time.monotonic() + self.config.interrupt_grace
+                elif t == "status" and msg.get("content", {}).get("execution_state") == "idle":
+                    return
 
     async def _died(self, how: str, col: Collector) -> Observation:
         gen = self.generation
