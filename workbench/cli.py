@@ -109,7 +109,7 @@ def _turn(args: argparse.Namespace, action: str) -> int:
         if action == "run" and not args.prompt.strip():
             raise ConfigError("the prompt is empty")
         hands = _hands_factory()
-        brain = Brain(log, hands_factory=hands)
+        brain = Brain(log, hands_factory=hands, redact=getattr(hands, "redact", None))
         from .memory import attach
 
         attach(brain)  # new sessions start with the accepted memories

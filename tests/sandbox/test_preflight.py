@@ -77,7 +77,7 @@ async def test_the_unsafe_setting_runs_model_code_unsandboxed_and_says_so(log, t
 
 
 def test_the_cli_warns_on_stderr(tmp_path):
-    env = cli_env(WORKBENCH_BWRAP="/nonexistent", WORKBENCH_HANDS_POOL_SIZE="0")
+    env = cli_env(WORKBENCH_BWRAP="/nonexistent", WORKBENCH_HANDS_BACKEND="sandbox", WORKBENCH_HANDS_POOL_SIZE="0")
     p = subprocess.run(
         [*WORKBENCH, "run", "```python\nprint(2 + 3)\n```", "--db", str(tmp_path / "db.duckdb")],
         capture_output=True, text=True, timeout=120, env=env,

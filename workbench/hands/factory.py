@@ -29,6 +29,7 @@ class HandsSettings:
     """Host-level hands settings (env: WORKBENCH_HANDS_<FIELD>); documented in docs/settings.md."""
 
     backend: str = "local"  # local | sandbox | gateway
+    unsafe_unsandboxed: bool = False  # UNSAFE: when no sandbox works here, run model code in plain local kernels
     pool_size: int = 1  # kernels kept started and ready, per host
     gateway_url: str = ""  # e.g. http://127.0.0.1:8888 (backend "gateway")
     gateway_token: str = ""  # sent as `Authorization: token ...`
@@ -59,14 +60,14 @@ def hands_config(session_config: dict[str, Any]) -> HandsConfig:
     return HandsConfig(**hc)
 
 
-def make_launcher(settings: HandsSettings, session_id: str | None, session_config: dict[str, Any] | None, sink: EventSink | None) -> Any:
+def make_launcher(settings: HandsSettings, session_id: str | None, session_config: dict[str, Any] | None, sink: EventSink | None,
+                  sandbox: Any = None) -> Any:
     """The kernel launcher for a backend: the one place a backend is chosen."""
     if settings.backend == "local":
         return LocalLauncher()
     if settings.backend == "sandbox":
-        from .sandbox import SandboxLauncher  # written by the sandbox work (issue 4)
-
-        return SandboxLauncher()
+        # after the preflight: a SandboxLauncher, an unsafe local one, or None (model code is refused)
+        return sandbox.launcher(session_config, sink)
     raise ConfigError(f"backend {settings.backend!r} has no kernel launcher; choose one of {', '.join(BACKENDS)}")
 
 
@@ -81,9 +82,15 @@ class HandsFactory:
             raise ConfigError("the gateway backend needs a URL: set WORKBENCH_HANDS_GATEWAY_URL")
         self.registry = KernelRegistry(Path(self.settings.registry_dir or default_registry_dir()))
         self.limits = self.settings.limits()
+        self.sandbox = None
+        if self.settings.backend == "sandbox":
+            from .preflight import SandboxBackend
+
+            self.sandbox = SandboxBackend(self.settings.unsafe_unsandboxed)  # runs the preflight; warns if it fails
+        self.redact = self.sandbox.redact if self.sandbox else None  # for Brain(redact=...): masks vault secrets
         self.pool: KernelPool | None = None
-        if self.settings.backend != "gateway" and self.settings.pool_size > 0:
-            launcher = make_launcher(self.settings, None, None, None)
+        if self.settings.backend != "gateway" and self.settings.pool_size > 0 and getattr(self.sandbox, "mode", "") != "refused":
+            launcher = make_launcher(self.settings, None, None, None, self.sandbox)
             if getattr(launcher, "poolable", False):
                 self.pool = KernelPool(launcher, self.settings.pool_size, limits=self.limits, registry=self.registry)
         self._hands: list[Hands] = []
@@ -100,8 +107,10 @@ class HandsFactory:
             hands: Hands = GatewayHands(
                 config, url=self.settings.gateway_url, token=self.settings.gateway_token, on_event=sink
             )
+        elif self.sandbox is not None and self.sandbox.mode == "refused":
+            hands = self.sandbox.refused(sink)
         else:
-            launcher = make_launcher(self.settings, session_id, session_config, sink)
+            launcher = make_launcher(self.settings, session_id, session_config, sink, self.sandbox)
             pool = self.pool if self.pool is not None and self.pool.fits(launcher) else None
             hands = KernelHands(config, launcher=launcher, on_event=sink, pool=pool, limits=self.limits, registry=self.registry)
         self._hands.append(hands)
@@ -124,4 +133,5 @@ class HandsFactory:
         """Settings (without the token) and the pool's state, JSON-ready."""
         s = asdict(self.settings)
         s["gateway_token"] = "***" if s["gateway_token"] else ""
-        return {"settings": s, "pool": self.pool.status() if self.pool else None, "hands": len(self._hands)}
+        return {"settings": s, "pool": self.pool.status() if self.pool else None, "hands": len(self._hands),
+                "sandbox": self.sandbox.status() if self.sandbox else {"mode": self.settings.backend}}

@@ -128,6 +128,8 @@ class KernelHands:
         """Install the in-kernel output cap and, for a pooled kernel, the session's workdir and env."""
         code = setup_code(self.config.output_limit)
         if pooled:
+            if hasattr(self.launcher, "adopt"):  # the sandbox points the kernel's egress at this session
+                await self.launcher.adopt(lk)
             if self._workdir is None:  # the session adopts the pooled kernel's workdir as its own
                 self._workdir, self._owns_workdir, lk.owns_workdir = lk.workdir, True, False
             if hasattr(self.launcher, "adopt_code") and (lk.workdir != self._workdir or self.config.env):

@@ -108,6 +108,7 @@ class SandboxLauncher:
 
     name = "sandbox"
     interrupt_mode = "message"
+    poolable = True  # a pooled kernel is handed to a session by adopt(), which rebinds its egress
 
     def __init__(
         self,
@@ -150,7 +151,8 @@ class SandboxLauncher:
         uid, gid = owner or (os.getuid(), os.getgid())
         if owner is not None:
             os.chown(run_dir, uid, gid)
-            os.chown(workdir, uid, gid)  # the top only: files put there keep their owners and modes
+            if not any(workdir.iterdir()):  # a fresh workspace; a user's directory with files keeps its owner
+                os.chown(workdir, uid, gid)
         etc = run_dir / "etc"
         etc.mkdir(mode=0o755)
         (etc / "passwd").write_text(f"root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{uid}:{gid}:workbench sandbox:{HOME}:/usr/sbin/nologin\n")
