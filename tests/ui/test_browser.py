@@ -171,11 +171,14 @@ def test_sidebar_session_chat_hands_memories(page, lab: JupyterProcess):
     card.get_by_role("button", name="Accept").click()
     card.wait_for(state="detached")
     assert lab_api(lab, "GET", f"memories/{memory_id}")["status"] == "accepted"
-    page.locator(".jp-CodeConsole").get_by_text("Dream timeline").wait_for(timeout=60_000)
+    # The full review panel, opened at the start, has rendered in its console.
+    review = page.locator(".jp-CodeConsole")
+    review.get_by_text("Dream timeline").wait_for(timeout=60_000)
+    panel.get_by_role("tab", name="Chat").click()
+    review.get_by_text("Dream timeline").scroll_into_view_if_needed()
     shot(page, "5-review-panel")
 
     # The same sidebar in the dark theme (screenshot only: the styles use theme variables).
-    panel.get_by_role("tab", name="Chat").click()
     page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
     page.locator("body[data-jp-theme-light='false']").wait_for(state="attached")
     page.locator("#jupyterlab-splash").wait_for(state="detached")
