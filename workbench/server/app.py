@@ -175,4 +175,20 @@ class Workbench(ExtensionApp):
         close = getattr(self.hands_factory, "close", None)
         if close is not None:
             await close()
+        await _drain_worker_threads()
         await asyncio.to_thread(self.session_log.close)
+
+
+async def _drain_worker_threads(timeout: float = 10.0) -> None:
+    """Wait for fire-and-forget `asyncio.to_thread` tasks: they may be reading the log.
+
+    Closing the DuckDB connection while a reader's cursor is mid-query fails
+    ("connection is busy"); e.g. the memory routes commit finished dreams this way.
+    """
+    me = asyncio.current_task()
+    pending = [
+        t for t in asyncio.all_tasks()
+        if t is not me and not t.done() and getattr(t.get_coro(), "__qualname__", "") == "to_thread"
+    ]
+    if pending:
+        await asyncio.wait(pending, timeout=timeout)

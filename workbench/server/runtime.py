@@ -32,6 +32,7 @@ class Runtime:
         self.default_model = default_model
         self.logger = logger or logging.getLogger("workbench.server")
         self.tasks: dict[str, asyncio.Task] = {}
+        self._jobs: set[asyncio.Task] = set()  # background() side jobs
         self._watchers: dict[str, list[Watcher]] = defaultdict(list)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -240,6 +241,13 @@ class Runtime:
 
     # -- lifetime --------------------------------------------------------------
 
+    def background(self, coro: Any) -> asyncio.Task:
+        """Run a side job (not a turn) that the server waits for before it closes the log."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._jobs.add(task)
+        task.add_done_callback(self._jobs.discard)
+        return task
+
     async def close(self, timeout: float = 30.0) -> None:
         """Interrupt running turns (recorded as interrupted), then stop every session's hands."""
         if self._closed:
@@ -250,6 +258,8 @@ class Runtime:
             t.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
+        if self._jobs:
+            await asyncio.wait(list(self._jobs), timeout=timeout)
         await self.brain.close()
         self._unsubscribe()
         self._unlisten()
