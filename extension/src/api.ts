@@ -44,8 +44,7 @@ export interface IMemory {
 
 /** A message from the session stream: a committed event or a live model delta. */
 export type StreamMessage =
-  | { kind: 'event'; event: IEvent }
-  | { kind: 'delta'; session_id: string; event: any };
+  { kind: 'event'; event: IEvent } | { kind: 'delta'; session_id: string; event: any };
 
 /** An HTTP error from the API, carrying the server's one-line message. */
 export class ApiError extends Error {
@@ -73,7 +72,10 @@ export class WorkbenchApi {
       body = { error: `${response.status} ${response.statusText}` };
     }
     if (!response.ok) {
-      throw new ApiError(response.status, body.error || `${response.status} ${response.statusText}`);
+      throw new ApiError(
+        response.status,
+        body.error || `${response.status} ${response.statusText}`
+      );
     }
     return body as T;
   }

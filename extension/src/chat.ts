@@ -64,7 +64,10 @@ export class ChatLog {
         this.note(`hands restarted: generation ${p.generation}`);
         break;
       case 'hands_died':
-        this.note(`hands died (${p.how || 'exit ' + p.exit_code}); its state is gone`, 'jp-wb-error');
+        this.note(
+          `hands died (${p.how || 'exit ' + p.exit_code}); its state is gone`,
+          'jp-wb-error'
+        );
         break;
       case 'hands_timeout':
         this.note(`hands timed out after ${p.timeout}s: ${p.action}`, 'jp-wb-warn');
@@ -105,7 +108,12 @@ export class ChatLog {
         block = h('details', { class: 'jp-wb-thinking' }, h('summary', {}, 'Thinking…'), target);
       } else if (kind === 'tool_use') {
         target = h('pre', { class: 'jp-wb-code' });
-        block = h('div', { class: 'jp-wb-tool jp-mod-running' }, h('div', { class: 'jp-wb-tool-head' }, ev.content_block.name), target);
+        block = h(
+          'div',
+          { class: 'jp-wb-tool jp-mod-running' },
+          h('div', { class: 'jp-wb-tool-head' }, ev.content_block.name),
+          target
+        );
       } else {
         block = target = h('div', { class: 'jp-wb-text' });
       }
@@ -126,7 +134,14 @@ export class ChatLog {
       } else if (block.type === 'thinking' || block.type === 'redacted_thinking') {
         const text = block.type === 'thinking' ? block.thinking : '(redacted)';
         if (text) {
-          msg.append(h('details', { class: 'jp-wb-thinking' }, h('summary', {}, 'Thinking'), h('div', {}, text)));
+          msg.append(
+            h(
+              'details',
+              { class: 'jp-wb-thinking' },
+              h('summary', {}, 'Thinking'),
+              h('div', {}, text)
+            )
+          );
         }
       } else if (block.type === 'tool_use') {
         msg.append(this.toolCard(block.id, block.name, block.input));
@@ -164,7 +179,8 @@ export class ChatLog {
         out.append(this.contentBlock(block));
       }
     } else {
-      const stream = (text: string, cls: string) => text && out.append(h('pre', { class: cls }, stripAnsi(text)));
+      const stream = (text: string, cls: string) =>
+        text && out.append(h('pre', { class: cls }, stripAnsi(text)));
       stream(obs.stdout, 'jp-wb-stdout');
       stream(obs.stderr, 'jp-wb-stderr');
       for (const bundle of [obs.result, ...(obs.displays || [])]) {
@@ -188,14 +204,20 @@ export class ChatLog {
       }
     }
     if (data['image/svg+xml']) {
-      return h('img', { class: 'jp-wb-image', src: `data:image/svg+xml;charset=utf-8,${encodeURIComponent(data['image/svg+xml'])}` });
+      return h('img', {
+        class: 'jp-wb-image',
+        src: `data:image/svg+xml;charset=utf-8,${encodeURIComponent(data['image/svg+xml'])}`
+      });
     }
     return h('pre', { class: 'jp-wb-stdout' }, String(data['text/plain'] ?? JSON.stringify(data)));
   }
 
   private contentBlock(block: any): HTMLElement {
     if (block.type === 'image' && block.source?.data) {
-      return h('img', { class: 'jp-wb-image', src: `data:${block.source.media_type};base64,${block.source.data}` });
+      return h('img', {
+        class: 'jp-wb-image',
+        src: `data:${block.source.media_type};base64,${block.source.data}`
+      });
     }
     return h('pre', { class: 'jp-wb-stdout' }, block.text ?? JSON.stringify(block));
   }

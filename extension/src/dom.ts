@@ -43,7 +43,9 @@ export function richText(text: string): HTMLElement {
     if (!part) {
       return;
     }
-    box.append(i % 2 ? h('pre', { class: 'jp-wb-code' }, part.replace(/\n$/, '')) : h('span', {}, part));
+    box.append(
+      i % 2 ? h('pre', { class: 'jp-wb-code' }, part.replace(/\n$/, '')) : h('span', {}, part)
+    );
   });
   return box;
 }

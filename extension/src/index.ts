@@ -28,7 +28,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description: 'The workbench sidebar: agent sessions, their hands, and memory review.',
   autoStart: true,
   optional: [ICommandPalette, ILayoutRestorer],
-  activate: (app: JupyterFrontEnd, palette: ICommandPalette | null, restorer: ILayoutRestorer | null) => {
+  activate: (
+    app: JupyterFrontEnd,
+    palette: ICommandPalette | null,
+    restorer: ILayoutRestorer | null
+  ) => {
     const { commands, shell } = app;
     const api = new WorkbenchApi(app.serviceManager.serverSettings);
     const panel = new WorkbenchPanel(api, () => void commands.execute('workbench:open-review'));

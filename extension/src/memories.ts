@@ -16,7 +16,15 @@ export class MemoriesView {
         'div',
         { class: 'jp-wb-section-head' },
         h('span', {}, 'Proposed memories'),
-        h('button', { class: 'jp-wb-link', title: 'Provenance, diffs, edit and merge, in a console', onclick: openReview }, 'Open the full review panel')
+        h(
+          'button',
+          {
+            class: 'jp-wb-link',
+            title: 'Provenance, diffs, edit and merge, in a console',
+            onclick: openReview
+          },
+          'Open the full review panel'
+        )
       ),
       this.status,
       this.list
@@ -30,10 +38,16 @@ export class MemoriesView {
     } catch (err) {
       // Without the memory routes (an older server) there is simply nothing to review.
       const missing = err instanceof ApiError && err.status === 404;
-      this.show([], missing ? 'Memories are not available on this server.' : String((err as Error).message));
+      this.show(
+        [],
+        missing ? 'Memories are not available on this server.' : String((err as Error).message)
+      );
       return;
     }
-    this.show(memories, 'No proposals waiting for review. Dreams propose memories from past sessions.');
+    this.show(
+      memories,
+      'No proposals waiting for review. Dreams propose memories from past sessions.'
+    );
   }
 
   private show(memories: IMemory[], empty: string): void {
@@ -48,7 +62,9 @@ export class MemoriesView {
       'article',
       { class: 'jp-wb-memory', 'data-memory-id': m.id },
       h('div', { class: 'jp-wb-memory-title' }, m.title || m.id),
-      m.proposal && m.proposal !== 'create' && h('div', { class: 'jp-wb-meta' }, `proposed: ${m.proposal}`),
+      m.proposal &&
+        m.proposal !== 'create' &&
+        h('div', { class: 'jp-wb-meta' }, `proposed: ${m.proposal}`),
       h('div', { class: 'jp-wb-memory-text' }, m.text || ''),
       sources && h('div', { class: 'jp-wb-meta' }, `from ${sources}`),
       buttons

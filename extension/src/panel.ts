@@ -7,7 +7,13 @@ import { ago, h } from './dom';
 import { MemoriesView } from './memories';
 
 // Committed events after which the hands' status is worth fetching again.
-const HANDS_EVENTS = new Set(['hands_started', 'hands_restarted', 'hands_died', 'hands_stopped', 'tool_result']);
+const HANDS_EVENTS = new Set([
+  'hands_started',
+  'hands_restarted',
+  'hands_died',
+  'hands_stopped',
+  'tool_result'
+]);
 
 export class WorkbenchPanel extends Widget {
   private api: WorkbenchApi;
@@ -22,10 +28,34 @@ export class WorkbenchPanel extends Widget {
   private list = h('ul', { class: 'jp-wb-sessions', role: 'listbox', 'aria-label': 'Sessions' });
   private heading = h('div', { class: 'jp-wb-title' }, 'No session selected');
   private handsLabel = h('span', { class: 'jp-wb-hands-label' }, '');
-  private restartButton = h('button', { class: 'jp-wb-button', title: 'Replace the kernel with a fresh one', onclick: () => this.restartHands() }, 'Restart hands');
-  private interruptButton = h('button', { class: 'jp-wb-button jp-wb-danger', title: 'Stop the running turn', onclick: () => this.interrupt() }, 'Interrupt');
-  private input = h('textarea', { class: 'jp-wb-input', rows: 3, placeholder: 'Message the agent (Enter to send, Shift+Enter for a new line)' });
-  private sendButton = h('button', { class: 'jp-wb-button jp-mod-accept', onclick: () => this.send() }, 'Send');
+  private restartButton = h(
+    'button',
+    {
+      class: 'jp-wb-button',
+      title: 'Replace the kernel with a fresh one',
+      onclick: () => this.restartHands()
+    },
+    'Restart hands'
+  );
+  private interruptButton = h(
+    'button',
+    {
+      class: 'jp-wb-button jp-wb-danger',
+      title: 'Stop the running turn',
+      onclick: () => this.interrupt()
+    },
+    'Interrupt'
+  );
+  private input = h('textarea', {
+    class: 'jp-wb-input',
+    rows: 3,
+    placeholder: 'Message the agent (Enter to send, Shift+Enter for a new line)'
+  });
+  private sendButton = h(
+    'button',
+    { class: 'jp-wb-button jp-mod-accept', onclick: () => this.send() },
+    'Send'
+  );
   private error = h('div', { class: 'jp-wb-banner', hidden: true });
   private chatTab = h('section', { class: 'jp-wb-tab' });
   private tabButtons: HTMLButtonElement[] = [];
@@ -43,15 +73,42 @@ export class WorkbenchPanel extends Widget {
       }
     });
     this.chatTab.append(
-      h('div', { class: 'jp-wb-section-head' }, h('span', {}, 'Sessions'), h('button', { class: 'jp-wb-button', title: 'Start a new session', onclick: () => this.newSession() }, '+ New session')),
+      h(
+        'div',
+        { class: 'jp-wb-section-head' },
+        h('span', {}, 'Sessions'),
+        h(
+          'button',
+          { class: 'jp-wb-button', title: 'Start a new session', onclick: () => this.newSession() },
+          '+ New session'
+        )
+      ),
       this.list,
-      h('div', { class: 'jp-wb-session-head' }, this.heading, h('div', { class: 'jp-wb-hands' }, this.handsLabel, this.restartButton, this.interruptButton)),
+      h(
+        'div',
+        { class: 'jp-wb-session-head' },
+        this.heading,
+        h(
+          'div',
+          { class: 'jp-wb-hands' },
+          this.handsLabel,
+          this.restartButton,
+          this.interruptButton
+        )
+      ),
       this.log.node,
       h('div', { class: 'jp-wb-composer' }, this.input, this.sendButton)
     );
     const tabs = h('nav', { class: 'jp-wb-tabs', role: 'tablist' });
-    for (const [name, el] of [['Chat', this.chatTab], ['Memories', this.memories.node]] as const) {
-      const button = h('button', { class: 'jp-wb-tabbutton', role: 'tab', onclick: () => this.showTab(button, el) }, name);
+    for (const [name, el] of [
+      ['Chat', this.chatTab],
+      ['Memories', this.memories.node]
+    ] as const) {
+      const button = h(
+        'button',
+        { class: 'jp-wb-tabbutton', role: 'tab', onclick: () => this.showTab(button, el) },
+        name
+      );
       this.tabButtons.push(button);
       tabs.append(button);
     }
@@ -96,7 +153,10 @@ export class WorkbenchPanel extends Widget {
       return result;
     } catch (err) {
       const status = err instanceof ApiError ? err.status : 0;
-      this.error.textContent = status === 404 && !this.current ? 'The workbench server extension is not running on this server.' : String((err as Error).message || err);
+      this.error.textContent =
+        status === 404 && !this.current
+          ? 'The workbench server extension is not running on this server.'
+          : String((err as Error).message || err);
       this.error.hidden = false;
       return undefined;
     }
@@ -112,7 +172,13 @@ export class WorkbenchPanel extends Widget {
       ...chats.map(s =>
         h(
           'li',
-          { class: `jp-wb-session${s.id === this.current?.id ? ' jp-mod-selected' : ''}`, role: 'option', 'data-session-id': s.id, title: s.id, onclick: () => this.select(s) },
+          {
+            class: `jp-wb-session${s.id === this.current?.id ? ' jp-mod-selected' : ''}`,
+            role: 'option',
+            'data-session-id': s.id,
+            title: s.id,
+            onclick: () => this.select(s)
+          },
           h('span', { class: `jp-wb-dot${s.running ? ' jp-mod-running' : ''}` }),
           h('span', { class: 'jp-wb-session-title' }, s.title || s.id),
           h('span', { class: 'jp-wb-meta' }, `${s.model} · ${ago(s.updated_at)}`)
@@ -120,12 +186,16 @@ export class WorkbenchPanel extends Widget {
       )
     );
     if (!chats.length) {
-      this.list.append(h('li', { class: 'jp-wb-empty' }, 'No sessions yet. Start one with + New session.'));
+      this.list.append(
+        h('li', { class: 'jp-wb-empty' }, 'No sessions yet. Start one with + New session.')
+      );
     }
   }
 
   private async newSession(): Promise<void> {
-    const session = await this.guard(() => this.api.createSession({ title: `Chat ${new Date().toLocaleTimeString()}` }));
+    const session = await this.guard(() =>
+      this.api.createSession({ title: `Chat ${new Date().toLocaleTimeString()}` })
+    );
     if (session) {
       await this.select(session);
       await this.refresh();
