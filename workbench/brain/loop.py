@@ -63,6 +63,8 @@ class Brain:
         self._hands: dict[str, Hands] = {}
         self._active: set[str] = set()
         self._listeners: list[DeltaListener] = []
+        self._events: dict[str, list] = {}  # per session: every event read so far, in seq order
+        self._event_locks: dict[str, asyncio.Lock] = {}
         self.extras: dict[str, Any] = {}  # passed to tools (memory store, ...)
 
     # -- sessions ------------------------------------------------------------
@@ -106,6 +108,17 @@ class Brain:
         self.log.create_session(session_id, title=title, model=model, kind=kind, payload=payload, then=then)
         return self.log.session(session_id)
 
+    async def events(self, session_id: str) -> list:
+        """All events of a session, read incrementally: the log is append-only, so a cache
+        extended with the events after its last seq is exact, and a step costs what is new,
+        not the whole history."""
+        lock = self._event_locks.setdefault(session_id, asyncio.Lock())
+        async with lock:  # two readers must not both extend the cache with the same events
+            cached = self._events.setdefault(session_id, [])
+            after = cached[-1].seq if cached else None
+            cached.extend(await self.log.aevents(session_id, after))
+            return list(cached)
+
     def listen(self, fn: DeltaListener) -> Callable[[], None]:
         """Hear every live stream event (not logged) of every session."""
         self._listeners.append(fn)
@@ -128,7 +141,7 @@ class Brain:
             if hasattr(hands, "replay_source"):  # hands that can rehydrate read their history through us
 
                 async def replayable() -> list[dict[str, Any]]:
-                    return replayable_calls(await self.log.aevents(session_id))
+                    return replayable_calls(await self.events(session_id))
 
                 hands.replay_source = replayable
             self._hands[session_id] = hands
@@ -144,7 +157,7 @@ class Brain:
             raise UnknownSession(f"no session {session_id!r}")
         self._claim(session_id)
         try:
-            if turn_state(await self.log.aevents(session_id)).open:
+            if turn_state(await self.events(session_id)).open:
                 raise TurnBusy(f"session {session_id} has an unfinished turn; resume it first")
             await self.log.aappend(session_id, "user_message", {"text": text})
             return await self._loop(session_id)
@@ -154,7 +167,7 @@ class Brain:
     async def _loop(self, session_id: str) -> str:
         try:
             while True:
-                events = await self.log.aevents(session_id)
+                events = await self.events(session_id)
                 state = turn_state(events)
                 message = await self._call_model(session_id, build_request(events))
                 if message is None:
@@ -251,7 +264,7 @@ class Brain:
 
     async def _answer_pending(self, session_id: str, why: str) -> int:
         """Give an error result to every tool call of the open turn that has none."""
-        st = turn_state(await self.log.aevents(session_id))
+        st = turn_state(await self.events(session_id))
         n = 0
         for call in tool_uses(st.last_message or {}):
             if call["id"] not in st.answered:
@@ -267,7 +280,7 @@ class Brain:
             raise UnknownSession(f"no session {session_id!r}")
         self._claim(session_id)
         try:
-            st = turn_state(await self.log.aevents(session_id))
+            st = turn_state(await self.events(session_id))
             if not st.open:
                 return None
             await self.log.aappend(session_id, "resumed", {})
@@ -280,7 +293,7 @@ class Brain:
                         if call["id"] in st.started and call["id"] not in st.answered:
                             note = "interrupted; state unknown: the call started but its result was never recorded (the process running the turn stopped). It was not re-run."
                             await self._result(session_id, call, ToolOutput([_text(note)], True, {"interrupted": True}))
-                    st = turn_state(await self.log.aevents(session_id))
+                    st = turn_state(await self.events(session_id))
                     await self._run_tools(session_id, [c for c in calls if c["id"] not in st.answered], run=True)
                 elif msg.get("stop_reason") != "pause_turn":
                     await self._run_tools(session_id, [c for c in calls if c["id"] not in st.answered], run=False)
@@ -310,6 +323,7 @@ class Brain:
                 await m.aclose()
 
     async def close_session(self, session_id: str) -> None:
+        self._events.pop(session_id, None)
         hands = self._hands.pop(session_id, None)
         if hands is not None:
             await hands.shutdown()
