@@ -3,12 +3,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-need=""  # nodejs (20.19 or newer) builds the JupyterLab extension during pip install
-for pkg in bubblewrap socat chromium nodejs; do dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"; done
+need=""
+for pkg in bubblewrap socat chromium; do dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"; done
+# Node.js (20.19 or newer) builds the JupyterLab extension during pip install; keep a newer one if present
+command -v node >/dev/null 2>&1 || need="$need nodejs npm"
 if [ -n "$need" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >/dev/null
 fi
+node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a==20&&b>=19)?0:1)' || {
+  echo "scripts/test.sh: Node.js $(node --version) is too old to build the JupyterLab extension; install 20.19 or newer" >&2; exit 1; }
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
