@@ -136,3 +136,21 @@ def test_a_kernel_started_by_the_server_finds_that_server(server):
         kc.stop_channels()
         httpx.delete(f"{server.url}/api/kernels/{kid}", headers=server.headers, timeout=60)
         decoy.unlink()
+
+
+def test_interrupting_an_agent_cell_interrupts_the_turn(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(server.home / "runtime"))
+    monkeypatch.delenv("WORKBENCH_URL", raising=False)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext workbench"),
+        nbformat.v4.new_code_cell("%%agent --title stopme\n```python\nimport time\ntime.sleep(300)\n```"),
+    ]
+    # nbclient interrupts the kernel when the cell runs too long, as the stop button does
+    NotebookClient(nb, timeout=15, interrupt_on_timeout=True, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert "interrupted" in text_outputs(nb.cells[1])
+    c = WorkbenchClient(server.url, server.token)
+    sid = next(s["id"] for s in c.sessions() if s["title"] == "stopme")
+    events = c.events(sid)
+    assert events[-1]["type"] == "turn_ended" and events[-1]["payload"]["stop_reason"] == "interrupted"
+    assert c.session(sid)["running"] is False
