@@ -12,6 +12,7 @@ import json
 import os
 import re
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -163,15 +164,23 @@ class SessionLog:
         self._closed = True
 
         def _close() -> None:
-            if not self.read_only:
+            # a reader's query may still run on a cursor of this connection ("connection is
+            # busy"): give it a few seconds to finish rather than fail to close
+            for attempt in range(100):
                 try:
-                    self._con.execute("CHECKPOINT")
+                    if not self.read_only:
+                        self._con.execute("CHECKPOINT")
+                    self._con.close()
+                    return
                 except duckdb.Error:
-                    pass
-            self._con.close()
+                    if attempt == 99:
+                        raise
+                    time.sleep(0.05)
 
-        self._writer.submit(_close).result()
-        self._writer.shutdown(wait=True)
+        try:
+            self._writer.submit(_close).result()
+        finally:
+            self._writer.shutdown(wait=True)
 
     def __enter__(self) -> "SessionLog":
         return self

@@ -143,7 +143,8 @@ def setup(runtime: Any) -> None:
         loop = runtime._loop
         if e.type == "turn_ended" and e.payload.get("stop_reason") == "end_turn" and loop is not None and not loop.is_closed():
             # on the writer thread: never wait for a write here; commit from the loop, off-thread
-            loop.call_soon_threadsafe(lambda: loop.create_task(asyncio.to_thread(_commit_if_dream, store, e.session_id)))
+            # a tracked side job, so the server waits for it before it closes the log
+            loop.call_soon_threadsafe(lambda: runtime.background(asyncio.to_thread(_commit_if_dream, store, e.session_id)))
 
     store.log.subscribe(on_commit)
     if store.settings.dream_every > 0:

@@ -150,15 +150,23 @@ class Runtime:
         """Start a turn with the user's text; returns the seq of its user_message."""
         if not isinstance(text, str) or not text.strip():
             raise ConfigError('the body needs "text": a non-empty string')
-        if self.running(session_id):
-            raise TurnBusy(f"a turn is already running in session {session_id}; wait for it or interrupt it")
+        busy = f"a turn is already running in session {session_id}; wait for it or interrupt it"
+        previous = self.tasks.get(session_id)
         open_turn = await asyncio.to_thread(self._prepare, session_id)  # nothing is written before this
-        if open_turn and not self.running(session_id):
+        if previous is not None and not previous.done():
+            if open_turn:
+                raise TurnBusy(busy)
+            # its turn_ended is committed (a client may answer it at once): the task is only
+            # finishing up, so wait for it rather than refuse
+            await asyncio.wait({previous}, timeout=10)
+            if not previous.done():
+                raise TurnBusy(busy)
+        elif open_turn:
             raise TurnBusy(
                 f"session {session_id} has an unfinished turn; resume it (POST .../resume) or interrupt it first"
             )
         if self.running(session_id):  # another request started one while we were reading
-            raise TurnBusy(f"a turn is already running in session {session_id}; wait for it or interrupt it")
+            raise TurnBusy(busy)
         got: asyncio.Future = asyncio.get_running_loop().create_future()
 
         def on(kind: str, obj: Any) -> None:
