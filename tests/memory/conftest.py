@@ -109,8 +109,9 @@ def brain(store):
     asyncio.run(b.close())
 
 
-# The REST tests run against a real in-process Jupyter server (pytest-jupyter).
-pytest_plugins = ("pytest_jupyter.jupyter_server",)
+# The REST tests run against a real in-process Jupyter server: pytest-jupyter's fixtures and
+# hooks for this directory only (pytest refuses `pytest_plugins` outside the top-level conftest).
+from pytest_jupyter.jupyter_server import *  # noqa: E402,F403
 
 
 @pytest.fixture
