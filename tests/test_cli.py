@@ -151,7 +151,8 @@ def test_sigkill_during_a_tool_call_is_never_rerun(db_path, tmp_path, fake_api):
     marker = tmp_path / "started"
     code = f"open({str(marker)!r}, 'a').write('x')\nimport time\ntime.sleep(120)"
     fake_api.use([Reply(code=[code]), Reply(text="I see the call was interrupted.")])
-    env = cli_env(ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=fake_api.url)
+    # local hands: the kernel writes a marker into this test's directory, which a sandbox does not mount
+    env = cli_env(ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=fake_api.url, WORKBENCH_HANDS_BACKEND="local")
     proc = subprocess.Popen(
         [*WORKBENCH, "run", "long job", "--session", "k2", "--model", "claude-opus-5-5", "--db", str(db_path)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

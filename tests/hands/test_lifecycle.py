@@ -32,7 +32,8 @@ import asyncio, sys
 from workbench.hands.factory import HandsFactory, HandsSettings
 
 async def main():
-    f = HandsFactory(HandsSettings(registry_dir=sys.argv[1], pool_size=1))
+    # local hands: the test checks host pids, and a sandboxed child's pid is one of its own namespace
+    f = HandsFactory(HandsSettings(backend="local", registry_dir=sys.argv[1], pool_size=1))
     await f.start()
     h = f("s", {}, None)
     child = await h.execute("import subprocess; subprocess.Popen(['sleep', '600']).pid")

@@ -9,6 +9,10 @@ from workbench.client import WorkbenchClient
 from workbench.testing import FakeMessagesAPI, Reply
 
 
+# local hands: these kernels write a marker into the test's directory, which a sandbox does not mount
+LOCAL_HANDS = {"WORKBENCH_HANDS_BACKEND": "local"}
+
+
 def check_log(events: list[dict]) -> None:
     """Seqs 1..N, one user message, every tool_use answered exactly once, the turn ended once."""
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
@@ -32,7 +36,7 @@ def test_a_server_killed_mid_turn_resumes_its_turns_on_restart(server_process, t
     long_job = f"```python\nopen({str(marker)!r}, 'a').write('x')\nimport time\ntime.sleep(600)\n```"
     with FakeMessagesAPI([Reply(text="Done, after a long think.")]) as api:
         api.delay = 600  # the model call hangs: the server dies while waiting for it
-        env = {"ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "test-key"}
+        env = {"ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "test-key", **LOCAL_HANDS}
         first = server_process(env=env)
         c = WorkbenchClient(first.url, first.token)
         slow_model = c.create_session(model="claude-opus-5-5", title="slow model")["id"]

@@ -28,7 +28,7 @@ BACKENDS = ("local", "sandbox", "gateway")
 class HandsSettings:
     """Host-level hands settings (env: WORKBENCH_HANDS_<FIELD>); documented in docs/settings.md."""
 
-    backend: str = "local"  # local | sandbox | gateway
+    backend: str = "sandbox"  # sandbox | local | gateway
     unsafe_unsandboxed: bool = False  # UNSAFE: when no sandbox works here, run model code in plain local kernels
     pool_size: int = 1  # kernels kept started and ready, per host
     gateway_url: str = ""  # e.g. http://127.0.0.1:8888 (backend "gateway")

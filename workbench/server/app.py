@@ -94,7 +94,8 @@ class Workbench(ExtensionApp):
             self.log.error("workbench: the API is unavailable: %s", e)
             return
         self.hands_factory = self._make_hands_factory()
-        brain = Brain(self.session_log, settings=settings, hands_factory=self.hands_factory)
+        brain = Brain(self.session_log, settings=settings, hands_factory=self.hands_factory,
+                      redact=getattr(self.hands_factory, "redact", None))
         self.runtime = Runtime(self.session_log, brain, default_model=self.default_model or None, logger=self.log)
         self.settings["workbench_runtime"] = self.runtime
         memory = _memory_handlers()
