@@ -43,11 +43,17 @@ def test_run_streams_text_and_continues_a_session(db_path):
     assert show.returncode == 0 and "user_message" in show.stdout and "→ python" in show.stdout
 
 
-def test_demo_runs_offline(tmp_path):
-    p = wb("demo", "--db", str(tmp_path / "demo.duckdb"))
+@pytest.mark.parametrize("sandbox", [True, False])
+def test_demo_runs_offline(tmp_path, sandbox):
+    env = cli_env() if sandbox else cli_env(WORKBENCH_BWRAP=str(tmp_path / "no-bwrap-here"))
+    p = wb("demo", "--db", str(tmp_path / "demo.duckdb"), env=env)
     assert p.returncode == 0, p.stderr
     assert "week 4 was the warmest" in p.stdout and "weekly means" in p.stdout
     assert "The turn ended (end_turn)" in p.stdout
+    if sandbox:
+        assert "[hands: sandbox kernel" in p.stdout
+    else:  # the demo's own fixed code may run unsandboxed, and it says so
+        assert "no sandbox on this machine" in p.stdout and "[hands: local kernel" in p.stdout
 
 
 @pytest.mark.parametrize(

@@ -230,24 +230,28 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print("workbench demo: an agent whose brain (here the offline scripted model) runs in this process,")
     print("whose hands are a separate Jupyter kernel, and whose memory is a DuckDB session log.\n")
     print(f"» user: {prompt}\n")
+    hands = _demo_hands_factory()
     with _open_log(args) as log:
-        brain = Brain(log)
+        brain = Brain(log, hands_factory=hands, redact=getattr(hands, "redact", None))
         sid = brain.create_session(title="demo: temperature analysis", model="scripted:demo")["id"]
         printer = Printer(sid, side=sys.stdout, thinking=False)
         brain.listen(printer.delta)
 
         def show(ev: Any) -> None:
             if ev.session_id == sid and ev.type == "hands_started":
-                print(f"[hands: kernel generation {ev.payload['generation']} ready in {ev.payload['start_ms']:.0f} ms]")
+                p = ev.payload
+                print(f"[hands: {p.get('launcher', 'local')} kernel, generation {p['generation']}, ready in {p['start_ms']:.0f} ms]")
             printer.event(ev)
 
         log.subscribe(show)
 
         async def go() -> str:
             try:
+                await hands.start()
                 return await brain.run_turn(sid, prompt)
             finally:
                 await brain.close()
+                await hands.close()
 
         stop = _run_async(go)
         n = len(log.events(sid))
@@ -255,6 +259,32 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"See them with:  workbench show {sid} --db {args.db}")
     print(f"or as JSON:     workbench export {sid} --db {args.db}")
     return EXIT_OK if stop == "end_turn" else EXIT_STOPPED
+
+
+def _demo_hands_factory():
+    """The usual hands factory; without a working sandbox, plain local hands, said out loud.
+
+    Only the demo may fall back: its code is fixed and ships with the package, while a
+    session with a model refuses to run code until the sandbox works.
+    """
+    import dataclasses
+
+    from .config import from_env
+    from .hands.factory import HandsFactory, HandsSettings
+    from .hands.preflight import preflight
+    from .hands.sandbox import SandboxSettings
+
+    settings = from_env(HandsSettings, prefix="WORKBENCH_HANDS_", pool_size=0)
+    if settings.backend == "sandbox" and not settings.unsafe_unsandboxed:
+        check = preflight(from_env(SandboxSettings))
+        if not check.ok:
+            print(
+                f"[note: no sandbox on this machine ({check.reason}). The demo's code is fixed and ships with "
+                "the package, so it runs in a plain local kernel; sessions with a model refuse to run code "
+                f"until the sandbox works: {check.fix.split('; or,')[0]}]\n"
+            )
+            settings = dataclasses.replace(settings, backend="local")
+    return HandsFactory(settings)
 
 
 def build_parser() -> argparse.ArgumentParser:
