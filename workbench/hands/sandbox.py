@@ -23,13 +23,16 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_client.provisioning import LocalProvisioner
 
 from ..egress import EgressPolicy, EgressProxy, EgressSettings, Listener, Vault
 from .base import EventSink
@@ -68,6 +71,16 @@ class _OneSpec(KernelSpecManager):
         return self._spec
 
 
+class SandboxProvisioner(LocalProvisioner):
+    """Reports a kernel killed by signal N as killed by N, not as bwrap's exit code 128+N."""
+
+    async def poll(self) -> int | None:
+        status = await super().poll()
+        if status is not None and 128 < status < 128 + signal.NSIG:
+            return -(status - 128)  # what a plain kernel process would report (a kernel's own exit(137) reads the same)
+        return status
+
+
 class SandboxKernelManager(AsyncKernelManager):
     """A kernel manager that hands the connection file to the sandbox uid and runs its egress listener."""
 
@@ -81,6 +94,12 @@ class SandboxKernelManager(AsyncKernelManager):
         if self.owner is not None:
             # mode stays 0600; the kernel's uid must read it, and it is the only secret in the run dir
             os.chown(self.connection_file, *self.owner)
+
+    async def _async_pre_start_kernel(self, **kw: Any) -> Any:
+        if self.provisioner is None:
+            self.kernel_id = self.kernel_id or kw.get("kernel_id") or str(uuid.uuid4())
+            self.provisioner = SandboxProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self)
+        return await super()._async_pre_start_kernel(**kw)
 
     async def start_kernel(self, **kw: Any) -> None:  # type: ignore[override]
         if self.egress is not None and self._listener is None:
