@@ -3,69 +3,29 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
+from workbench.testing.jupyter import JupyterProcess, free_port
+
+__all__ = ["JupyterServer", "execute_request", "free_port", "ws_execute"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class JupyterServer:
+class JupyterServer(JupyterProcess):
     """Starts and stops one `jupyter server`; `workbench=False` disables the workbench extension."""
 
     def __init__(self, home: Path, *, workbench: bool, env: dict[str, str] | None = None, args: list[str] | None = None):
-        self.home, self.port = home, free_port()
-        self.token = "bench-" + os.urandom(8).hex()
-        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__(home, env=env, extensions={"workbench": workbench}, args=args, token_prefix="bench-",
+                         probe="/workbench/api/status" if workbench else "/api/status", grace=30.0, poll=0.1)
         self.workbench = workbench
-        self.env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-                    "JUPYTER_DATA_DIR": str(home / "data"), **(env or {})}
-        self.args = args or []
-        self.proc: subprocess.Popen | None = None
-        self.logfile = home / "server.log"
-
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"token {self.token}"}
 
     def start(self, timeout: float = 90.0) -> "JupyterServer":
-        for d in ("config", "runtime", "data"):
-            (self.home / d).mkdir(parents=True, exist_ok=True)
-        # the user-level config wins over the environment's, so this turns the extension on or off
-        (self.home / "config" / "jupyter_server_config.json").write_text(
-            json.dumps({"ServerApp": {"jpserver_extensions": {"workbench": self.workbench}}}))
-        cmd = [sys.executable, "-m", "jupyter_server", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
-               "--port-retries=0", f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.home}",
-               "--ServerApp.allow_root=True", *self.args]
-        with open(self.logfile, "ab") as log:
-            self.proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        probe = "/workbench/api/status" if self.workbench else "/api/status"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"jupyter server exited with {self.proc.returncode}: {self.tail()}")
-            try:
-                if httpx.get(self.url + probe, headers=self.headers, timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"jupyter server did not answer in {timeout:.0f} s: {self.tail()}")
+        super().start(timeout)
+        return self
 
     def tail(self, n: int = 2000) -> str:
-        return self.logfile.read_text(errors="replace")[-n:] if self.logfile.exists() else ""
+        return self.log_tail(n)
 
     def kernel_pid(self, kernel_id: str) -> int:
         """The pid of a kernel the server started (found by its connection file's name)."""
@@ -94,19 +54,7 @@ class JupyterServer:
 
     def stop(self) -> None:
         """SIGINT (jupyter's clean shutdown, which stops its kernels), then SIGKILL the process group."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        super().stop()
         self.proc = None
 
 
