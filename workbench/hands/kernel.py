@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from .base import EventSink, Observation, failure
-from .collect import TIMED_OUT, Collector, death_note, replay, setup_code, stuck_note
+from .base import EventSink, Observation
+from .collect import Collector, setup_code
+from .lifecycle import Deadline, Lifecycle
 from .limits import Limits
 from .live import LiveKernel, LocalLauncher, boot, kernel_env
 
@@ -47,66 +48,36 @@ class HandsConfig:
     replay: bool = False  # re-run replayable calls in a fresh kernel after a death
 
 
-class KernelHands:
+class KernelHands(Lifecycle):
     """Hands on a Jupyter kernel process: lazy, watched, replaceable."""
 
     def __init__(self, config: HandsConfig | None = None, *, launcher: Any = None, on_event: EventSink | None = None,
                  pool: Any = None, limits: Limits | None = None, registry: Any = None):
-        self.config = config or HandsConfig()
+        super().__init__(config or HandsConfig(), on_event)
         self.launcher = launcher or LocalLauncher()
-        self.on_event = on_event
         self.pool, self.limits, self.registry = pool, limits, registry
-        self.replay_source: ReplaySource | None = None  # set by the brain; hands never read the log
-        self.generation = 0
+        self.replay_source: ReplaySource | None = None
         self.kernel: LiveKernel | None = None
-        self.state = "not started"
         self._workdir: Path | None = Path(self.config.workdir) if self.config.workdir else None
         self._owns_workdir = False
-        self._lock = asyncio.Lock()
-        self._start_lock = asyncio.Lock()
-        self._busy = False
-        self._interrupt_requested = False
-        self._running = False  # the kernel has begun running the current cell (execute_input seen)
-        self._interrupt_pending = False
-        self._msg_id: str | None = None  # the execute request in flight
-        self._settling: asyncio.Task | None = None  # finishing a cancelled call
-
-    async def _emit(self, type: str, payload: dict[str, Any]) -> None:
-        if self.on_event is not None:
-            await self.on_event(type, payload)
 
     @property
     def pid(self) -> int | None:
         return self.kernel.pid if self.kernel else None
 
+    def _handle(self) -> LiveKernel | None:
+        return self.kernel
+
+    def _backend(self) -> str:
+        return self.launcher.name
+
     # -- lifecycle ---------------------------------------------------------
 
-    async def start(self, reason: str = "first call") -> list[str]:
-        """Make sure a kernel is ready (normally the first execute does this); returns notes for the model."""
-        async with self._start_lock:
-            if self.kernel is not None:
-                return []
-            if self.state == "dead":
-                reason = "replace a dead kernel"
-            t0 = time.perf_counter()
-            self.state = "starting"
-            try:
-                lk, pooled = await self._provision()
-                await self._prepare(lk, pooled)
-            except BaseException:
-                self.state = "failed"
-                raise
-            self.kernel = lk
-            self.generation += 1
-            self.state = "idle"
-            await self._emit("hands_started", {
-                "generation": self.generation, "pid": lk.pid, "launcher": self.launcher.name, "reason": reason,
-                "start_ms": round((time.perf_counter() - t0) * 1000, 1), "pooled": pooled,
-                "boot_ms": lk.boot_ms, "limits": lk.applied,
-            })
-            if reason != "restart" and self.config.replay and self.replay_source is not None:
-                return await self._replay()
-            return []
+    async def _boot(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        lk, pooled = await self._provision()
+        await self._prepare(lk, pooled)
+        self.kernel = lk
+        return {"pid": lk.pid, "launcher": self.launcher.name}, {"pooled": pooled, "boot_ms": lk.boot_ms, "limits": lk.applied}
 
     async def _provision(self) -> tuple[LiveKernel, bool]:
         env = self.config.env
@@ -145,90 +116,36 @@ class KernelHands:
             await lk.kill()
             raise RuntimeError(f"preparing the kernel failed: {reply.get('ename')}: {reply.get('evalue')}")
 
-    async def _replay(self) -> list[str]:
-        return await replay(await self.replay_source(), self._run, self._emit, self.generation, self.config.timeout)
-
     async def _discard(self) -> None:
-        """Forget the current kernel (dead or to be replaced) and free what it held."""
         lk, self.kernel = self.kernel, None
         if lk is not None:
             await asyncio.shield(lk.kill())
 
-    async def restart(self) -> None:
-        """Replace the kernel with a fresh one."""
-        async with self._lock:
-            await self._discard()
-            self.state = "not started"
-            await self.start(reason="restart")
-
-    async def shutdown(self) -> None:
-        """Stop the kernel (if any) and remove the session's temporary workdir."""
-        had = self.kernel is not None
-        if self._settling is not None and not self._settling.done():
-            self._settling.cancel()
-        await self._discard()
-        self.state = "stopped"
+    async def _after_shutdown(self) -> None:
         if self._owns_workdir and self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir, self._owns_workdir = None, False
-        if had:
-            await self._emit("hands_stopped", {"generation": self.generation})
 
-    async def interrupt(self) -> None:
-        """Interrupt the running call, if any."""
-        if self.kernel is not None and self._busy:
-            self._interrupt_requested = True
-            if self._running:
-                await self.kernel.interrupt()
-            else:  # a kernel ignores an interrupt that lands before the cell starts: send it then
-                self._interrupt_pending = True
+    async def _interrupt_now(self) -> None:
+        await self.kernel.interrupt()
 
-    def status(self) -> dict[str, Any]:
-        return {"backend": self.launcher.name, "state": "busy" if self._busy else self.state,
-                "generation": self.generation, "pid": self.pid}
+    async def _interrupt_handle(self, handle: LiveKernel) -> None:
+        await handle.interrupt()
 
     # -- execution ---------------------------------------------------------
 
-    async def execute(self, code: str, timeout: float | None = None) -> Observation:
-        """Run code in the kernel; returns what it printed, returned, displayed or raised."""
-        async with self._lock:
-            t0 = time.perf_counter()
-            notes: list[str] = []
-            if self.kernel is not None and (status := await self.kernel.poll()) is not None:
-                how = await self._record_death(status, during="idle")
-                notes.append(f"[the kernel died between calls ({how}); this call runs in a fresh kernel, "
-                             "so earlier variables and imports are gone]")
-            if self.kernel is None:
-                try:
-                    notes += await self.start()
-                except Exception as e:  # a kernel that cannot start is data for the model
-                    return failure(f"the kernel could not start: {e}", ename="KernelStartError", notes=notes)
-            timeout = min(timeout or self.config.timeout, self.config.max_timeout)
-            self._busy = True
-            try:
-                obs = await self._run(code, timeout)
-            except asyncio.CancelledError:
-                # the caller gave up (a user interrupt): stop the code too, keep the kernel
-                lk, running = self.kernel, self._running
-                if lk is not None and self._msg_id is not None:
-                    if running:
-                        await asyncio.shield(lk.interrupt())
-                    self._settling = asyncio.get_running_loop().create_task(self._settle(lk, self._msg_id, running))
-                raise
-            finally:
-                self._busy = self._running = self._interrupt_pending = False
-                self._interrupt_requested = False
-            obs.notes = notes + obs.notes
-            obs.generation = obs.generation or self.generation
-            obs.duration_ms = round((time.perf_counter() - t0) * 1000, 1)
-            return obs
+    async def _check_idle(self) -> list[str]:
+        if self.kernel is not None and (status := await self.kernel.poll()) is not None:
+            how = await self._record_death(status, during="idle")
+            return [f"[the kernel died between calls ({how}); this call runs in a fresh kernel, "
+                    "so earlier variables and imports are gone]"]
+        return []
 
     async def _run(self, code: str, timeout: float) -> Observation:
         lk = self.kernel
         col = Collector(self.config.output_limit, self.generation)
         msg_id = self._msg_id = lk.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
-        deadline = time.monotonic() + timeout
-        interrupted_at: float | None = None
+        deadline = Deadline(self, timeout)
         next_poll = 0.0
         while True:
             now = time.monotonic()
@@ -237,11 +154,7 @@ class KernelHands:
                 status = await lk.poll()
                 if status is not None:
                     return await self._died(status, col)
-                if interrupted_at is None and now > deadline:
-                    interrupted_at = now
-                    await self._emit("hands_timeout", {"generation": self.generation, "timeout": timeout, "action": "interrupt"})
-                    await lk.interrupt()
-                elif interrupted_at is not None and now > interrupted_at + self.config.interrupt_grace:
+                if await deadline.stuck():
                     return await self._replace_stuck(timeout, col)
             try:
                 msg = await lk.kc.get_iopub_msg(timeout=POLL)
@@ -250,50 +163,22 @@ class KernelHands:
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
             if msg["msg_type"] == "execute_input":
-                self._running = True
-                if self._interrupt_pending:
-                    self._interrupt_pending = False
-                    await lk.interrupt()
+                await self._cell_started()
             elif col.feed(msg["msg_type"], msg["content"]):
                 break
-        obs = col.done()
-        if interrupted_at is not None:
-            obs.truncated.append(TIMED_OUT.format(timeout=timeout))
-        elif self._interrupt_requested:
-            obs.notes.append("[interrupted on request; the kernel and its state survive]")
-        return obs
+        return self._finish(col, timeout, deadline.passed)
 
-    async def _settle(self, lk: LiveKernel, msg_id: str, interrupted: bool) -> None:
-        """After a cancelled call: interrupt it once it starts, wait for it to end, or replace a stuck kernel.
+    async def _still_current(self, handle: LiveKernel) -> bool:
+        return handle is self.kernel and await handle.poll() is None
 
-        Holds the lock, so the next call waits for this (at most about the grace period) instead
-        of queueing behind a cell nobody is waiting for.
-        """
-        async with self._lock:
-            deadline = time.monotonic() + self.config.interrupt_grace
-            try:
-                while lk is self.kernel and await lk.poll() is None:
-                    if time.monotonic() > deadline:
-                        await self._emit("hands_timeout", {"generation": self.generation, "timeout": None,
-                                                           "action": "replaced", "grace": self.config.interrupt_grace,
-                                                           "cause": "a cancelled call did not stop"})
-                        await self._discard()
-                        self.state = "dead"
-                        return
-                    try:
-                        msg = await lk.kc.get_iopub_msg(timeout=POLL)
-                    except queue.Empty:
-                        continue
-                    if msg["parent_header"].get("msg_id") != msg_id:
-                        continue
-                    if msg["msg_type"] == "execute_input" and not interrupted:
-                        interrupted = True
-                        await lk.interrupt()
-                        deadline = time.monotonic() + self.config.interrupt_grace
-                    elif msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
-                        return
-            except Exception:  # the kernel was stopped under us (shutdown): nothing left to settle
-                return
+    async def _settle_msg(self, handle: LiveKernel, msg_id: str) -> Any:
+        try:
+            msg = await handle.kc.get_iopub_msg(timeout=POLL)
+        except queue.Empty:
+            return None
+        if msg["parent_header"].get("msg_id") != msg_id:
+            return None
+        return msg["msg_type"], msg["content"]
 
     async def _record_death(self, status: int, during: str) -> str:
         """Log a death, forget the kernel, and return how it died, in words."""
@@ -309,25 +194,13 @@ class KernelHands:
             how += ", out of memory: it went over its memory limit"
         await self._emit("hands_died", {"generation": gen, "exit_code": status, "signal": sig, "how": how,
                                         "during": during, "pid": lk.pid if lk else None})
-        await self._discard()
-        self.state = "dead"
+        await self._lose()
         return how
 
     async def _died(self, status: int, col: Collector) -> Observation:
         gen = self.generation
         how = await self._record_death(status, during="call")
-        partial = col.done()
-        return failure(death_note(how), ename="KernelDied", generation=gen, stdout=partial.stdout, stderr=partial.stderr)
-
-    async def _replace_stuck(self, timeout: float, col: Collector) -> Observation:
-        gen = self.generation
-        await self._emit("hands_timeout", {"generation": gen, "timeout": timeout, "action": "replaced",
-                                           "grace": self.config.interrupt_grace})
-        await self._discard()
-        self.state = "dead"
-        partial = col.done()
-        return failure(stuck_note(timeout, self.config.interrupt_grace), ename="KernelTimeout", generation=gen,
-                       stdout=partial.stdout, stderr=partial.stderr)
+        return self._death_observation(how, gen, col)
 
 
 def _signame(sig: int) -> str:
