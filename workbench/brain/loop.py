@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import ConfigError, TurnBusy, UnknownSession
-from ..hands import Hands, KernelHands
+from ..hands import Hands
 from ..log import SessionLog
 from .models import FatalModelError, MessageBuilder, Model, RetryableError, make_model
 from .request import build_request, tool_uses, turn_state
@@ -344,11 +344,21 @@ def _text(s: str) -> dict[str, Any]:
     return {"type": "text", "text": s}
 
 
-def default_hands_factory(session_id: str, config: dict[str, Any], sink: Any) -> Hands:
-    """Local kernel hands without a pool; hosts that want a pool pass a HandsFactory."""
-    from ..hands.factory import hands_config
+_default_factory: Any = None
 
-    return KernelHands(hands_config(config), on_event=sink)
+
+def default_hands_factory(session_id: str, config: dict[str, Any], sink: Any) -> Hands:
+    """Hands as a host would make them (sandboxed by default, WORKBENCH_HANDS_* settings), without a pool.
+
+    Hosts that want a warm pool, or to close every kernel at once, pass their own HandsFactory.
+    """
+    global _default_factory
+    if _default_factory is None:
+        from ..config import from_env
+        from ..hands.factory import HandsFactory, HandsSettings
+
+        _default_factory = HandsFactory(from_env(HandsSettings, prefix="WORKBENCH_HANDS_", pool_size=0))
+    return _default_factory(session_id, config, sink)
 
 
 def replayable_calls(events: list[Any]) -> list[dict[str, Any]]:
