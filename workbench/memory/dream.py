@@ -147,7 +147,10 @@ def dream_status(store: MemoryStore, dream_id: str) -> dict[str, Any]:
         raise ConfigError(f"session {dream_id} is not a dream")
     done = store.log.events(dream_id, types=["dream_read"])
     ended = store.log.events(dream_id, types=["turn_ended"])
-    state = "done" if done else ("stopped" if ended else "running")
+    # a dream that ended normally is committed (dream_read) just after its turn_ended: until
+    # then it is still running, not stopped
+    stop = ended[-1].payload["stop_reason"] if ended else None
+    state = "done" if done else ("stopped" if ended and stop != "end_turn" else "running")
     return {"session": s, "state": state, "stop_reason": ended[-1].payload["stop_reason"] if ended else None,
             "read": done[-1].payload["sessions"] if done else {}, "proposals": store.list(dream=dream_id)}
 
