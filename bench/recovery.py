@@ -100,11 +100,24 @@ async def run(ctx: Context) -> Section:
         HandsFactory = None  # noqa: N806
         sec.notes.append("warm pool: skipped: workbench.hands.factory is not available (cold path only)")
     if HandsFactory is not None:
-        factory = HandsFactory(HandsSettings(pool_size=1, registry_dir=str(ctx.tmp / "registry-recovery")))
+        # like with like: the cold row above is a plain local kernel, so the pool row is too
+        factory = HandsFactory(HandsSettings(backend="local", pool_size=1, registry_dir=str(ctx.tmp / "registry-recovery")))
         try:
             await factory.start()
             hands = factory("bench-recovery", {}, None)
             sec.row("warm pool (HandsFactory, pool_size=1)", await _hands_recovery(hands, trials, lambda: _pool_ready(factory)))
+        finally:
+            await factory.close()
+        # the default backend: a sandboxed kernel binds the session's workspace when bwrap starts,
+        # so after a death the replacement boots with that workspace instead of coming from the pool
+        factory = HandsFactory(HandsSettings(backend="sandbox", pool_size=1, registry_dir=str(ctx.tmp / "registry-recovery-sbx")))
+        try:
+            if getattr(factory.sandbox, "mode", "") == "sandbox":
+                await factory.start()
+                hands = factory("bench-recovery-sandbox", {}, None)
+                sec.row("sandboxed (the default backend), pool_size=1", await _hands_recovery(hands, trials, lambda: _pool_ready(factory)))
+            else:
+                sec.notes.append("sandboxed recovery: skipped: no working sandbox on this machine")
         finally:
             await factory.close()
 

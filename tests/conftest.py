@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import psutil
 import pytest
 
 from workbench.log import SessionLog
@@ -40,3 +42,53 @@ def fake_api():
     api = FakeMessagesAPI("default").start()
     yield api
     api.stop()
+
+
+# -- no kernel outlives the test run ------------------------------------------
+
+def _kernel_processes() -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any("ipykernel" in a for a in p.info["cmdline"] or []):
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+# kernels that were already running when the test run started are not ours
+_BEFORE_RUN = {(p.pid, p.create_time()) for p in _kernel_processes()}
+
+
+def _kernels_started_by_this_run() -> list[psutil.Process]:
+    out = []
+    for p in _kernel_processes():
+        try:
+            if (p.pid, p.create_time()) not in _BEFORE_RUN:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run if a kernel (plain or sandboxed) started during it is still alive at the end."""
+    left = [p for p in _kernels_started_by_this_run() if p.pid != os.getpid()]
+    # a kernel whose host was killed leaves on its own once it notices (ipykernel polls its parent)
+    _, alive = psutil.wait_procs(left, timeout=15)
+    if not alive:
+        return
+    lines = []
+    for p in alive:
+        try:
+            lines.append(f"  pid {p.pid}: {' '.join(p.cmdline())[:200]}")
+            p.kill()
+        except psutil.NoSuchProcess:
+            continue
+    if lines:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        text = "kernels outlived the test run (now killed):\n" + "\n".join(lines)
+        if reporter is not None:
+            reporter.write_line(text, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
