@@ -132,7 +132,10 @@ class Brain:
     def hands(self, session_id: str) -> Hands:
         """This session's hands (created on first use; the kernel starts lazily)."""
         if session_id not in self._hands:
-            config = self.log.events(session_id, until=1)[0].payload.get("config", {})
+            # session_created is normally in the cache already: no blocking read on the event loop
+            cached = self._events.get(session_id)
+            first = cached[0] if cached else self.log.events(session_id, until=1)[0]
+            config = first.payload.get("config", {})
 
             async def sink(type: str, payload: dict[str, Any]) -> None:
                 await self.log.aappend(session_id, type, payload)
@@ -153,7 +156,7 @@ class Brain:
         """Append the user's message and run the turn to its end; returns the stop reason."""
         if not isinstance(text, str) or not text.strip():
             raise ConfigError("the message is empty")
-        if not self.log.has_session(session_id):
+        if not await self.events(session_id):  # off the loop, and it warms the cache the turn reads
             raise UnknownSession(f"no session {session_id!r}")
         self._claim(session_id)
         try:
@@ -276,7 +279,7 @@ class Brain:
 
     async def resume(self, session_id: str) -> str | None:
         """Finish a turn that was cut off; None when there is nothing to finish."""
-        if not self.log.has_session(session_id):
+        if not await self.events(session_id):
             raise UnknownSession(f"no session {session_id!r}")
         self._claim(session_id)
         try:
