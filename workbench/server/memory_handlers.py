@@ -106,7 +106,9 @@ class DreamsHandler(MemoryHandlerBase):
             raise ConfigError('"sessions" must be a list of session ids')
         model = body.get("model") or self.store.settings.dream_model or self.runtime.default_model_name()
         check_model_name(model)
-        running = [sid for sid in list(self.runtime.tasks) if self.runtime.running(sid) and self.runtime.log.session(sid)["kind"] == "dream"]
+        busy = [sid for sid in list(self.runtime.tasks) if self.runtime.running(sid)]
+        rows = await asyncio.to_thread(self.runtime.log.sessions, ids=busy) if busy else []  # off the event loop
+        running = [s["id"] for s in rows if s["kind"] == "dream"]
         if running:
             # one dream at a time: two dreams over the same sessions would each propose the same facts
             raise TurnBusy(f"dream {running[0]} is still running; wait for it (GET {API}/dreams/{running[0]})")

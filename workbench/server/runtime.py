@@ -14,7 +14,7 @@ import signal
 from collections import defaultdict
 from typing import Any, Callable
 
-from ..brain import Brain, turn_state
+from ..brain import Brain
 from ..errors import ConfigError, TurnBusy, UnknownSession, WorkbenchError
 from ..log import Event, SessionLog
 
@@ -119,10 +119,9 @@ class Runtime:
 
         One thread hop for all of it: under load each hop costs milliseconds before a turn starts.
         """
-        if not self.log.has_session(session_id):
-            raise UnknownSession(f"no session {session_id!r}")
-        self.brain.model(self.log.session(session_id)["model"])  # UnknownModel / MissingAPIKey, early
-        return turn_state(self.log.events(session_id)).open
+        s = self.log.session(session_id)  # UnknownSession
+        self.brain.model(s["model"])  # UnknownModel / MissingAPIKey, early
+        return s["state"] == "unfinished"  # computed in SQL: no need to read the whole log
 
     # -- turns -----------------------------------------------------------------
 
@@ -207,16 +206,15 @@ class Runtime:
         rows = await asyncio.to_thread(self.log.sessions)
         resumed = []
         for s in rows:
-            if s["last_type"] in ("turn_ended", "session_created") or self.running(s["id"]):
+            if s["state"] != "unfinished" or self.running(s["id"]):
                 continue
-            if turn_state(await self.log.aevents(s["id"])).open:
-                try:
-                    await self._model_ready(s["id"])
-                except WorkbenchError as e:  # e.g. the key is gone: leave the turn for a later resume
-                    self.logger.warning("workbench: cannot resume session %s: %s", s["id"], e)
-                    continue
-                self._start(s["id"], self.brain.resume(s["id"]))
-                resumed.append(s["id"])
+            try:
+                await self._model_ready(s["id"])
+            except WorkbenchError as e:  # e.g. the key is gone: leave the turn for a later resume
+                self.logger.warning("workbench: cannot resume session %s: %s", s["id"], e)
+                continue
+            self._start(s["id"], self.brain.resume(s["id"]))
+            resumed.append(s["id"])
         return resumed
 
     # -- hands -----------------------------------------------------------------
