@@ -19,26 +19,11 @@ from traitlets import Bool, Dict, Unicode
 from .routes import ROUTES, pattern
 
 
-MEMORY_HANDLERS = f"{__package__}.memory_handlers"
-
-
-def _memory_handlers() -> Any:
-    """The memory and dream routes' module, or None when this build has none."""
-    # They live in their own module, written with the dreaming work: when it
-    # exists, its HANDLERS list of (path, handler class) is served too, and its
-    # optional setup(runtime) is called once the log and the brain exist.
-    try:
-        return importlib.import_module(MEMORY_HANDLERS)
-    except ModuleNotFoundError as e:
-        if e.name != MEMORY_HANDLERS:  # the module exists but something it imports is missing
-            raise
-        return None
-
-
 def all_handlers() -> list[tuple[str, type]]:
     """Every (path, handler class) the extension serves, in docs/api.md's notation."""
-    memory = _memory_handlers()
-    return list(ROUTES) + (list(memory.HANDLERS) if memory is not None else [])
+    from . import memory_handlers
+
+    return list(ROUTES) + list(memory_handlers.HANDLERS)
 
 
 class Workbench(ExtensionApp):
@@ -98,21 +83,14 @@ class Workbench(ExtensionApp):
                       redact=getattr(self.hands_factory, "redact", None))
         self.runtime = Runtime(self.session_log, brain, default_model=self.default_model or None, logger=self.log)
         self.settings["workbench_runtime"] = self.runtime
-        memory = _memory_handlers()
-        if memory is not None and hasattr(memory, "setup"):
-            memory.setup(self.runtime)
+        from . import memory_handlers
+
+        memory_handlers.setup(self.runtime)  # attach the memory store (and the dream scheduler, if set)
         self.log.info("workbench: session log %s", path)
 
     def _make_hands_factory(self) -> Any:
-        try:
-            from ..hands.factory import HandsFactory, HandsSettings
-        except ImportError:  # the hands factory is not part of this build
-            from ..brain import default_hands_factory
-
-            if self.hands:
-                self.log.warning("workbench: Workbench.hands is ignored: this build has no hands factory")
-            return default_hands_factory
         from ..config import from_env
+        from ..hands.factory import HandsFactory, HandsSettings
         from ..errors import ConfigError
 
         unknown = set(self.hands) - set(HandsSettings.__dataclass_fields__)

@@ -3,8 +3,8 @@
 Paths use `{name}` for a path argument; `pattern()` turns one into the
 regular expression tornado routes on. Another module adds routes by
 appending (path, handler class) pairs to ROUTES before the server starts,
-or (for the memory and dream routes) through `workbench.server.memory_handlers`,
-which the extension picks up by itself (see `app.all_handlers`).
+or (the memory and dream routes) in `workbench.server.memory_handlers`,
+which the extension always serves too (see `app.all_handlers`).
 """
 
 from __future__ import annotations
