@@ -47,7 +47,7 @@ async def record(path: Any, n: int) -> list[str]:
     hands = KernelHands(HandsConfig())
     scripts = {f"rec{i}": patterns(i) for i in range(n)}
     brain = Brain(log, model_factory=lambda name: ScriptedModel(scripts[name][2], name=name),
-                  hands_factory=lambda sid, config, sink: hands)
+                  hands_factory=lambda sid, config, sink, replay=None: hands)
     ids = []
     try:
         for name, (title, text, _) in scripts.items():

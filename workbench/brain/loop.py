@@ -140,14 +140,10 @@ class Brain:
             async def sink(type: str, payload: dict[str, Any]) -> None:
                 await self.log.aappend(session_id, type, payload)
 
-            hands = self.hands_factory(session_id, config, sink)
-            if hasattr(hands, "replay_source"):  # hands that can rehydrate read their history through us
+            async def replayable() -> list[dict[str, Any]]:  # hands rehydrate from the log through us
+                return replayable_calls(await self.events(session_id))
 
-                async def replayable() -> list[dict[str, Any]]:
-                    return replayable_calls(await self.events(session_id))
-
-                hands.replay_source = replayable
-            self._hands[session_id] = hands
+            self._hands[session_id] = self.hands_factory(session_id, config, sink, replayable)
         return self._hands[session_id]
 
     # -- the loop --------------------------------------------------------------
@@ -350,7 +346,7 @@ def _text(s: str) -> dict[str, Any]:
 _default_factory: Any = None
 
 
-def default_hands_factory(session_id: str, config: dict[str, Any], sink: Any) -> Hands:
+def default_hands_factory(session_id: str, config: dict[str, Any], sink: Any, replay: Any = None) -> Hands:
     """Hands as a host would make them (sandboxed by default, WORKBENCH_HANDS_* settings), without a pool.
 
     Hosts that want a warm pool, or to close every kernel at once, pass their own HandsFactory.
@@ -361,7 +357,7 @@ def default_hands_factory(session_id: str, config: dict[str, Any], sink: Any) ->
         from ..hands.factory import HandsFactory, HandsSettings
 
         _default_factory = HandsFactory(from_env(HandsSettings, prefix="WORKBENCH_HANDS_", pool_size=0))
-    return _default_factory(session_id, config, sink)
+    return _default_factory(session_id, config, sink, replay)
 
 
 def replayable_calls(events: list[Any]) -> list[dict[str, Any]]:

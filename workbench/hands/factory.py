@@ -96,8 +96,13 @@ class HandsFactory:
         self._hands: list[Hands] = []
         self._closed = False
 
-    def __call__(self, session_id: str, session_config: dict[str, Any], sink: EventSink | None) -> Hands:
-        """This session's hands (the kernel starts lazily or comes from the pool)."""
+    def __call__(self, session_id: str, session_config: dict[str, Any], sink: EventSink | None,
+                 replay: Any = None) -> Hands:
+        """This session's hands (the kernel starts lazily or comes from the pool).
+
+        `replay` returns the session's earlier replayable calls (the brain reads them from
+        the log; hands never do): used after a kernel death when `config.hands.replay` is on.
+        """
         if self._closed:
             raise ConfigError("the hands factory is closed")
         config = hands_config(session_config)
@@ -107,12 +112,14 @@ class HandsFactory:
             hands: Hands = GatewayHands(
                 config, url=self.settings.gateway_url, token=self.settings.gateway_token, on_event=sink
             )
+            hands.replay_source = replay
         elif self.sandbox is not None and self.sandbox.mode == "refused":
             hands = self.sandbox.refused(sink)
         else:
             launcher = make_launcher(self.settings, session_id, session_config, sink, self.sandbox)
             pool = self.pool if self.pool is not None and self.pool.fits(launcher) else None
             hands = KernelHands(config, launcher=launcher, on_event=sink, pool=pool, limits=self.limits, registry=self.registry)
+            hands.replay_source = replay
         self._hands.append(hands)
         return hands
 
