@@ -1,58 +1,61 @@
-"""Where the workbench's settings are defined, for the docs test to find.
+"""Settings objects from the environment and from overrides: one leaf every part can use.
 
-Each component has one config object (a dataclass, or traitlets on the
-server extension). Every class listed here has each field documented in
-docs/settings.md; tests/test_docs.py fails when one is not.
+Each component has one config object: a dataclass whose fields are read from
+`WORKBENCH_<FIELD>` (or a component prefix such as `WORKBENCH_HANDS_`), or
+traitlets on the server extension. Which classes exist is the host's
+business (`workbench.host.settings_classes`): this module imports nothing
+of the workbench but its errors.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from .errors import ConfigError
 
 ENV_PREFIX = "WORKBENCH_"
 
-
-def config_classes() -> list[type]:
-    """Every config class whose fields must be documented in docs/settings.md."""
-    from .brain import BrainSettings
-    from .hands import HandsConfig
-
-    classes: list[type] = [BrainSettings, HandsConfig]
-    for extra in EXTRA_CONFIG_CLASSES:
-        module, _, name = extra.rpartition(".")
-        classes.append(getattr(__import__(module, fromlist=[name]), name))
-    return classes
+T = TypeVar("T")
 
 
-# Dotted paths of config classes that other parts of the package add.
-EXTRA_CONFIG_CLASSES: list[str] = [
-    "workbench.hands.sandbox.SandboxSettings",
-    "workbench.hands.factory.HandsSettings",
-    "workbench.egress.EgressSettings",
-    "workbench.server.app.Workbench",  # traitlets: its class_own_traits(config=True)
-    "workbench.memory.store.MemorySettings",
-]
-
-
-def from_env(cls: type, prefix: str = ENV_PREFIX, **overrides: Any) -> Any:
-    """An instance of a config dataclass, fields read from WORKBENCH_<FIELD> when set."""
+def from_env(cls: type[T], prefix: str = ENV_PREFIX, **overrides: Any) -> T:
+    """An instance of a config dataclass, fields read from <prefix><FIELD> when set, then `overrides`."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        raw = os.environ.get(prefix + f.name.upper())
-        if raw is None:
-            continue
-        values[f.name] = _parse(f, raw)
-    values.update(overrides)
+    for name, f in fields.items():
+        raw = os.environ.get(prefix + name.upper())
+        if raw is not None:
+            values[name] = _parse(f, raw, prefix + name.upper())
+    unknown = set(overrides) - set(fields)
+    if unknown:
+        raise ConfigError(f"unknown {cls.__name__} settings: {', '.join(sorted(unknown))}; known: {', '.join(fields)}")
+    for name, value in overrides.items():
+        values[name] = _check(fields[name], value, f"{cls.__name__}.{name}")
     return cls(**values)
 
 
-def _parse(f: dataclasses.Field, raw: str) -> Any:
-    from .errors import ConfigError
+def settings_from(cls: type[T], overrides: Mapping[str, Any] | None, prefix: str = ENV_PREFIX, where: str = "") -> T:
+    """`from_env` for a mapping of overrides (a traitlet dict, a config file), naming `where` in errors."""
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise ConfigError(f"{where or cls.__name__} must be a mapping of settings")
+    try:
+        return from_env(cls, prefix, **dict(overrides or {}))
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}" if where else str(e)) from None
 
+
+def _kind(f: dataclasses.Field) -> type | None:
+    """The field's type as its default shows it (None: no default to judge by)."""
     default = f.default if f.default is not dataclasses.MISSING else None
-    kind = type(default) if default is not None else str
+    return type(default) if default is not None else None
+
+
+def _parse(f: dataclasses.Field, raw: str, name: str) -> Any:
+    kind = _kind(f) or str
     try:
         if kind is bool:
             if raw.lower() in ("1", "true", "yes", "on"):
@@ -61,7 +64,28 @@ def _parse(f: dataclasses.Field, raw: str) -> Any:
                 return False
             raise ValueError(raw)
         if kind in (int, float):
-            return kind(raw)
+            value = kind(raw.strip())
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(raw)
+            return value
         return raw
     except ValueError:
-        raise ConfigError(f"{ENV_PREFIX}{f.name.upper()}={raw!r} is not a valid {kind.__name__}") from None
+        raise ConfigError(f"{name}={raw!r} is not a valid {kind.__name__}") from None
+
+
+def _check(f: dataclasses.Field, value: Any, name: str) -> Any:
+    """An override must have the field's type (an int is fine for a float); non-finite numbers never are."""
+    kind = _kind(f)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name} must be true or false, not {value!r}"[:200])
+    elif kind in (int, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+            raise ConfigError(f"{name} must be a{'n integer' if kind is int else ' number'}, not {value!r}"[:200])
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{name} must be a finite number")
+    elif kind is str and not isinstance(value, str):
+        raise ConfigError(f"{name} must be a string, not {value!r}"[:200])
+    elif kind is None and isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number")
+    return value

@@ -17,18 +17,22 @@
      ├── TurnBusy                  a turn is already running in that session
      ├── ServerUnavailable         no workbench server answers the notebook client
      ├── RequestRefused            the workbench server answered a client request with an error
+     ├── PluginError               a plugin could not be loaded or contributes something invalid
      └── MemoryStoreError          the memory store cannot do what was asked
           ├── UnknownMemory        no memory with that id
           └── MemoryConflict       the review action does not fit the memory's status
 
 Hands failures (a dead kernel, a timeout, a traceback) are not exceptions:
 they are observations for the model. Every message here is one line a person
-can act on.
+can act on. `http_status` is how the server answers a request that raised it
+(one mapping, read by every handler).
 """
 
 
 class WorkbenchError(Exception):
     """Base class of every error the workbench raises on purpose."""
+
+    http_status = 400
 
 
 class ConfigError(WorkbenchError):
@@ -46,9 +50,13 @@ class LogError(WorkbenchError):
 class DatabaseLocked(LogError):
     """Another process holds the DuckDB file (DuckDB allows one writing process)."""
 
+    http_status = 503
+
 
 class DatabaseUnreadable(LogError):
     """The file exists but is not a DuckDB database we can open."""
+
+    http_status = 503
 
 
 class DatabaseMissing(LogError):
@@ -58,9 +66,13 @@ class DatabaseMissing(LogError):
 class UnknownSession(LogError):
     """No session with that id."""
 
+    http_status = 404
+
 
 class SessionExists(LogError):
     """A session with that id already exists."""
+
+    http_status = 409
 
 
 class UnknownEventType(LogError):
@@ -86,6 +98,8 @@ class ModelCallFailed(ModelError):
 class TurnBusy(WorkbenchError):
     """A turn is already running in that session."""
 
+    http_status = 409
+
 
 class ServerUnavailable(WorkbenchError):
     """No Jupyter server with the workbench extension answers the client."""
@@ -99,6 +113,10 @@ class RequestRefused(WorkbenchError):
         self.status = status
 
 
+class PluginError(WorkbenchError):
+    """A plugin could not be loaded, or it contributes something invalid (a clash of names, a bad hook)."""
+
+
 class MemoryStoreError(WorkbenchError):
     """The memory store cannot do what was asked."""
 
@@ -106,6 +124,10 @@ class MemoryStoreError(WorkbenchError):
 class UnknownMemory(MemoryStoreError):
     """No memory with that id."""
 
+    http_status = 404
+
 
 class MemoryConflict(MemoryStoreError):
     """A review action that does not fit the memory's current status."""
+
+    http_status = 409
