@@ -10,7 +10,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+import pytest_asyncio
 
+from workbench.hands.factory import HandsFactory, HandsSettings
 from workbench.log import SessionLog
 from workbench.testing import FakeMessagesAPI
 
@@ -37,6 +39,14 @@ def log(db_path):
     lg = SessionLog(db_path)
     yield lg
     lg.close()
+
+
+@pytest_asyncio.fixture
+async def hands(tmp_path):
+    """A hands factory as hosts make them (sandboxed by default), with no warm pool; closed after the test."""
+    factory = HandsFactory(HandsSettings(pool_size=0, registry_dir=str(tmp_path / "kernels")))
+    yield factory
+    await factory.close()
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ def api(fake_api, monkeypatch):
 
 
 @pytest_asyncio.fixture
-async def brain(log):
-    b = Brain(log, settings=BrainSettings(retry_base=0.01))
+async def brain(log, hands):
+    b = Brain(log, hands_factory=hands, settings=BrainSettings(retry_base=0.01))
     yield b
     await b.close()
 
@@ -114,8 +114,8 @@ async def test_retries_are_recorded_and_then_succeed(api, brain, log):
 
 
 @pytest.mark.asyncio
-async def test_fatal_and_exhausted_errors_end_the_turn(api, log):
-    brain = Brain(log, settings=BrainSettings(retry_base=0.01, max_retries=1))
+async def test_fatal_and_exhausted_errors_end_the_turn(api, log, hands):
+    brain = Brain(log, hands_factory=hands, settings=BrainSettings(retry_base=0.01, max_retries=1))
     try:
         sid = brain.create_session(model=MODEL)["id"]
         api.fail_next(400, times=1)
@@ -133,8 +133,8 @@ async def test_fatal_and_exhausted_errors_end_the_turn(api, log):
 
 
 @pytest.mark.asyncio
-async def test_stop_reasons(api, log):
-    brain = Brain(log, settings=BrainSettings(max_pauses=2))
+async def test_stop_reasons(api, log, hands):
+    brain = Brain(log, hands_factory=hands, settings=BrainSettings(max_pauses=2))
     try:
         # max_tokens with a cut-off tool call: the call is answered "not run", the turn stops
         api.use([Reply(text="partial", code=["print(1)"], stop_reason="max_tokens")])
@@ -204,23 +204,25 @@ async def test_interrupt_records_and_the_session_goes_on(api, brain, log):
     api.use([Reply(code=["import time\nfor i in range(600): time.sleep(0.1)"]), Reply(text="after"), Reply(text="next turn")])
     sid = brain.create_session(model=MODEL)["id"]
     task = asyncio.create_task(brain.run_turn(sid, "sleep"))
-    while "tool_started" not in types(log, sid) or brain.hands(sid).status()["state"] != "busy":
+    while "tool_started" not in types(log, sid) or (await brain.hands(sid)).status()["state"] != "busy":
         await asyncio.sleep(0.05)
-    await brain.interrupt_session(sid, task)
+    assert await brain.interrupt(sid)
+    with pytest.raises(asyncio.CancelledError):  # the caller waiting for the turn sees it end interrupted
+        await task
     t = types(log, sid)
     assert t[-3:] == ["interrupted", "tool_result", "turn_ended"]
     assert log.events(sid)[-1].payload["stop_reason"] == "interrupted"
     assert log.events(sid, types=["tool_result"])[0].payload["is_error"]
     # the kernel survived the interrupt and the conversation continues, accepted by the API
-    assert brain.hands(sid).status()["state"] == "idle"
+    assert (await brain.hands(sid)).status()["state"] == "idle"
     assert await brain.run_turn(sid, "continue") == "end_turn"
     assert api.rejections == []
 
 
 @pytest.mark.asyncio
-async def test_redaction_reaches_every_string_of_a_result(api, log):
+async def test_redaction_reaches_every_string_of_a_result(api, log, hands):
     secret = "s3cr3t-value-123"
-    brain = Brain(log, redact=lambda text: text.replace(secret, "[secret demo]"))
+    brain = Brain(log, hands_factory=hands, redact=lambda text: text.replace(secret, "[secret demo]"))
     try:
         api.use(
             [

@@ -1,10 +1,11 @@
 """The brain: model + harness loop, stateless between steps."""
 
-from .loop import DEFAULT_SYSTEM, Brain, BrainSettings, default_hands_factory
+from .loop import Brain, BrainSettings, replayable_calls
 from .request import build_request, turn_state
-from .tools import TOOLS, Tool, ToolContext, ToolOutput, get_tool, register_tool
+from .sessions import DEFAULT_SYSTEM, NewSession, PromptPart
+from .tools import BUILTIN_TOOLS, Tool, ToolContext, ToolOutput, tool_named
 
 __all__ = [
-    "Brain", "BrainSettings", "DEFAULT_SYSTEM", "TOOLS", "Tool", "ToolContext", "ToolOutput",
-    "build_request", "default_hands_factory", "get_tool", "register_tool", "turn_state",
+    "BUILTIN_TOOLS", "Brain", "BrainSettings", "DEFAULT_SYSTEM", "NewSession", "PromptPart", "Tool", "ToolContext",
+    "ToolOutput", "build_request", "replayable_calls", "tool_named", "turn_state",
 ]

@@ -1,13 +1,17 @@
 """Tools: a name, a JSON schema and an async function.
 
-Built-in tools register exactly like outside ones: a short name in TOOLS
-(or the `workbench.tools` entry point group) mapping to a Tool.
+The brain gets its tools by name from its host (`python`, plus what plugins
+contribute; see workbench.plugins). A tool reaches what it needs through its
+ToolContext, or through the plugin that made it (its function can close over
+the plugin's state): there is no global registry.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
+from types import MappingProxyType
 from typing import Any, Awaitable, Callable
 
 from ..errors import ConfigError
@@ -25,12 +29,11 @@ class ToolOutput:
 
 @dataclass
 class ToolContext:
-    """What a running tool may use."""
+    """What a running tool may use: its session, that session's hands (made on first use) and the log."""
 
     session_id: str
-    hands: Callable[[], Hands]
+    hands: Callable[[], Awaitable[Hands]]
     log: Any
-    extras: dict[str, Any] = field(default_factory=dict)
 
 
 ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable[ToolOutput]]
@@ -58,9 +61,11 @@ async def run_python(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     if not isinstance(code, str):
         return ToolOutput([{"type": "text", "text": 'the python tool needs {"code": "<python source>"}'}], is_error=True)
     timeout = inp.get("timeout")
-    if timeout is not None and not isinstance(timeout, (int, float)):
-        return ToolOutput([{"type": "text", "text": "timeout must be a number of seconds"}], is_error=True)
-    obs = await ctx.hands().execute(code, timeout=timeout)
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not math.isfinite(timeout) or timeout <= 0):
+        return ToolOutput([{"type": "text", "text": "timeout must be a positive number of seconds"}], is_error=True)
+    hands = await ctx.hands()
+    obs = await hands.execute(code, timeout=timeout)
     out = observation_output(obs)
     if inp.get("replayable"):
         out.details["replayable"] = True
@@ -90,19 +95,12 @@ PYTHON = Tool(
     run=run_python,
 )
 
-TOOLS: dict[str, Tool] = {"python": PYTHON}
+BUILTIN_TOOLS: Mapping[str, Tool] = MappingProxyType({"python": PYTHON})
 
 
-def register_tool(tool: Tool) -> Tool:
-    """Make a tool available to sessions by name."""
-    TOOLS[tool.name] = tool
-    return tool
-
-
-def get_tool(name: str) -> Tool:
-    if name in TOOLS:
-        return TOOLS[name]
-    for ep in entry_points(group="workbench.tools"):
-        if ep.name == name:
-            return register_tool(ep.load())
-    raise ConfigError(f"unknown tool {name!r}; known tools: {', '.join(sorted(TOOLS))}")
+def tool_named(tools: Mapping[str, Tool], name: Any) -> Tool:
+    """The tool called `name`; ConfigError naming the known ones."""
+    if isinstance(name, str) and name in tools:
+        return tools[name]
+    shown = repr(name)[:80]
+    raise ConfigError(f"unknown tool {shown}; known tools: {', '.join(sorted(tools))}")

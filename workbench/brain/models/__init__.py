@@ -1,52 +1,79 @@
-"""Models the brain can talk to, chosen by name.
+"""Models the brain can talk to, chosen by name through a catalog.
 
 - `scripted` or `scripted:SCRIPT`: the offline scripted model (see scripted.py);
+  plugins may add scripts (the memory plugin adds `scripted:dream`);
 - `claude-...`: Claude through the Anthropic SDK (needs ANTHROPIC_API_KEY);
 - `anthropic:NAME`: any model name on an Anthropic-compatible server
   (ANTHROPIC_BASE_URL), e.g. a local one;
-- `PLUGIN:ARG`: a model registered under the `workbench.models` entry point group.
+- `PREFIX` or `PREFIX:ARG`: a model a plugin registers under PREFIX.
+
+A host builds one `ModelCatalog` from the built-ins and its plugins; nothing
+is registered globally.
 """
 
 from __future__ import annotations
 
 import os
-from importlib.metadata import entry_points
+from collections.abc import Callable, Mapping
 
 from ...errors import UnknownModel
 from .anthropic import DEFAULT_MODEL, AnthropicModel
 from .base import FatalModelError, MessageBuilder, Model, RetryableError, message_events
-from .scripted import Reply, ScriptedModel
+from .scripted import BUILTIN_SCRIPTS, Reply, Script, ScriptedModel
 
 __all__ = [
-    "AnthropicModel", "DEFAULT_MODEL", "FatalModelError", "MessageBuilder", "Model", "Reply",
-    "RetryableError", "ScriptedModel", "default_model_name", "make_model", "message_events", "check_model_name",
+    "AnthropicModel", "DEFAULT_MODEL", "FatalModelError", "MessageBuilder", "Model", "ModelCatalog", "Reply",
+    "RetryableError", "ScriptedModel", "default_model_name", "make_model", "message_events",
 ]
+
+# A plugin's model: called with the text after `PREFIX:` ("" when there is none).
+ModelMaker = Callable[[str], Model]
+RESERVED = ("scripted", "anthropic", "claude")
 
 
 def default_model_name() -> str:
-    """claude-opus-5-5 when ANTHROPIC_API_KEY is set, else the scripted model."""
+    """$WORKBENCH_MODEL, else claude-opus-5-5 when ANTHROPIC_API_KEY is set, else the scripted model."""
     return os.environ.get("WORKBENCH_MODEL") or (DEFAULT_MODEL if os.environ.get("ANTHROPIC_API_KEY") else "scripted")
 
 
-def check_model_name(name: str) -> None:
-    """Raise UnknownModel / MissingAPIKey now, before anything is written."""
-    make_model(name)
+class ModelCatalog:
+    """Every model a host can make, by name: the built-ins plus its plugins' scripts and models."""
+
+    def __init__(self, scripts: Mapping[str, Script] | None = None, providers: Mapping[str, ModelMaker] | None = None,
+                 default: str | None = None):
+        self.scripts: Mapping[str, Script] = {**BUILTIN_SCRIPTS, **(scripts or {})}
+        self.providers: Mapping[str, ModelMaker] = dict(providers or {})
+        self.default = default or None
+
+    def default_name(self) -> str:
+        """The model of sessions created without one."""
+        return self.default or default_model_name()
+
+    def make(self, name: str | None = None) -> Model:
+        """The model called `name` (see the module docstring for the forms); UnknownModel / MissingAPIKey."""
+        name = name or self.default_name()
+        if not isinstance(name, str) or not name.strip():
+            raise UnknownModel("a model name must be a non-empty string")
+        kind, _, arg = name.partition(":")
+        if kind == "scripted":
+            return ScriptedModel(arg or "default", scripts=self.scripts)
+        if name.startswith("claude-"):
+            return AnthropicModel(name)
+        if kind == "anthropic" and arg:
+            return AnthropicModel(arg)
+        if kind in self.providers:
+            return self.providers[kind](arg)
+        plugins = "".join(f", {p}" for p in sorted(self.providers))
+        raise UnknownModel(
+            f"unknown model {name[:100]!r}: use scripted[:{'|'.join(self.scripts)}], a claude-... model name, "
+            f"anthropic:NAME for an Anthropic-compatible server{plugins}"
+        )
+
+    def check(self, name: str) -> None:
+        """Raise UnknownModel / MissingAPIKey now, before anything is written."""
+        self.make(name)
 
 
 def make_model(name: str | None = None) -> Model:
-    """The model called `name` (see the module docstring for the forms)."""
-    name = name or default_model_name()
-    kind, _, arg = name.partition(":")
-    if kind == "scripted":
-        return ScriptedModel(arg or "default")
-    if name.startswith("claude-"):
-        return AnthropicModel(name)
-    if kind == "anthropic" and arg:
-        return AnthropicModel(arg)
-    for ep in entry_points(group="workbench.models"):
-        if ep.name == kind and kind not in ("scripted", "anthropic"):
-            return ep.load()(arg) if arg else ep.load()()
-    raise UnknownModel(
-        f"unknown model {name!r}: use scripted[:default|demo|crash], a claude-... model name, "
-        "or anthropic:NAME for an Anthropic-compatible server"
-    )
+    """A built-in model by name (what a host without plugins can make)."""
+    return ModelCatalog().make(name)

@@ -20,9 +20,12 @@ import hashlib
 import hmac
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, AsyncIterator, Callable
 
+from ...errors import UnknownModel
 from .base import message_events
 
 SIGNING_KEY = b"workbench-scripted-model"
@@ -206,7 +209,9 @@ def crash_script(request: dict[str, Any]) -> Reply:
     )
 
 
-SCRIPTS: dict[str, Script] = {"default": default_script, "demo": demo_script, "crash": crash_script}
+BUILTIN_SCRIPTS: Mapping[str, Script] = MappingProxyType(
+    {"default": default_script, "demo": demo_script, "crash": crash_script}
+)
 
 
 def steps_script(steps: list[Reply | Callable[[dict], Reply]]) -> Script:
@@ -223,16 +228,19 @@ def steps_script(steps: list[Reply | Callable[[dict], Reply]]) -> Script:
 
 
 class ScriptedModel:
-    """A Model whose answers come from a script, streamed like the real API."""
+    """A Model whose answers come from a script, streamed like the real API.
 
-    def __init__(self, script: str | Script | list = "default", *, delay: float = 0.0, name: str | None = None):
+    `script` is a function of the request, a list of steps, or the name of one of
+    `scripts` (the built-in ones unless a catalog passes more, e.g. a plugin's).
+    """
+
+    def __init__(self, script: str | Script | list = "default", *, delay: float = 0.0, name: str | None = None,
+                 scripts: Mapping[str, Script] = BUILTIN_SCRIPTS):
         if isinstance(script, str):
-            if script not in SCRIPTS:
-                from ...errors import UnknownModel
-
-                raise UnknownModel(f"no scripted model script {script!r}; choose one of {', '.join(SCRIPTS)}")
+            if script not in scripts:
+                raise UnknownModel(f"no scripted model script {script!r}; choose one of {', '.join(scripts)}")
             self.name = name or ("scripted" if script == "default" else f"scripted:{script}")
-            script = SCRIPTS[script]
+            script = scripts[script]
         else:
             self.name = name or "scripted"
             if isinstance(script, list):

@@ -1,0 +1,66 @@
+"""A new session's frozen prefix: system prompt, tools and model settings, and what plugins add to it.
+
+The prefix is written once, in `session_created`, and never changes: every
+request of the session starts with it. Plugins contribute through prompt
+hooks (e.g. accepted memories); what they add and the events that record it
+are written in the same transaction as the session.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .tools import Tool
+
+DEFAULT_SYSTEM = (
+    "You are an agent working in a Jupyter workbench. You run Python with the `python` tool in a "
+    "persistent kernel of your own (your hands), separate from the user's notebook. Think briefly, "
+    "run code to check facts rather than guessing, and report results plainly."
+)
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """What a system-prompt contribution may look at: the session being created."""
+
+    kind: str
+    title: str | None
+    model: str
+    config: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class PromptPart:
+    """Text for a new session's frozen system prompt, and events recorded with the session, atomically."""
+
+    text: str
+    events: tuple[tuple[str, dict[str, Any]], ...] = ()
+
+
+PromptHook = Callable[[NewSession], "PromptPart | None"]
+
+
+def session_payload(session_id: str | None, *, title: str | None, model: str, system: str | None,
+                    tools: Sequence[Tool], config: dict[str, Any] | None, kind: str, settings: Any,
+                    hooks: Sequence[PromptHook] = ()) -> tuple[str, dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    """(session id, the `session_created` payload, the events to write with it)."""
+    session_id = session_id or uuid.uuid4().hex[:12]
+    config = dict(config or {})
+    parts = [p for p in (hook(NewSession(kind, title, model, config)) for hook in hooks) if p is not None and p.text]
+    prompt = (system or DEFAULT_SYSTEM) + "".join(f"\n\n{p.text}" for p in parts)
+    thinking = config.get("thinking", settings.thinking)
+    effort = config.get("effort", settings.effort)
+    payload = {
+        "title": title,
+        "model": model,
+        "system": prompt,
+        "tools": [t.spec() for t in tools],
+        "max_tokens": int(config.get("max_tokens", settings.max_tokens)),
+        "thinking": {"type": thinking} if thinking != "disabled" else None,
+        "output_config": {"effort": effort} if effort else None,
+        "config": config,
+    }
+    return session_id, payload, [e for p in parts for e in p.events]

@@ -1,0 +1,94 @@
+"""Which turn runs in which session: the one place that knows.
+
+Every turn (a user message, a resume, a dream) runs as an asyncio task owned
+here, one per session at a time. Starting, interrupting and waiting are
+ordered per session by a lock, so an interrupt that races a message sees the
+turn the message started (and closes it properly) instead of slipping in
+between its first write and its task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..errors import TurnBusy, WorkbenchError
+
+log = logging.getLogger("workbench.brain")
+
+
+class Turns:
+    """The running turn of each session, as a task."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._closed = False
+
+    def lock(self, session_id: str) -> asyncio.Lock:
+        """The lock that orders starting and interrupting this session's turns."""
+        return self._locks.setdefault(session_id, asyncio.Lock())
+
+    def task(self, session_id: str) -> asyncio.Task | None:
+        """The session's turn task, if one is running."""
+        task = self._tasks.get(session_id)
+        return task if task is not None and not task.done() else None
+
+    def running(self, session_id: str) -> bool:
+        return self.task(session_id) is not None
+
+    def sessions(self) -> list[str]:
+        """Sessions with a turn running now."""
+        return [sid for sid, t in list(self._tasks.items()) if not t.done()]
+
+    def spawn(self, session_id: str, make: Callable[[], Awaitable[Any]]) -> asyncio.Task:
+        """Run `make()` as this session's turn (the caller holds the session's lock and checked none runs)."""
+        if self._closed:
+            raise TurnBusy("the workbench is shutting down; no new turns start")
+        if self.running(session_id):
+            raise TurnBusy(f"a turn is already running in session {session_id}; wait for it or interrupt it")
+        task = asyncio.get_running_loop().create_task(make(), name=f"workbench-turn-{session_id}")  # type: ignore[arg-type]
+        self._tasks[session_id] = task
+        task.add_done_callback(lambda t: self._done(session_id, t))
+        return task
+
+    def _done(self, session_id: str, task: asyncio.Task) -> None:
+        if self._tasks.get(session_id) is task:
+            del self._tasks[session_id]
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if isinstance(exc, WorkbenchError):
+            log.warning("workbench: turn in session %s stopped: %s", session_id, exc)
+        elif exc is not None:
+            log.error("workbench: turn in session %s failed", session_id, exc_info=exc)
+
+    async def settle(self, session_id: str, timeout: float = 10.0) -> bool:
+        """Wait (up to `timeout`) for a turn that is finishing up; True when none runs any more."""
+        task = self.task(session_id)
+        if task is not None:
+            await asyncio.wait({task}, timeout=timeout)
+        return not self.running(session_id)
+
+    async def cancel(self, session_id: str) -> bool:
+        """Cancel the session's turn and wait for it to record how it ended; True if one was running."""
+        task = self.task(session_id)
+        if task is None:
+            return False
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            # a turn that fails while closing has its error logged by _done; only the cancel is ours
+            await asyncio.wait({task})
+        return True
+
+    async def close(self, timeout: float = 30.0) -> None:
+        """Cancel every running turn (each records itself as interrupted) and wait for them."""
+        self._closed = True
+        tasks = [t for t in self._tasks.values() if not t.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
