@@ -65,46 +65,33 @@ async def record(path: Any, n: int) -> list[str]:
 
 async def dream_once(path: Any, ids: list[str]) -> tuple[float, float, dict[str, Any]]:
     """A dream and then a second one over the same sessions; their times (ms) and the first's summary."""
-    from workbench.brain import Brain
-    from workbench.log import SessionLog
-    from workbench.memory import MemorySettings, MemoryStore
-    from workbench.memory.dream import run_dream
+    from workbench.host import Host
+    from workbench.memory import MemorySettings
+    from workbench.memory.plugin import MemoryPlugin
 
-    log = SessionLog(path)
-    try:
-        store = MemoryStore(log, MemorySettings(dream_max_sessions=max(len(ids), 20)))
-        brain = Brain(log)
-        brain.extras["memory"] = store
-        try:
-            t0 = time.perf_counter()
-            first = await run_dream(brain, sessions=ids, model="scripted:dream")
-            t1 = time.perf_counter()
-            second = await run_dream(brain, sessions=ids, model="scripted:dream")
-            t2 = time.perf_counter()
-        finally:
-            await brain.close()
+    plugin = MemoryPlugin(settings=MemorySettings(dream_max_sessions=max(len(ids), 20)))
+    async with Host.open(path, hands=False, plugins=[plugin]) as host:  # dreams run no code
+        t0 = time.perf_counter()
+        first = await plugin.run_dream(await plugin.create_dream(ids, "scripted:dream"))
+        t1 = time.perf_counter()
+        second = await plugin.run_dream(await plugin.create_dream(ids, "scripted:dream"))
+        t2 = time.perf_counter()
         if first["stop_reason"] != "end_turn" or second["proposed"]:
             raise RuntimeError(f"unexpected dream outcome: {first['stop_reason']}, second proposed {len(second['proposed'])}")
-        evs = log.events(first["dream_id"])
-        started = {e.payload["tool_use_id"]: e for e in evs if e.type == "tool_started"}
-        by_tool: dict[str, float] = {}
-        for e in evs:
-            if e.type == "tool_result" and e.payload["tool_use_id"] in started:
-                s = started[e.payload["tool_use_id"]]
-                by_tool[s.payload["name"]] = by_tool.get(s.payload["name"], 0) + (e.ts - s.ts).total_seconds() * 1000
-        info = {"proposed": len(first["proposed"]), "steps": sum(e.type == "model_request" for e in evs),
-                "dream_events": len(evs), "tool_ms": "; ".join(f"{k} {v:.0f}" for k, v in sorted(by_tool.items()))}
-        return ms(t0, t1), ms(t1, t2), info
-    finally:
-        await asyncio.to_thread(log.close)
+        evs = host.log.events(first["dream_id"])
+    started = {e.payload["tool_use_id"]: e for e in evs if e.type == "tool_started"}
+    by_tool: dict[str, float] = {}
+    for e in evs:
+        if e.type == "tool_result" and e.payload["tool_use_id"] in started:
+            s = started[e.payload["tool_use_id"]]
+            by_tool[s.payload["name"]] = by_tool.get(s.payload["name"], 0) + (e.ts - s.ts).total_seconds() * 1000
+    info = {"proposed": len(first["proposed"]), "steps": sum(e.type == "model_request" for e in evs),
+            "dream_events": len(evs), "tool_ms": "; ".join(f"{k} {v:.0f}" for k, v in sorted(by_tool.items()))}
+    return ms(t0, t1), ms(t1, t2), info
 
 
 async def run(ctx: Context) -> Section:
     sec = Section("dreaming", "Dreaming: a dream over recorded sessions (scripted model)")
-    try:
-        import workbench.memory.dream  # noqa: F401
-    except ImportError as e:
-        return sec.skip(f"dreaming not available ({e})")
     sizes = [10] if ctx.quick else [10, 100]
     base = ctx.tmp / "dream-base.duckdb"
     t0 = time.perf_counter()

@@ -43,7 +43,7 @@ class CoupledModel:
         sid = self.session_id
         if sid is not None and sid not in self._started:
             self._started.add(sid)
-            await self.brain.hands(sid).start()
+            await (await self.brain.hands(sid)).start()
         async for ev in self.inner.stream(request):
             yield ev
 
@@ -58,11 +58,7 @@ async def run(ctx: Context) -> Section:
     from workbench.log import SessionLog
     from workbench.testing import FakeMessagesAPI
 
-    try:
-        from workbench.hands.factory import HandsFactory, HandsSettings
-    except ImportError:
-        HandsFactory = None  # noqa: N806
-        sec.notes.append("pooled: skipped: workbench.hands.factory is not available")
+    from workbench.hands.factory import HandsFactory, HandsSettings
 
     api = FakeMessagesAPI([Reply(text="Running it.", code=["print('ready')"]), Reply(text="It printed ready.")]).start()
     api.requests = TimedList()
@@ -88,13 +84,13 @@ async def run(ctx: Context) -> Section:
     brains: dict[str, Any] = {}
     factory = None
     coupled: CoupledModel | None = None
+    unpooled = HandsFactory(HandsSettings(pool_size=0, registry_dir=str(ctx.tmp / "registry-fr0")))
     try:
-        brains["lazy"] = Brain(log, model_factory=sdk_model)
-        if HandsFactory is not None:
-            factory = HandsFactory(HandsSettings(pool_size=1, registry_dir=str(ctx.tmp / "registry-fr")))
-            await factory.start()
-            brains["pooled"] = Brain(log, model_factory=sdk_model, hands_factory=factory)
-        cb = Brain(log)
+        brains["lazy"] = Brain(log, model_factory=sdk_model, hands_factory=unpooled)
+        factory = HandsFactory(HandsSettings(pool_size=1, registry_dir=str(ctx.tmp / "registry-fr")))
+        await factory.start()
+        brains["pooled"] = Brain(log, model_factory=sdk_model, hands_factory=factory)
+        cb = Brain(log, hands_factory=unpooled)
 
         def coupled_factory(name: str) -> Any:
             nonlocal coupled
@@ -147,6 +143,7 @@ async def run(ctx: Context) -> Section:
             await b.close()  # closes the shared SDK client too (closing it twice is harmless)
         if factory is not None:
             await factory.close()
+        await unpooled.close()
         await asyncio.to_thread(log.close)
         api.stop()
 

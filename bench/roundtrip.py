@@ -60,6 +60,7 @@ async def _brain_steps(ctx: Context, steps: int) -> list[float]:
     """Per-step time of a turn of `steps` python calls (scripted model), from tool_result to tool_result."""
     from workbench.brain import Brain
     from workbench.brain.models import Reply, ScriptedModel
+    from workbench.hands.factory import HandsFactory, HandsSettings
     from workbench.log import SessionLog
 
     def script(request: dict[str, Any]) -> Reply:
@@ -69,7 +70,8 @@ async def _brain_steps(ctx: Context, steps: int) -> list[float]:
     log = SessionLog(ctx.tmp / "roundtrip.duckdb")
     marks: list[float] = []
     log.subscribe(lambda e: marks.append(time.perf_counter()) if e.type == "tool_result" else None)
-    brain = Brain(log, model_factory=lambda name: ScriptedModel(script, name=name))
+    factory = HandsFactory(HandsSettings(pool_size=0, registry_dir=str(ctx.tmp / "registry-roundtrip")))
+    brain = Brain(log, model_factory=lambda name: ScriptedModel(script, name=name), hands_factory=factory)
     try:
         sid = brain.create_session(model="bench-steps")["id"]
         stop = await brain.run_turn(sid, "go")
@@ -79,6 +81,7 @@ async def _brain_steps(ctx: Context, steps: int) -> list[float]:
         return [ms(a, b) for a, b in zip(marks[1:], marks[2:])]
     finally:
         await brain.close()
+        await factory.close()
         await asyncio.to_thread(log.close)
 
 
@@ -100,7 +103,10 @@ async def run(ctx: Context) -> Section:
     nb_km = AsyncKernelManager(kernel_name="python3", transport="ipc")
     nb_km.connection_file, nb_km.ip = str(d / "kernel.json"), str(d / "ipc")
     client = NotebookClient(nb, km=nb_km, kernel_name="python3", timeout=60)
-    tool_ctx = ToolContext("bench", lambda: tool_hands, None)
+    async def the_hands() -> Any:
+        return tool_hands
+
+    tool_ctx = ToolContext("bench", the_hands, None)
     samples: dict[str, dict[str, list[float]]] = {k: {c: [] for c in CELLS} for k in ("raw", "nbclient", "hands", "tool")}
 
     async def one(system: str, i: int) -> None:

@@ -8,8 +8,14 @@ import re
 from pathlib import Path
 
 from workbench.cli import build_parser
-from workbench.config import config_classes
+from workbench.host import load_plugins, settings_classes
 from workbench.log import EVENT_TYPES
+from workbench.server.app import Workbench
+
+
+def config_classes() -> list[type]:
+    """Every settings class of the core and the loaded plugins, and the server extension's traitlets."""
+    return [*settings_classes(load_plugins()), Workbench]
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 PKG = Path(__file__).resolve().parent.parent / "workbench"

@@ -7,52 +7,7 @@ import shutil
 
 import pytest
 
-from workbench.brain import Brain
-from workbench.brain.models import Reply, ScriptedModel, make_model
-from workbench.log import SessionLog
-from workbench.memory import MemoryStore
-from workbench.memory import dream  # noqa: F401  (registers the dream tools and scripted:dream)
-
-# Three recorded sessions: (title, user message, the scripted model's steps).
-RECORDED = {
-    "rec:ratio": (
-        "ratio of two numbers",
-        "Compute the ratio of hits to trials. Always print results with two decimals.",
-        [Reply(text="Dividing.", code=["trials = 0\nratio = 7 / trials"]),
-         Reply(text="Guarding against zero trials.", code=["ratio = 7 / max(trials, 1)\nprint(f'{ratio:.2f}')"]),
-         Reply(text="The ratio is 7.00.")],
-    ),
-    "rec:duckdb": (
-        "query with duckdb",
-        "Count the rows with SQL. I prefer duckdb over pandas for queries.",
-        [Reply(text="Using duckdb.", code=["import duckdb\nprint(duckdb.sql('select 42 as n').fetchall())"]),
-         Reply(text="It returned 42.")],
-    ),
-    "rec:json": (
-        "parse a config",
-        "Parse the config string and show its keys.",
-        [Reply(text="Parsing.", code=["import json\ncfg = json.loads(\"{'a': 1}\")"]),
-         Reply(text="Single quotes are not JSON; fixing.", code=["cfg = json.loads('{\"a\": 1}')\nprint(sorted(cfg))"]),
-         Reply(text="The keys are ['a'].")],
-    ),
-}
-
-
-SYSTEMS: list[str] = []  # the system prompt of every request the `capture` model answered
-
-
-def capture_script(request: dict) -> Reply:
-    SYSTEMS.append(request["system"])
-    return Reply(text="noted")
-
-
-def model_factory(name: str):
-    if name == "capture":
-        return ScriptedModel(capture_script, name="capture")
-    if name in RECORDED:
-        return ScriptedModel(RECORDED[name][2], name=name)
-    return make_model(name)
-
+from wbmemory import RECORDED, SYSTEMS, build_host
 
 @pytest.fixture
 def systems() -> list[str]:
@@ -64,26 +19,22 @@ def systems() -> list[str]:
 @pytest.fixture(scope="session")
 def recorded_db(tmp_path_factory):
     """A database holding the three sessions, recorded once per test run (real kernels run their code)."""
-    path = tmp_path_factory.mktemp("recorded") / "recorded.duckdb"
-    log = SessionLog(path)
-    b = Brain(log, model_factory=model_factory)
+    tmp = tmp_path_factory.mktemp("recorded")
+    path = tmp / "recorded.duckdb"
+    host = build_host(path, tmp)
 
     async def go() -> list[str]:
         ids = []
         try:
             for name, (title, text, _) in RECORDED.items():
-                sid = b.create_session(title=title, model=name)["id"]
-                assert await b.run_turn(sid, text) == "end_turn"
+                sid = host.brain.create_session(title=title, model=name)["id"]
+                assert await host.brain.run_turn(sid, text) == "end_turn"
                 ids.append(sid)
         finally:
-            await b.close()
+            await host.close()
         return ids
 
-    try:
-        ids = asyncio.run(go())
-    finally:
-        log.close()
-    return path, ids
+    return path, asyncio.run(go())
 
 
 @pytest.fixture
@@ -94,19 +45,21 @@ def recorded(recorded_db, db_path) -> list[str]:
 
 
 @pytest.fixture
-def store(recorded, db_path):
-    log = SessionLog(db_path)
-    st = MemoryStore(log)
-    yield st
-    log.close()
+def host(recorded, db_path, tmp_path):
+    """A host (not started) over a copy of the recorded database."""
+    h = build_host(db_path, tmp_path)
+    yield h
+    asyncio.run(h.close())
 
 
 @pytest.fixture
-def brain(store):
-    b = Brain(store.log, model_factory=model_factory)
-    b.extras["memory"] = store
-    yield b
-    asyncio.run(b.close())
+def store(host):
+    return host.plugin("memory").store
+
+
+@pytest.fixture
+def brain(host):
+    return host.brain
 
 
 # The REST tests run against a real in-process Jupyter server: pytest-jupyter's fixtures and

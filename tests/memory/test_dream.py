@@ -6,11 +6,21 @@ import asyncio
 
 import pytest
 
-from workbench.brain import Brain
-from workbench.brain.models import Reply, ScriptedModel, make_model
-from workbench.memory.dream import (
-    DreamScheduler, commit_dream, commit_finished_dreams, create_dream, run_dream, uncommitted_dreams,
-)
+from wbmemory import build_host, dream, model_factory
+
+from workbench.brain import BUILTIN_TOOLS, Brain
+from workbench.brain.models import Reply, ScriptedModel
+from workbench.memory.dream import commit_dream, commit_finished_dreams, create_dream, run_dream, uncommitted_dreams
+from workbench.memory.dream_script import dream_script
+from workbench.memory.plugin import MemoryPlugin
+from workbench.memory.store import MemorySettings
+from workbench.memory.tools import dream_tools
+
+
+def dream_brain(store, model_factory) -> Brain:
+    """A brain over the store's log with the dream tools and no hands (dreams run no code)."""
+    return Brain(store.log, hands_factory=None, model_factory=model_factory,
+                 tools={**BUILTIN_TOOLS, **{t.name: t for t in dream_tools(store)}})
 
 
 def strings(value) -> list[str]:
@@ -31,7 +41,7 @@ def cited_event(log, citation):
 
 
 def test_dream_proposes_memories_whose_citations_hold(brain, store, recorded):
-    result = asyncio.run(run_dream(brain, sessions=recorded, model="scripted:dream"))
+    result = dream(brain, store, sessions=recorded, model="scripted:dream")
     assert result["stop_reason"] == "end_turn"
     memories = store.list()
     assert len(memories) >= 4 and {m["id"] for m in memories} == set(result["proposed"])
@@ -59,9 +69,9 @@ def test_dream_proposes_memories_whose_citations_hold(brain, store, recorded):
 
 
 def test_a_second_dream_over_the_same_sessions_proposes_nothing(brain, store, recorded):
-    first = asyncio.run(run_dream(brain, sessions=recorded, model="scripted:dream"))
+    first = dream(brain, store, sessions=recorded, model="scripted:dream")
     before = store.list()
-    second = asyncio.run(run_dream(brain, sessions=recorded, model="scripted:dream"))
+    second = dream(brain, store, sessions=recorded, model="scripted:dream")
     assert first["proposed"] and second["proposed"] == []
     assert store.list() == before
     assert commit_dream(store, second["dream_id"])["committed_before"]  # committing twice changes nothing
@@ -70,9 +80,8 @@ def test_a_second_dream_over_the_same_sessions_proposes_nothing(brain, store, re
 
 def _dream_turn(store, calls: list[tuple[str, dict]], sessions=None):
     """Run one dream turn whose model makes exactly these tool calls; returns the tool results."""
-    brain = Brain(store.log, model_factory=lambda name: ScriptedModel([Reply(tool_calls=calls), Reply(text="ok")], name=name))
-    brain.extras["memory"] = store
-    dream_id = create_dream(brain, sessions=sessions, model="probe")
+    brain = dream_brain(store, lambda name: ScriptedModel([Reply(tool_calls=calls), Reply(text="ok")], name=name))
+    dream_id = create_dream(brain, store, sessions=sessions, model="probe")
     try:
         assert asyncio.run(brain.run_turn(dream_id, "propose")) == "end_turn"
     finally:
@@ -106,7 +115,7 @@ def test_bad_provenance_is_refused_with_an_error_the_model_can_act_on(brain, sto
 
 
 def test_recalled_memories_are_never_proposed_again(brain, store, recorded):
-    asyncio.run(run_dream(brain, sessions=recorded, model="scripted:dream"))
+    dream(brain, store, sessions=recorded, model="scripted:dream")
     existing = store.list()[0]
     store.review(existing["id"], "accept", "person:ann")
     # a later dream tries to propose the same memory again, citing the same (already dreamed) event
@@ -119,39 +128,50 @@ def test_recalled_memories_are_never_proposed_again(brain, store, recorded):
 
 
 @pytest.mark.asyncio
-async def test_a_background_dream_starts_after_every_n_finished_sessions(store):
-    store.settings.dream_every, store.settings.dream_model = 2, "scripted:dream"
-    brain = Brain(store.log, model_factory=lambda name: make_model(name) if name.startswith("scripted") else ScriptedModel([Reply(text="ok")], name=name))
-    brain.extras["memory"] = store
-    scheduler = DreamScheduler(brain)
+async def test_a_background_dream_starts_after_every_n_finished_sessions(db_path, tmp_path):
+    def models(name):
+        return model_factory(name) if name.startswith("scripted") else ScriptedModel([Reply(text="ok")], name=name)
+
+    plugin = MemoryPlugin(settings=MemorySettings(dream_every=2, dream_model="scripted:dream"))
+    host = build_host(db_path, tmp_path, plugins=[plugin], model_factory=models)
+    await host.start()
     try:
+        brain, store = host.brain, plugin.store
         first = brain.create_session(title="one", model="echo")["id"]
         await brain.run_turn(first, "Always write files as UTF-8, please.")
-        assert scheduler.task is None  # one finished session is not enough
+        await host.jobs_done()
+        assert store.log.sessions(kind="dream") == []  # one finished session is not enough
         second = brain.create_session(title="two", model="echo")["id"]
         await brain.run_turn(second, "Hello there, nothing to remember here.")
-        # the writer thread queued the scheduler's callback before the append's own completion
-        assert scheduler.task is not None
-        await scheduler.task
+        for _ in range(600):  # the dream starts in the background, runs as a turn, and is committed when it ends
+            await host.jobs_done()
+            dreams = store.log.sessions(kind="dream")
+            if dreams and not brain.running(dreams[0]["id"]) and store.log.events(dreams[0]["id"], types=["dream_read"]):
+                break
+            await asyncio.sleep(0.05)
+        [d] = store.log.sessions(kind="dream")
     finally:
-        scheduler.close()
-        await brain.close()
-    result = scheduler.results[0]
-    assert store.log.events(result["dream_id"], until=1)[0].payload["config"]["dream"]["sessions"] == sorted([first, second])
-    assert [store.get(m)["title"] for m in result["proposed"]] == ["Preference: Always write files as UTF-8, please."]
+        await host.close()
+    assert d["title"].startswith("dream over")
+    read = build_host(db_path, tmp_path, read_only=True, hands=False)
+    try:
+        log, st = read.log, read.plugin("memory").store
+        assert log.events(d["id"], until=1)[0].payload["config"]["dream"]["sessions"] == sorted([first, second])
+        assert [m["title"] for m in st.list(dream=d["id"])] == ["Preference: Always write files as UTF-8, please."]
+    finally:
+        await read.close()
 
 
 def test_a_dream_through_the_messages_api_uses_the_same_tools(store, recorded, fake_api, monkeypatch):
     """The dream's tool specs and turns go through the real SDK to an HTTP Messages API (the fake one)."""
     monkeypatch.setenv("ANTHROPIC_BASE_URL", fake_api.url)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
-    fake_api.use("dream")
-    brain = Brain(store.log)
-    brain.extras["memory"] = store
+    fake_api.use(dream_script)
+    brain = dream_brain(store, model_factory)
 
     async def go():
         try:
-            return await run_dream(brain, sessions=recorded, model="anthropic:fake-dreamer")
+            return await run_dream(brain, store, create_dream(brain, store, sessions=recorded, model="anthropic:fake-dreamer"))
         finally:
             await brain.close()  # the SDK's client belongs to this event loop
 
@@ -167,15 +187,14 @@ def test_a_dream_cut_short_records_nothing_and_a_finished_one_is_committed_later
     good = {"session_id": recorded[0], "seq": 2, "quote": "Always print results with two decimals"}
     steps = [Reply(tool_calls=[("read_events", {"session_id": recorded[0]}),
                                ("propose_memory", {"title": "Two decimals", "text": "Print results with two decimals.", "provenance": [good]})])]
-    brain = Brain(store.log, model_factory=lambda name: ScriptedModel(
+    brain = dream_brain(store, lambda name: ScriptedModel(
         steps + [Reply(text="out of room", stop_reason="max_tokens" if name == "short" else None)], name=name))
-    brain.extras["memory"] = store
     try:
-        short = asyncio.run(run_dream(brain, sessions=recorded, model="short"))
+        short = dream(brain, store, sessions=recorded, model="short")
         assert short["stop_reason"] == "max_tokens" and short["proposed"] == []
         assert store.list() == [] and store.bookmarks() == {}
         # a dream whose turn ended but was never committed (the process stopped in between)
-        whole = create_dream(brain, sessions=recorded, model="whole")
+        whole = create_dream(brain, store, sessions=recorded, model="whole")
         assert asyncio.run(brain.run_turn(whole, "dream")) == "end_turn"
     finally:
         asyncio.run(brain.close())

@@ -16,7 +16,7 @@ import pytest
 
 from workbench.errors import DatabaseLocked
 from workbench.log import SessionLog
-from workbench.memory.dream import run_dream
+from wbmemory import dream
 from workbench.panels.review import ReviewApp
 from workbench.panels.widgets import MemoryReview
 
@@ -24,7 +24,7 @@ from workbench.panels.widgets import MemoryReview
 @pytest.fixture
 def dreamed(brain, store, recorded):
     """The store after one scripted dream over the recorded sessions; returns the dream's result."""
-    return asyncio.run(run_dream(brain, sessions=recorded, model="scripted:dream"))
+    return dream(brain, store, sessions=recorded, model="scripted:dream")
 
 
 def last_version(store, mid):

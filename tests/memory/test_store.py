@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from workbench.errors import ConfigError, MemoryConflict, UnknownMemory
-from workbench.memory.dream import run_dream
+from wbmemory import dream as run_a_dream
 
 
 def counts(store) -> dict[str, int]:
@@ -26,7 +26,7 @@ def grew(before: dict[str, int], after: dict[str, int]) -> bool:
 def test_accepted_memories_enter_new_sessions_only(brain, store, recorded, systems):
     running = brain.create_session(title="already running", model="capture")["id"]
     assert asyncio.run(brain.run_turn(running, "hello")) == "end_turn"
-    result = asyncio.run(run_dream(brain, sessions=recorded, model="scripted:dream"))
+    result = run_a_dream(brain, store, sessions=recorded, model="scripted:dream")
     chosen = store.get(result["proposed"][0])
     store.review(chosen["id"], "accept", "person:ann")
     rejected = store.review(result["proposed"][1], "reject", "person:ann", note="too specific")

@@ -37,7 +37,7 @@ async def _turn(log, factory, code: str) -> list:
     procs = []
     try:
         await brain.run_turn(sid, "go")
-        procs = tree(brain.hands(sid).status()["pid"])
+        procs = tree((await brain.hands(sid)).status()["pid"])
     finally:
         await brain.close()
         await factory.close()
@@ -101,7 +101,7 @@ async def test_a_printed_secret_is_masked_in_the_log(log, tmp_path, monkeypatch,
     procs = []
     try:
         await brain.run_turn(sid, "go")
-        procs = tree(brain.hands(sid).status()["pid"])
+        procs = tree((await brain.hands(sid)).status()["pid"])
     finally:
         await brain.close()
         await factory.close()

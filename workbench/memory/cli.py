@@ -9,68 +9,68 @@ import signal
 import sys
 from typing import Any
 
-from ..cli import EXIT_OK, EXTRA_COMMANDS, Printer, _run_async
-from ..config import from_env
-from .store import REVIEW_ACTIONS, STATUSES, MemorySettings
+from ..plugins import Command, CommandContext
+from ..render import one_line, table
+from .store import REVIEW_ACTIONS, STATUSES
+
+EXIT_OK = 0
 
 
-def _store(args: argparse.Namespace, read_only: bool):
-    from ..log import SessionLog
-    from .store import MemoryStore
+def _read_only(args: argparse.Namespace, ctx: CommandContext) -> Any:
+    """A host that runs no code, over --db, read-only: (host, its memory plugin)."""
+    host = ctx.build_host(args, read_only=True, hands=False)
+    return host, host.plugin("memory")
 
-    return MemoryStore(SessionLog(args.db, read_only=read_only), from_env(MemorySettings, prefix="WORKBENCH_MEMORY_"))
 
+def cmd_dream(args: argparse.Namespace, ctx: CommandContext) -> int:
+    host = ctx.build_host(args)
+    plugin: Any = host.plugin("memory")
+    dream_id: str | None = None
 
-def cmd_dream(args: argparse.Namespace) -> int:
-    from ..brain import Brain
-    from ..brain.models import check_model_name
-    from .dream import create_dream, run_dream
-
-    store = _store(args, read_only=False)
-    try:
-        brain = Brain(store.log)
-        brain.extras["memory"] = store
-        if args.model:
-            check_model_name(args.model)
-        dream_id = create_dream(brain, sessions=args.sessions, model=args.model)
-        print(f"dream {dream_id} (model {store.log.session(dream_id)['model']})", file=sys.stderr)
-        printer = Printer(dream_id)
-        brain.listen(printer.delta)
-        store.log.subscribe(printer.event)
-
-        async def go() -> dict[str, Any]:
-            try:
-                return await run_dream(brain, dream_id=dream_id, instructions=args.instructions)
-            finally:
-                await brain.close()
-
+    async def go() -> dict[str, Any]:
+        nonlocal dream_id
         try:
-            result = _run_async(go)
-        except KeyboardInterrupt:
-            print(f"\nworkbench: dream {dream_id} interrupted; nothing it staged was proposed", file=sys.stderr)
-            return 130
-        if result["stop_reason"] != "end_turn":
-            print(f"\nworkbench: dream {dream_id} stopped ({result['stop_reason']}); nothing it staged was proposed "
-                  "and its reading was not recorded, so the next dream reads the same events", file=sys.stderr)
-            return 1
-        print(f"\ndream {dream_id} ended ({result['stop_reason']}): {len(result['proposed'])} proposal(s); "
-              f"read {', '.join(f'{s} to #{n}' for s, n in result['read'].items()) or 'nothing new'}")
-        for mid in result["proposed"]:
-            m = store.get(mid)
-            print(f"  {mid}  {m['proposal']:<7} {m['title']}")
-        if result["proposed"]:
-            print(f"review them with `workbench review --db {store.log.path}` or `workbench memories --status proposed`")
-        return EXIT_OK
-    finally:
-        store.log.close()
+            store = plugin.require_store()
+            dream_id = await plugin.create_dream(args.sessions, args.model)
+            print(f"dream {dream_id} (model {store.log.session(dream_id)['model']})", file=sys.stderr)
+            await host.start()
+            stop = ctx.follow(host, dream_id)
+            try:
+                return await plugin.run_dream(dream_id, args.instructions)
+            finally:
+                stop()
+        finally:
+            await host.close()
 
-
-def cmd_memories(args: argparse.Namespace) -> int:
-    store = _store(args, read_only=True)
     try:
-        rows = store.list(status=args.status, tag=args.tag, dream=args.dream)
+        result = ctx.run(go)
+    except KeyboardInterrupt:
+        print(f"\nworkbench: dream {dream_id} interrupted; nothing it staged was proposed", file=sys.stderr)
+        return 130
+    if result["stop_reason"] != "end_turn":
+        print(f"\nworkbench: dream {dream_id} stopped ({result['stop_reason']}); nothing it staged was proposed "
+              "and its reading was not recorded, so the next dream reads the same events", file=sys.stderr)
+        return 1
+    print(f"\ndream {dream_id} ended ({result['stop_reason']}): {len(result['proposed'])} proposal(s); "
+          f"read {', '.join(f'{s} to #{n}' for s, n in result['read'].items()) or 'nothing new'}")
+    if result["proposed"]:
+        host, plugin = _read_only(args, ctx)
+        try:
+            for mid in result["proposed"]:
+                m = plugin.require_store().get(mid)
+                print(f"  {mid}  {m['proposal']:<7} {one_line(m['title'], 100)}")
+        finally:
+            ctx.run(host.close)
+        print(f"review them with `workbench review --db {host.log.path}` or `workbench memories --status proposed`")
+    return EXIT_OK
+
+
+def cmd_memories(args: argparse.Namespace, ctx: CommandContext) -> int:
+    host, plugin = _read_only(args, ctx)
+    try:
+        rows = plugin.require_store().list(status=args.status, tag=args.tag, dream=args.dream)
     finally:
-        store.log.close()
+        ctx.run(host.close)
     if args.json:
         for r in rows:
             print(json.dumps(r, ensure_ascii=False))
@@ -78,15 +78,15 @@ def cmd_memories(args: argparse.Namespace) -> int:
     if not rows:
         print("no memories" + (f" with status {args.status}" if args.status else "") + ": start a dream with `workbench dream`", file=sys.stderr)
         return EXIT_OK
-    print(f"{'id':<12} {'status':<10} {'kind':<7} {'v':>2}  {'tags':<20} title")
-    for m in rows:
-        print(f"{m['id']:<12} {m['status']:<10} {m['proposal']:<7} {m['version']:>2}  {','.join(m['tags'])[:20]:<20} {m['title']}")
+    print(table([(m["id"], m["status"], m["proposal"], m["version"], ",".join(m["tags"]), m["title"]) for m in rows],
+                ("id", "status", "kind", "v", "tags", "title"), (12, 10, 7, 2, 20)))
     return EXIT_OK
 
 
-def cmd_memory(args: argparse.Namespace) -> int:
-    store = _store(args, read_only=args.action is None)
+def cmd_memory(args: argparse.Namespace, ctx: CommandContext) -> int:
+    host = ctx.build_host(args, read_only=args.action is None, hands=False)
     try:
+        store = host.plugin("memory").require_store()
         if args.action:
             extra = {"reason": args.note} if args.action == "redact" else {"note": args.note}
             store.review(args.id, args.action, args.actor, **extra)
@@ -96,7 +96,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
             found = store.log.events(c["session_id"], after=c["seq"] - 1, until=c["seq"]) if store.log.has_session(c["session_id"]) else []
             quotes[(c["session_id"], c["seq"])] = found[0].type if found else "missing"
     finally:
-        store.log.close()
+        ctx.run(host.close)
     if args.json:
         print(json.dumps(m, ensure_ascii=False, indent=1))
         return EXIT_OK
@@ -115,10 +115,11 @@ def cmd_memory(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_review(args: argparse.Namespace) -> int:
+def cmd_review(args: argparse.Namespace, ctx: CommandContext) -> int:
     from ..panels.review import serve_review
 
-    store = _store(args, read_only=False)  # DatabaseLocked (a clear message) when a server holds the file
+    host = ctx.build_host(args, hands=False)  # DatabaseLocked (a clear message) when a server holds the file
+    store = host.plugin("memory").require_store()
 
     def stop(*_: Any) -> None:
         raise KeyboardInterrupt
@@ -130,37 +131,39 @@ def cmd_review(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        store.log.close()
+        ctx.run(host.close)
     return EXIT_OK
 
 
-def register(sub: Any, db: argparse.ArgumentParser) -> None:
-    """Add the memory commands to the `workbench` parser."""
-    r = sub.add_parser("dream", parents=[db], help="run a dream: read sessions and propose memories for review")
+def _dream_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--sessions", nargs="+", metavar="ID", help="the sessions to read (default: every chat session)")
     r.add_argument("--model", help="the dream's model (default: dream_model, else the default model; scripted:dream runs offline)")
     r.add_argument("--instructions", help="what to look for (default: anything new worth remembering)")
-    r.set_defaults(fn=cmd_dream)
 
-    r = sub.add_parser("memories", parents=[db], help="list memories")
+
+def _memories_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--status", choices=STATUSES)
     r.add_argument("--tag")
     r.add_argument("--dream", metavar="ID", help="only what this dream proposed")
     r.add_argument("--json", action="store_true", help="one JSON object per line")
-    r.set_defaults(fn=cmd_memories)
 
-    r = sub.add_parser("memory", parents=[db], help="one memory: text, provenance and history; optionally review it")
+
+def _memory_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("id")
     r.add_argument("--action", choices=[a for a in REVIEW_ACTIONS if a not in ("edit", "merge")], help="a review action to apply first")
     r.add_argument("--note", help="why (required for redact)")
     r.add_argument("--actor", default=f"person:{os.environ.get('USER') or 'cli'}", help="who reviews (default: person:$USER)")
     r.add_argument("--json", action="store_true")
-    r.set_defaults(fn=cmd_memory)
 
-    r = sub.add_parser("review", parents=[db], help="serve the memory review panel on 127.0.0.1")
+
+def _review_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--port", type=int, default=5006)
     r.add_argument("--actor", default=f"person:{os.environ.get('USER') or 'reviewer'}", help="who reviews (default: person:$USER)")
-    r.set_defaults(fn=cmd_review)
 
 
-EXTRA_COMMANDS.append(register)
+COMMANDS = (
+    Command("dream", "run a dream: read sessions and propose memories for review", _dream_args, cmd_dream),
+    Command("memories", "list memories", _memories_args, cmd_memories),
+    Command("memory", "one memory: text, provenance and history; optionally review it", _memory_args, cmd_memory),
+    Command("review", "serve the memory review panel on 127.0.0.1", _review_args, cmd_review),
+)

@@ -10,6 +10,7 @@ sessions; never on the path of a user's turn.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from datetime import datetime, timezone
@@ -17,9 +18,8 @@ from typing import Any, Callable
 
 from ..brain import Brain
 from ..brain.models import default_model_name
-from ..errors import ConfigError
+from ..errors import ConfigError, WorkbenchError
 from ..log import Event
-from . import dream_script  # noqa: F401  (registers the `scripted:dream` script)
 from .store import MemoryStore
 from .tools import DREAM_TOOL_NAMES, staged
 
@@ -92,11 +92,9 @@ def commit_dream(store: MemoryStore, dream_id: str) -> dict[str, Any]:
     return result
 
 
-def create_dream(brain: Brain, *, sessions: list[str] | None = None, model: str | None = None, title: str | None = None) -> str:
+def create_dream(brain: Brain, store: MemoryStore, *, sessions: list[str] | None = None, model: str | None = None,
+                 title: str | None = None) -> str:
     """Create a dream session (not yet run); returns its id."""
-    store: MemoryStore = brain.extras.get("memory")
-    if store is None:
-        raise ConfigError("dreaming needs a memory store: set brain.extras['memory'] = MemoryStore(log)")
     if sessions is not None:
         sessions = list(dict.fromkeys(sessions))
         for sid in sessions:
@@ -108,20 +106,19 @@ def create_dream(brain: Brain, *, sessions: list[str] | None = None, model: str 
     model = model or store.settings.dream_model or default_model_name()
     title = title or ("dream over " + (", ".join(sessions) if sessions else "all sessions"))[:80]
     config = {"dream": {"sessions": sessions}}
-    s = brain.create_session(title=title, model=model, system=DREAM_SYSTEM, tools=DREAM_TOOL_NAMES, config=config, kind="dream")
+    s = brain.create_session(title=title, model=model, system=DREAM_SYSTEM, tools=list(DREAM_TOOL_NAMES), config=config,
+                             kind="dream")
     return s["id"]
 
 
-async def run_dream(brain: Brain, *, sessions: list[str] | None = None, model: str | None = None,
-                    instructions: str | None = None, dream_id: str | None = None) -> dict[str, Any]:
-    """Run a dream to its end and commit what it proposed; returns the commit summary with the stop reason."""
-    dream_id = dream_id or create_dream(brain, sessions=sessions, model=model)
+async def run_dream(brain: Brain, store: MemoryStore, dream_id: str, instructions: str | None = None) -> dict[str, Any]:
+    """Run a created dream to its end and commit what it proposed; the commit summary with the stop reason."""
     stop = await brain.run_turn(dream_id, instructions or DEFAULT_INSTRUCTIONS)
     if stop != "end_turn":
         # a dream cut short may have read events it had not yet proposed from: record nothing,
         # so the next dream reads them again
         return {"dream_id": dream_id, "proposed": [], "read": {}, "committed_before": False, "stop_reason": stop}
-    result = await asyncio.to_thread(commit_dream, brain.extras["memory"], dream_id)
+    result = await asyncio.to_thread(commit_dream, store, dream_id)
     return dict(result, stop_reason=stop)
 
 
@@ -156,41 +153,35 @@ def dream_status(store: MemoryStore, dream_id: str) -> dict[str, Any]:
 
 
 class DreamScheduler:
-    """Starts a background dream after every `dream_every` sessions that finished a turn."""
+    """Starts a background dream after every `dream_every` chat sessions that finished a turn.
 
-    def __init__(self, brain: Brain, loop: asyncio.AbstractEventLoop | Callable[[], Any] | None = None):
-        self.brain, self.store = brain, brain.extras["memory"]
-        self._loop = loop or asyncio.get_running_loop()
+    It hears `turn_ended` on the log's writer thread and hops to the event loop; what it
+    reads from the log it reads off the loop; the dream it starts is an ordinary turn of
+    the brain (interruptible, and awaited by the host's shutdown like any other).
+    """
+
+    def __init__(self, start: Callable[[list[str]], Any], store: MemoryStore, loop: asyncio.AbstractEventLoop,
+                 background: Callable[[Any], Any]):
+        self.start, self.store, self.loop, self.background = start, store, loop, background
         self.finished: set[str] = set()
-        self.task: asyncio.Task | None = None
-        self.results: list[dict[str, Any]] = []
-        self._unsubscribe = brain.log.subscribe(self._on_event)
+        self._unsubscribe = store.log.subscribe(self._on_event)
 
     def _on_event(self, e: Event) -> None:
-        # runs on the log's writer thread: only hop to the event loop from here
-        loop = self.loop
-        if e.type == "turn_ended" and self.store.settings.dream_every > 0 and loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._finished, e.session_id)
+        if e.type == "turn_ended" and not self.loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed in between
+                self.loop.call_soon_threadsafe(lambda: self.background(self._finished(e.session_id)))
 
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop | None:
-        return self._loop() if callable(self._loop) else self._loop
-
-    def _finished(self, session_id: str) -> None:
-        if self.brain.log.session(session_id)["kind"] == "dream":
+    async def _finished(self, session_id: str) -> None:
+        if (await asyncio.to_thread(self.store.log.session, session_id))["kind"] == "dream":
             return
         self.finished.add(session_id)
-        if len(self.finished) >= self.store.settings.dream_every and (self.task is None or self.task.done()):
+        if len(self.finished) >= self.store.settings.dream_every:
             batch, self.finished = sorted(self.finished), set()
-            self.task = self.loop.create_task(self._dream(batch))
-
-    async def _dream(self, sessions: list[str]) -> None:
-        try:
-            self.results.append(await run_dream(self.brain, sessions=sessions))
-        except Exception:
-            # a background dream must not fail silently: the error is logged and the dream session shows where it stopped
-            log_.exception("background dream over %s failed", sessions)
-            raise
+            try:
+                await self.start(batch)
+            except WorkbenchError as e:  # e.g. a dream still runs: these sessions wait for the next batch
+                self.finished.update(batch)
+                log_.warning("background dream over %s not started: %s", batch, e)
 
     def close(self) -> None:
         self._unsubscribe()

@@ -15,7 +15,7 @@ import re
 import sys
 from typing import Any
 
-from ..brain.models.scripted import SCRIPTS, Reply, position
+from ..brain.models.scripted import Reply, position
 
 HEADER = re.compile(r'^== session (\S+) "(.*)": events', re.M)
 EVENT = re.compile(r"^#(\d+) (\S+)(?: (\S+))?( \[error\])?$")
@@ -145,8 +145,8 @@ def dream_script(request: dict[str, Any]) -> Reply:
         return Reply(text=f"Proposing {len(facts)} memories.", tool_calls=[("propose_memory", f) for f in facts])
     results = [(inp.get("title"), t, err) for n, inp, t, err in done if n == "propose_memory"]
     ok = [r for r in results if not r[2]]
-    lines = [f"- {title}: {'refused: ' + t.splitlines()[1].lstrip('- ') if err else 'proposed'}" for title, t, err in results]
+    # a refusal is "not proposed:" then one reason per line; other errors (an interrupted call) are one line
+    lines = [f"- {title}: {'refused: ' + (t.splitlines()[1:] or [t])[0].lstrip('- ') if err else 'proposed'}"
+             for title, t, err in results]
     return Reply(text=f"Dream done: {len(ok)} of {len(results)} proposals staged for review.\n" + "\n".join(lines))
 
-
-SCRIPTS["dream"] = dream_script

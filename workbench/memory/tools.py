@@ -3,17 +3,22 @@
 Proposals are staged in the dream's own log (the tool result's details) and
 committed by `commit_dream` together with the dream's read positions, in one
 transaction: a dream that dies half-way leaves nothing behind, and a dream
-that finished is never redone.
+that finished is never redone. `dream_tools(store)` makes them for one store;
+each runs in a worker thread, since it reads the log and the store with
+blocking DuckDB calls that must stay off the server's event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ..brain.tools import Tool, ToolContext, ToolOutput, register_tool
+from ..brain.tools import Tool, ToolContext, ToolOutput
+from ..errors import WorkbenchError
 from ..log import Event
 from .events import check_citations, normalize, render_event
 from .store import MemoryStore
@@ -24,13 +29,6 @@ DUPLICATE_RATIO = 0.85
 
 def _out(text: str, error: bool = False, **details: Any) -> ToolOutput:
     return ToolOutput([{"type": "text", "text": text}], is_error=error, details=details)
-
-
-def _store(ctx: ToolContext) -> MemoryStore:
-    store = ctx.extras.get("memory")
-    if store is None:
-        raise RuntimeError("dream tools need the memory store in brain.extras['memory']")
-    return store
 
 
 def dream_scope(ctx: ToolContext) -> list[str] | None:
@@ -44,11 +42,13 @@ def staged(events: list[Event]) -> list[dict[str, Any]]:
             if e.type == "tool_result" and not e.payload.get("is_error") and "proposal" in e.payload]
 
 
-async def list_sessions(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-    store, scope = _store(ctx), dream_scope(ctx)
+def list_sessions(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    scope = dream_scope(ctx)
     marks = store.bookmarks()
     rows = [s for s in ctx.log.sessions(ids=scope, kind="chat")]
     since, until, title, tag = inp.get("since"), inp.get("until"), inp.get("title"), inp.get("tag")
+    if any(v is not None and not isinstance(v, str) for v in (since, until, title, tag)):
+        return _out("since, until, title and tag must be strings", True)
     try:
         if since:
             rows = [s for s in rows if s["updated_at"] >= datetime.fromisoformat(since).isoformat()]
@@ -65,22 +65,30 @@ async def list_sessions(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     if not rows:
         return _out("no sessions match")
     lines = []
-    for s in rows[: int(inp.get("limit") or 100)]:
+    limit = inp.get("limit") or 100
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        return _out("limit must be a positive integer", True)
+    for s in rows[:limit]:
         read = marks.get(s["id"], 0)
         lines.append(f"{s['id']}  created={s['created_at'][:19]}  events={s['last_seq']}  read_until={read}  "
                      f"unread={max(0, s['last_seq'] - read)}  title={' '.join((s['title'] or '').split())}")
     return _out("\n".join(lines))
 
 
-async def read_events(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+def read_events(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     sid = inp.get("session_id")
     scope = dream_scope(ctx)
     if not isinstance(sid, str) or not ctx.log.has_session(sid) or (scope is not None and sid not in scope):
         return _out(f"no session {sid!r} in this dream; list_sessions shows the ids", True)
-    marks = _store(ctx).bookmarks()
+    marks = store.bookmarks()
     after = inp.get("after", marks.get(sid, 0))
     until, search = inp.get("until"), inp.get("search")
-    limit = min(int(inp.get("limit") or 50), MAX_EVENTS)
+    limit = inp.get("limit") or 50
+    bad = [k for k, v in (("after", after), ("until", until), ("limit", limit))
+           if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**62)]
+    if bad or (search is not None and not isinstance(search, str)):
+        return _out(f"{', '.join(bad) or 'search'}: after, until and limit must be non-negative integers, search a string", True)
+    limit = min(max(limit, 1), MAX_EVENTS)
     events = ctx.log.events(sid, after=after, until=until)
     if search:
         events = [e for e in events if normalize(search) in normalize(render_event(e))]
@@ -96,8 +104,10 @@ async def read_events(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     return _out(head + "\n" + "\n".join(render_event(e) for e in shown) + more, **details)
 
 
-async def read_memories(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-    rows = _store(ctx).list(status=inp.get("status"), tag=inp.get("tag"), search=inp.get("search"))
+def read_memories(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    if any(inp.get(k) is not None and not isinstance(inp.get(k), str) for k in ("status", "tag", "search")):
+        return _out("status, tag and search must be strings", True)
+    rows = store.list(status=inp.get("status"), tag=inp.get("tag"), search=inp.get("search"))
     if not rows:
         return _out("no memories match")
     return _out("\n\n".join(f"[{m['id']}] ({m['status']}) {m['title']}\n  tags: {', '.join(m['tags'])}\n  "
@@ -115,10 +125,9 @@ def _duplicate(store: MemoryStore, pending: list[dict[str, Any]], title: str, te
     return None
 
 
-async def _propose(kind: str, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-    store = _store(ctx)
+def _propose(kind: str, store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     scope = dream_scope(ctx)
-    pending = staged(await ctx.log.aevents(ctx.session_id))
+    pending = staged(ctx.log.events(ctx.session_id))
     targets = inp.get("memory_ids") if kind == "merge" else ([inp.get("memory_id")] if kind != "create" else [])
     problems = []
     current = {}
@@ -165,20 +174,20 @@ async def _propose(kind: str, inp: dict[str, Any], ctx: ToolContext) -> ToolOutp
     return _out(f"staged {proposal['memory_id']} ({what}): it is proposed for review when this dream ends", proposal=proposal)
 
 
-async def propose_memory(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-    return await _propose("create", inp, ctx)
+def propose_memory(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    return _propose("create", store, inp, ctx)
 
 
-async def propose_edit(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-    return await _propose("edit", inp, ctx)
+def propose_edit(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    return _propose("edit", store, inp, ctx)
 
 
-async def propose_merge(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-    return await _propose("merge", inp, ctx)
+def propose_merge(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    return _propose("merge", store, inp, ctx)
 
 
-async def propose_retire(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-    return await _propose("retire", inp, ctx)
+def propose_retire(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    return _propose("retire", store, inp, ctx)
 
 
 CITATIONS = {
@@ -193,35 +202,49 @@ CITATIONS = {
 }
 TAGS = {"type": "array", "items": {"type": "string"}}
 
-DREAM_TOOLS = [
-    Tool("list_sessions", "List the sessions this dream may read, with how far earlier dreams read each (read_until) and how many events are unread.",
+SPECS: tuple[tuple[str, str, dict[str, Any], Callable[..., ToolOutput]], ...] = (
+    ("list_sessions", "List the sessions this dream may read, with how far earlier dreams read each (read_until) and how many events are unread.",
          {"type": "object", "properties": {"since": {"type": "string", "description": "ISO date: only sessions active since"},
                                            "until": {"type": "string", "description": "ISO date: only sessions created before"},
                                            "title": {"type": "string", "description": "text the title contains"},
                                            "tag": {"type": "string", "description": "a tag in the session's config.tags"},
                                            "limit": {"type": "integer"}}}, list_sessions),
-    Tool("read_events", "Read a session's events in seq order: by default the ones no dream has read yet. Use after/until for a slice, search for text.",
+    ("read_events", "Read a session's events in seq order: by default the ones no dream has read yet. Use after/until for a slice, search for text.",
          {"type": "object", "properties": {"session_id": {"type": "string"}, "after": {"type": "integer"}, "until": {"type": "integer"},
                                            "search": {"type": "string"}, "limit": {"type": "integer", "description": f"at most {MAX_EVENTS}"}},
           "required": ["session_id"]}, read_events),
-    Tool("read_memories", "Read the current memories (all statuses unless filtered). Never propose one of these again as new.",
+    ("read_memories", "Read the current memories (all statuses unless filtered). Never propose one of these again as new.",
          {"type": "object", "properties": {"status": {"type": "string"}, "tag": {"type": "string"}, "search": {"type": "string"}}}, read_memories),
-    Tool("propose_memory", "Propose a new memory: a durable, checked fact worth knowing in future sessions (not a guess, not a dead end). A person reviews it.",
+    ("propose_memory", "Propose a new memory: a durable, checked fact worth knowing in future sessions (not a guess, not a dead end). A person reviews it.",
          {"type": "object", "properties": {"title": {"type": "string"}, "text": {"type": "string"}, "tags": TAGS, "provenance": CITATIONS},
           "required": ["title", "text", "provenance"]}, propose_memory),
-    Tool("propose_edit", "Propose a new version of an existing memory (it replaces the old one when accepted).",
+    ("propose_edit", "Propose a new version of an existing memory (it replaces the old one when accepted).",
          {"type": "object", "properties": {"memory_id": {"type": "string"}, "title": {"type": "string"}, "text": {"type": "string"},
                                            "tags": TAGS, "provenance": CITATIONS, "reason": {"type": "string"}},
           "required": ["memory_id", "title", "text", "provenance"]}, propose_edit),
-    Tool("propose_merge", "Propose one memory that replaces several overlapping ones.",
+    ("propose_merge", "Propose one memory that replaces several overlapping ones.",
          {"type": "object", "properties": {"memory_ids": {"type": "array", "items": {"type": "string"}}, "title": {"type": "string"},
                                            "text": {"type": "string"}, "tags": TAGS, "provenance": CITATIONS, "reason": {"type": "string"}},
           "required": ["memory_ids", "title", "text", "reason"]}, propose_merge),
-    Tool("propose_retire", "Propose retiring a memory that is wrong or out of date (it stays in the history).",
+    ("propose_retire", "Propose retiring a memory that is wrong or out of date (it stays in the history).",
          {"type": "object", "properties": {"memory_id": {"type": "string"}, "reason": {"type": "string"}, "provenance": CITATIONS},
           "required": ["memory_id", "reason"]}, propose_retire),
-]
-DREAM_TOOL_NAMES = [t.name for t in DREAM_TOOLS]
+)
 
-for _tool in DREAM_TOOLS:
-    register_tool(_tool)
+
+DREAM_TOOL_NAMES = tuple(name for name, *_ in SPECS)
+
+
+def _threaded(store: MemoryStore, fn: Callable[..., ToolOutput]) -> Callable[[dict[str, Any], ToolContext], Any]:
+    async def run(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        try:
+            return await asyncio.to_thread(fn, store, inp, ctx)
+        except WorkbenchError as e:  # a bad argument the store refused: data for the model, not a crash
+            return _out(str(e), True)
+
+    return run
+
+
+def dream_tools(store: MemoryStore) -> list[Tool]:
+    """The dream tools, bound to `store`."""
+    return [Tool(name, description, schema, _threaded(store, fn)) for name, description, schema, fn in SPECS]

@@ -7,6 +7,8 @@ ConfigError with one line that says what to fix (the handler turns it into a 400
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigError
@@ -15,9 +17,6 @@ SESSION_FIELDS = ("title", "model", "system", "config", "tools")
 THINKING = ("adaptive", "disabled")
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 
-# Per-session config keys and their checks. Other parts of the package may add
-# theirs (key -> a function that raises ConfigError for a bad value).
-CONFIG_CHECKS: dict[str, Any] = {}
 
 
 def decode(raw: bytes) -> Any:
@@ -90,26 +89,31 @@ def _check_effort(v: Any) -> None:
 def _check_egress(v: Any) -> None:
     if not isinstance(v, dict):
         raise ConfigError('config "egress" must be an object (see docs/settings.md, egress)')
-    try:
-        from ..egress.policy import EgressPolicy
-    except ImportError:  # a build without the egress proxy
-        return
+    from ..egress.policy import EgressPolicy
+
     EgressPolicy.from_config(v)
 
 
-CONFIG_CHECKS.update(
-    {
-        "max_tokens": lambda v: _positive_int("max_tokens", v),
-        "thinking": _check_thinking,
-        "effort": _check_effort,
-        "hands": _check_hands,
-        "egress": _check_egress,
-    }
-)
+# Per-session config keys of the core and their checks (plugins add theirs: Plugin.config_checks).
+CONFIG_CHECKS: Mapping[str, Callable[[Any], None]] = MappingProxyType({
+    "max_tokens": lambda v: _positive_int("max_tokens", v),
+    "thinking": _check_thinking,
+    "effort": _check_effort,
+    "hands": _check_hands,
+    "egress": _check_egress,
+})
 
 
-def session_body(body: Any) -> dict[str, Any]:
-    """Arguments for Brain.create_session from a `POST /sessions` body."""
+def config_checks(host: Any) -> dict[str, Callable[[Any], None]]:
+    """Every per-session config key this host knows, with its check: the core's and its plugins'."""
+    checks = dict(CONFIG_CHECKS)
+    for p in host.plugins:
+        checks.update(p.config_checks())
+    return checks
+
+
+def session_body(body: Any, host: Any) -> dict[str, Any]:
+    """Arguments for Brain.create_session from a `POST /sessions` body, checked against this host."""
     body = _object(body)
     unknown = set(body) - set(SESSION_FIELDS)
     if unknown:
@@ -123,25 +127,24 @@ def session_body(body: Any) -> dict[str, Any]:
     if config is not None:
         if not isinstance(config, dict):
             raise ConfigError('"config" must be an object (see docs/settings.md, per-session config)')
-        unknown = set(config) - set(CONFIG_CHECKS)
+        checks = config_checks(host)
+        unknown = set(config) - set(checks)
         if unknown:
-            raise ConfigError(f"unknown config keys {', '.join(sorted(unknown))}; known: {', '.join(CONFIG_CHECKS)}")
+            raise ConfigError(f"unknown config keys {', '.join(sorted(unknown))}; known: {', '.join(checks)}")
         for k, v in config.items():
-            CONFIG_CHECKS[k](v)
+            checks[k](v)
         out["config"] = config
     tools = body.get("tools")
     if tools is not None:
         if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
             raise ConfigError('"tools" must be a list of tool names')
-        from ..brain import get_tool
+        from ..brain.tools import tool_named
 
         for t in tools:
-            get_tool(t)  # raises ConfigError naming the known tools
+            tool_named(host.tools, t)  # raises ConfigError naming the known tools
         out["tools"] = tools
     if out["model"]:
-        from ..brain.models import check_model_name
-
-        check_model_name(out["model"])  # UnknownModel / MissingAPIKey, before anything is written
+        host.models.check(out["model"])  # UnknownModel / MissingAPIKey, before anything is written
     return out
 
 

@@ -19,18 +19,14 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
-from ..errors import ConfigError, DatabaseLocked, ModelError, TurnBusy, UnknownSession, WorkbenchError
+from ..errors import DatabaseLocked, WorkbenchError
 from . import bodies
 from .runtime import Runtime
 
-STATUS = {UnknownSession: 404, TurnBusy: 409, ConfigError: 400, ModelError: 400, DatabaseLocked: 503}
-
 
 def status_of(exc: WorkbenchError) -> int:
-    for cls, status in STATUS.items():
-        if isinstance(exc, cls):
-            return status
-    return 400
+    """The HTTP status of an error of ours (each error class says which: workbench/errors.py)."""
+    return exc.http_status
 
 
 def api(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[None]]:
@@ -39,6 +35,7 @@ def api(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[None]]:
     @functools.wraps(fn)
     async def wrapper(self: "WorkbenchHandler", *args: Any, **kwargs: Any) -> None:
         try:
+            await self.runtime.ready()
             await fn(self, *args, **kwargs)
         except WorkbenchError as e:
             self.set_status(status_of(e))
@@ -91,9 +88,10 @@ class SessionsHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def post(self) -> None:
+        runtime = self.runtime
         # off the loop: checking a model name may import and set up the Anthropic SDK (seconds)
-        kw = await asyncio.to_thread(bodies.session_body, self.body())
-        self.reply(await self.runtime.create_session(**kw), 201)
+        kw = await asyncio.to_thread(bodies.session_body, self.body(), runtime.host)
+        self.reply(await runtime.create_session(**kw), 201)
 
 
 class SessionHandler(WorkbenchHandler):
@@ -118,8 +116,7 @@ class EventsHandler(WorkbenchHandler):
     async def get(self, id: str) -> None:
         after = bodies.int_arg(self.get_query_argument("after", None), "after")
         limit = bodies.int_arg(self.get_query_argument("limit", None), "limit", minimum=1, maximum=100_000)
-        await self.runtime.session(id)  # 404 for an unknown session
-        events = await self.runtime.log.aevents(id, after, limit=limit)
+        events = await self.runtime.events(id, after, limit=limit)  # 404 for an unknown session
         last = events[-1].seq if events else (after or 0)
         self.reply({"events": [e.to_json() for e in events], "last_seq": last})
 
@@ -157,7 +154,7 @@ class QueryHandler(WorkbenchHandler):
     @api
     async def post(self) -> None:
         sql, params = bodies.query_body(self.body())
-        cols, rows = await asyncio.to_thread(self.runtime.log.query, sql, params)
+        cols, rows = await self.runtime.query(sql, params)
         self.reply({"columns": cols, "rows": [list(r) for r in rows]})
 
 
@@ -184,6 +181,7 @@ class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
     async def get(self, id: str) -> None:
         try:
             runtime = runtime_of(self)
+            await runtime.ready()
             self.after = bodies.int_arg(self.get_query_argument("after", None), "after") or 0
             await runtime.session(id)
         except WorkbenchError as e:
@@ -200,7 +198,7 @@ class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
         self._buffer: list[tuple[str, Any]] = []
         self._unwatch = runtime.watch(id, self._on_live)
         try:
-            backlog = await runtime.log.aevents(id, self.after)
+            backlog = await runtime.events(id, self.after)
         except Exception:
             self.close(1011, "cannot read the session log")
             raise

@@ -1,10 +1,9 @@
 """The routes of the workbench API, written the way docs/api.md names them.
 
 Paths use `{name}` for a path argument; `pattern()` turns one into the
-regular expression tornado routes on. Another module adds routes by
-appending (path, handler class) pairs to ROUTES before the server starts,
-or (the memory and dream routes) in `workbench.server.memory_handlers`,
-which the extension always serves too (see `app.all_handlers`).
+regular expression tornado routes on. These are the core's routes; plugins
+add theirs through their `routes()` hook (the memory plugin's are in
+workbench/memory/routes.py), and `app.all_handlers` serves them all.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from . import handlers as h
 
 API = "/workbench/api"
 
-ROUTES: list[tuple[str, type]] = [
+ROUTES: tuple[tuple[str, type], ...] = (
     (f"{API}/sessions", h.SessionsHandler),
     (f"{API}/sessions/{{id}}", h.SessionHandler),
     (f"{API}/sessions/{{id}}/messages", h.MessagesHandler),
@@ -27,7 +26,7 @@ ROUTES: list[tuple[str, type]] = [
     (f"{API}/sessions/{{id}}/hands/restart", h.HandsRestartHandler),
     (f"{API}/query", h.QueryHandler),
     (f"{API}/status", h.StatusHandler),
-]
+)
 
 VERBS = ("get", "post", "put", "patch", "delete")
 

@@ -32,7 +32,7 @@ import tornado.netutil
 import tornado.web
 
 from ..brain.models.base import message_events
-from ..brain.models.scripted import SCRIPTS, Reply, steps_script
+from ..brain.models.scripted import BUILTIN_SCRIPTS, Reply, steps_script
 
 
 def _canon(obj: Any) -> str:
@@ -71,7 +71,7 @@ class FakeMessagesAPI:
     def use(self, script: Any) -> "FakeMessagesAPI":
         """Answer from now on with `script`: a script name, a callable(request) -> Reply, or a list of Reply."""
         if isinstance(script, str):
-            script = SCRIPTS[script]
+            script = BUILTIN_SCRIPTS[script]
         elif isinstance(script, list):
             script = steps_script(script)
         self.script = script
@@ -242,7 +242,7 @@ class _MessagesHandler(tornado.web.RequestHandler):
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="A fake Anthropic Messages API on 127.0.0.1.")
     p.add_argument("--port", type=int, default=0)
-    p.add_argument("--script", default="default", choices=sorted(SCRIPTS))
+    p.add_argument("--script", default="default", choices=sorted(BUILTIN_SCRIPTS))
     p.add_argument("--delay", type=float, default=0.0, help="seconds before each response starts")
     args = p.parse_args(argv)
     api = FakeMessagesAPI(args.script, port=args.port)

@@ -1,0 +1,263 @@
+"""The host: one object that builds the workbench's parts, wires them and closes them in order.
+
+    async with Host.open(db) as host:
+        sid = host.brain.create_session(model="scripted")["id"]
+        await host.brain.run_turn(sid, "hello")
+
+The server extension, every CLI command, the demo, dreams and the benchmarks
+use it. It opens the session log, loads the plugins, makes the hands factory
+and the brain (with the plugins' tools, models and prompt contributions),
+then starts the plugins; `close()` undoes it in reverse: plugins, turns and
+hands, background jobs, the hands factory, the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from .brain import Brain, BrainSettings
+from .brain.models import ModelCatalog
+from .brain.tools import BUILTIN_TOOLS, Tool
+from .config import from_env
+from .errors import PluginError
+from .hands import HandsConfig
+from .hands.factory import HandsFactory, HandsSettings
+from .log import EVENT_TYPES, SessionLog, default_db_path
+from .plugins import Plugin
+
+log = logging.getLogger("workbench.host")
+
+# Built-in plugins load exactly like third-party ones: by dotted path (module:attribute).
+BUILTIN_PLUGINS = ("workbench.memory.plugin:MemoryPlugin",)
+ENTRY_POINTS = "workbench.plugins"
+
+
+@dataclass
+class HostSettings:
+    """What one host is (env: WORKBENCH_<FIELD>); documented in docs/settings.md."""
+
+    db: str = ""  # the DuckDB session log; empty: workbench/workbench.duckdb in the Jupyter data dir
+    model: str = ""  # the model of sessions created without one; empty: claude-opus-5-5 with a key, else scripted
+    plugins: str = ""  # extra plugins to load, comma-separated module:attribute paths
+    disable_plugins: str = ""  # names of plugins not to load, comma-separated (built-in or installed)
+    reap_on_start: bool = True  # at start, stop hands kernels left behind by a host that died
+
+
+def version() -> str:
+    """The installed package's version."""
+    try:
+        from importlib.metadata import version as _v
+
+        return _v("jupyter-workbench")
+    except Exception:
+        return "unknown"
+
+
+def _load(path: str) -> Plugin:
+    module, _, attr = path.strip().partition(":")
+    try:
+        obj = getattr(importlib.import_module(module), attr) if attr else importlib.import_module(module)
+    except (ImportError, AttributeError) as e:
+        raise PluginError(f"cannot load plugin {path!r}: {e}") from None
+    plugin = obj() if isinstance(obj, type) else obj
+    if not isinstance(plugin, Plugin) or not plugin.name:
+        raise PluginError(f"{path!r} is not a workbench plugin (a workbench.plugins.Plugin with a name)")
+    return plugin
+
+
+def load_plugins(settings: HostSettings | None = None) -> list[Plugin]:
+    """The built-in plugins, the installed ones (entry points) and those named in the settings, minus disabled ones."""
+    s = settings or from_env(HostSettings)
+    paths = list(BUILTIN_PLUGINS)
+    paths += [f"{ep.value}" for ep in entry_points(group=ENTRY_POINTS)]
+    paths += [p for p in s.plugins.split(",") if p.strip()]
+    disabled = {n.strip() for n in s.disable_plugins.split(",") if n.strip()}
+    plugins: list[Plugin] = []
+    for path in dict.fromkeys(p.strip() for p in paths):
+        plugin = _load(path)
+        if plugin.name in disabled:
+            continue
+        if any(p.name == plugin.name for p in plugins):
+            raise PluginError(f"two plugins are called {plugin.name!r} ({path}); disable one with WORKBENCH_DISABLE_PLUGINS")
+        plugins.append(plugin)
+    return plugins
+
+
+def settings_classes(plugins: Iterable[Plugin] = ()) -> list[type]:
+    """Every config class whose fields docs/settings.md documents: the core's and the plugins'."""
+    from .egress import EgressSettings
+    from .hands.sandbox import SandboxSettings
+
+    classes: list[type] = [HostSettings, BrainSettings, HandsConfig, HandsSettings, SandboxSettings, EgressSettings]
+    for p in plugins:
+        classes += list(p.settings_classes())
+    return classes
+
+
+def _merge(kind: str, parts: Iterable[tuple[str, Mapping[str, Any]]], base: Mapping[str, Any]) -> dict[str, Any]:
+    """Contributions of plugins by name, refusing a name two of them (or a built-in) claim."""
+    out = dict(base)
+    for plugin, items in parts:
+        for name, value in items.items():
+            if name in out:
+                raise PluginError(f"plugin {plugin!r} adds {kind} {name!r}, which exists already")
+            out[name] = value
+    return out
+
+
+class Host:
+    """The log, the plugins, the hands factory and the brain of one process, built and closed in order."""
+
+    def __init__(self, *, log: Any, settings: HostSettings, plugins: Sequence[Plugin], hands: HandsFactory | None,
+                 brain_settings: BrainSettings | None = None, model_factory: Any = None):
+        self.log = log
+        self.settings = settings
+        self.plugins = list(plugins)
+        self.hands = hands
+        self._jobs: set[asyncio.Task] = set()
+        self._started = self._closed = False
+        for p in self.plugins:
+            p.attach(self)
+        self.tools: Mapping[str, Tool] = _merge("tool", ((p.name, {t.name: t for t in p.tools()}) for p in self.plugins),
+                                               BUILTIN_TOOLS)
+        self.models = ModelCatalog(
+            scripts=_merge("scripted model script", ((p.name, p.scripts()) for p in self.plugins), {}),
+            providers=_merge("model", ((p.name, p.models()) for p in self.plugins), {}),
+            default=settings.model or None,
+        )
+        self.brain = Brain(
+            log,
+            hands_factory=hands,
+            settings=brain_settings or from_env(BrainSettings),
+            model_factory=model_factory or self.models.make,
+            tools=self.tools,
+            prompt_hooks=[p.system_prompt for p in self.plugins],
+            redact=hands.redact if hands is not None else None,
+        )
+
+    # -- building ------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, db: str | Path | None = None, *, settings: HostSettings | None = None, read_only: bool = False,
+              hands: HandsFactory | HandsSettings | bool = True, brain_settings: BrainSettings | None = None,
+              plugins: Sequence[Plugin] | None = None, log: Any = None, model_factory: Any = None) -> Host:
+        """Open the log and make every part; nothing runs until `start()`.
+
+        `hands`: True for a factory from WORKBENCH_HANDS_* settings, HandsSettings or a factory of
+        one's own, False for a host that runs no code (read-only commands). `plugins`: exactly
+        these (None: the built-in, installed and configured ones). `log`: a log of one's own
+        (e.g. the in-memory twin) instead of the DuckDB file.
+        """
+        s = settings or from_env(HostSettings)
+        chosen = load_plugins(s) if plugins is None else list(plugins)
+        extra_types = _merge("event type", ((p.name, p.event_types()) for p in chosen), EVENT_TYPES)
+        if log is None:
+            path = Path(db).expanduser() if db else (Path(s.db).expanduser() if s.db else default_db_path())
+            log = SessionLog(path, read_only=read_only) if len(extra_types) == len(EVENT_TYPES) \
+                else SessionLog(path, read_only=read_only, event_types=extra_types)
+        try:
+            factory: HandsFactory | None
+            if hands is True:
+                factory = HandsFactory(from_env(HandsSettings, prefix="WORKBENCH_HANDS_"))
+            elif isinstance(hands, HandsSettings):
+                factory = HandsFactory(hands)
+            else:
+                factory = hands or None
+            return cls(log=log, settings=s, plugins=chosen, hands=factory, brain_settings=brain_settings,
+                       model_factory=model_factory)
+        except BaseException:
+            log.close()
+            raise
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(cls, db: str | Path | None = None, **kw: Any) -> AsyncIterator[Host]:
+        """`build`, `start`, and `close` when the block ends (also on errors and cancellation)."""
+        host = cls.build(db, **kw)
+        try:
+            await host.start()
+            yield host
+        finally:
+            await host.close()
+
+    # -- running -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Reap orphaned kernels, warm the hands pool, start the plugins."""
+        self._started = True
+        if self.hands is not None:
+            if self.settings.reap_on_start:
+                from .hands.reaper import reap_orphans
+
+                reaped = await asyncio.to_thread(reap_orphans, self.hands.registry.dir)
+                if reaped:
+                    log.info("workbench: reaped %d orphaned hands kernel(s)", len(reaped))
+            await self.hands.start()
+        for p in self.plugins:
+            await p.startup()
+
+    def plugin(self, name: str) -> Plugin:
+        """The loaded plugin called `name`; PluginError when it is not loaded."""
+        for p in self.plugins:
+            if p.name == name:
+                return p
+        raise PluginError(f"the {name!r} plugin is not loaded here (loaded: {', '.join(p.name for p in self.plugins) or 'none'})")
+
+    def background(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
+        """Run a side job (not a turn) that `close()` waits for before it closes the log."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._jobs.add(task)
+
+        def done(t: asyncio.Task) -> None:
+            self._jobs.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("workbench: a background job failed", exc_info=t.exception())
+
+        task.add_done_callback(done)
+        return task
+
+    async def jobs_done(self, timeout: float = 30.0) -> None:
+        """Wait for the background jobs running now."""
+        if self._jobs:
+            await asyncio.wait(list(self._jobs), timeout=timeout)
+
+    def status(self) -> dict[str, Any]:
+        """What the host is: version, database, hands and sandbox, default model, running turns, plugins."""
+        return {
+            "version": version(),
+            "db": str(getattr(self.log, "path", "") or ""),
+            "sandbox": self.hands.status() if self.hands is not None else {"backend": "none"},
+            "default_model": self.models.default_name(),
+            "sessions_running": len(self.brain.turns.sessions()),
+            "plugins": [p.name for p in self.plugins],
+        }
+
+    async def close(self, timeout: float = 30.0) -> None:
+        """Stop the plugins, the turns and every kernel, wait for background jobs, close the log; safe twice."""
+        if self._closed:
+            return
+        self._closed = True
+        for p in reversed(self.plugins):
+            if self._started:
+                try:
+                    await p.shutdown()
+                except Exception:
+                    log.exception("workbench: plugin %s failed to shut down", p.name)
+        try:
+            await self.brain.close(timeout)
+            await self.jobs_done(timeout)
+            if self.hands is not None:
+                await self.hands.close()
+        finally:
+            await asyncio.to_thread(self.log.close)
+
+
+__all__ = ["BUILTIN_PLUGINS", "Host", "HostSettings", "load_plugins", "settings_classes", "version"]
