@@ -33,7 +33,7 @@ def test_every_event_type_is_documented_and_every_documented_type_exists():
 
 def test_every_event_type_used_in_the_code_is_known():
     """String literals passed as an event type anywhere in the package are in EVENT_TYPES."""
-    call = re.compile(r"""\b(?:append|aappend|_emit|on_event|sink|emit)\(\s*(?:[\w.\[\]"']+,\s*)?["']([a-z_]+)["']""")
+    call = re.compile(r"""\b(?:append|aappend|_append|_emit|on_event|sink|emit)\(\s*(?:[\w.\[\]"']+,\s*)?["']([a-z_]+)["']""")
     used = set()
     for path in PKG.rglob("*.py"):
         used |= set(call.findall(path.read_text()))

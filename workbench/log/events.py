@@ -23,6 +23,7 @@ EVENT_TYPES: dict[str, str] = {
     "tool_started": "the brain started running a tool call",
     "tool_result": "a tool call finished (or was interrupted); what goes back to the model",
     "turn_ended": "the turn is over, with its stop reason",
+    "turn_failed": "the harness failed during the turn (a bug or data it could not handle); the turn was closed",
     "interrupted": "a person interrupted the running turn or tool call",
     "resumed": "an interrupted turn was picked up again from the log",
     # hands
