@@ -26,6 +26,7 @@ import pytest_asyncio
 
 from workbench.errors import ConfigError
 from workbench.hands import HandsConfig, KernelHands
+from workbench.hands.factory import HandsSettings
 from workbench.hands.sandbox import SandboxLauncher, base_args
 from workbench.hands.seccomp import CLONE_NEW, DENIED, SeccompSettings, SeccompUnavailable, compile_filter, prepare
 
@@ -108,7 +109,9 @@ async def filtered(tmp_path, flt):
     async def make(workdir: Path | None = None) -> KernelHands:
         mark = "wbmark" + uuid.uuid4().hex
         work = workdir or tmp_path / f"work-{len(made)}"
-        hands = KernelHands(HandsConfig(workdir=str(work), env={"WB_TEST_MARK": mark}), launcher=FilteredLauncher(flt))
+        # with the host's default limits, as a hands factory starts kernels: limits.py, then the shell, then bwrap
+        hands = KernelHands(HandsConfig(workdir=str(work), env={"WB_TEST_MARK": mark}), launcher=FilteredLauncher(flt),
+                            limits=HandsSettings().limits())
         made.append((hands, mark))
         return hands
 
