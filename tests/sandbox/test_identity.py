@@ -283,6 +283,8 @@ def test_settings_edges(tmp_path):
     flt = prepare(SeccompSettings(), tmp_path / "on")
     assert flt.path.parent == tmp_path / "on" and flt.path.stat().st_mode & 0o077 == 0
     assert prepare(SeccompSettings(), tmp_path / "on").path == flt.path  # same program, same file
+    default = prepare().path  # the Jupyter runtime dir: the server user's own (this test's, here)
+    assert default.parent == Path(os.environ["JUPYTER_RUNTIME_DIR"]) / "workbench-seccomp" and default.read_bytes() == flt.path.read_bytes()
     with pytest.raises(ValueError, match="already loads a seccomp filter"):
         flt.wrap(["bwrap", "--seccomp", "5", "--", "true"])
     # an option value that looks like one after the command separator does not count

@@ -20,7 +20,7 @@ kernel", so feature probes fall back), EPERM for new namespaces (as on a
 host that forbids them). Calls of any other architecture (i386 `int 0x80`,
 x32) fail with ENOSYS, so no second syscall table gets around the list.
 
-    flt = prepare(SeccompSettings(), directory)    # once per host
+    flt = prepare(SeccompSettings())               # once per host (the file goes to the Jupyter runtime dir)
     argv = flt.wrap(bwrap_argv)                    # per kernel: opens the program as fd 3 for bwrap
 """
 
@@ -139,8 +139,16 @@ class SeccompFilter:
         return ["/bin/sh", "-c", WRAP, str(self.path), argv[0], "--seccomp", str(FD), *argv[1:]]
 
 
-def prepare(settings: SeccompSettings, directory: str | Path) -> SeccompFilter:
-    """Compile the filter into `directory` (the host's own, never mounted in a sandbox)."""
+def default_dir() -> Path:
+    """`workbench-seccomp` in the Jupyter runtime dir: the server user's own, never mounted in a sandbox."""
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    return Path(jupyter_runtime_dir()) / "workbench-seccomp"
+
+
+def prepare(settings: SeccompSettings | None = None, directory: str | Path | None = None) -> SeccompFilter:
+    """Compile the filter into `directory` (the host's own, never mounted in a sandbox or writable by one)."""
+    settings = settings or SeccompSettings()
     allow = settings.allowed()
     if not settings.seccomp:
         return SeccompFilter(None, "off (WORKBENCH_SECCOMP=0)")
@@ -148,7 +156,7 @@ def prepare(settings: SeccompSettings, directory: str | Path) -> SeccompFilter:
         program, absent = compile_filter(allow)
     except SeccompUnavailable as e:
         return SeccompFilter(None, f"not enforced: {e}")
-    directory = Path(directory)
+    directory = Path(directory) if directory else default_dir()
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     # named by content: hosts sharing the directory share the file, and a rewrite is a no-op
     path = directory / f"seccomp-{hashlib.sha256(program).hexdigest()[:16]}.bpf"
