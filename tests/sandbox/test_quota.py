@@ -1,0 +1,245 @@
+"""Workspace quota: a kernel fills its own workspace and no more; workspaces go at shutdown and after a dead host."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from workbench.errors import ConfigError
+from workbench.hands import HandsConfig, KernelHands
+from workbench.hands import quota
+from workbench.hands.sandbox import SandboxLauncher
+
+from .conftest import needs_sandbox, no_process_left, run
+
+pytestmark = needs_sandbox
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="only root can loop-mount a workspace (the test below checks what others get)")
+OWNER = (64123, 64123) if os.geteuid() == 0 else None
+MB = 1 << 20
+
+
+def mounts_under(root: Path) -> list[str]:
+    """Mount points at or below `root`, from this process's mount table."""
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].encode().decode("unicode_escape")  # spaces and the like are octal escapes
+        if point == str(root) or point.startswith(f"{root}/"):
+            out.append(point)
+    return out
+
+
+def loops_backing(image: Path, within: float = 10.0) -> list[str]:
+    """Loop devices whose backing file is `image` (deleted or not), after waiting for the kernel to free them."""
+    deadline = time.monotonic() + within
+    while True:
+        found = []
+        for f in Path("/sys/block").glob("loop*/loop/backing_file"):
+            try:
+                if f.read_text().strip().removesuffix(" (deleted)") == str(image):
+                    found.append(f.parent.parent.name)
+            except OSError:
+                continue
+        if not found or time.monotonic() > deadline:  # a loop's release may finish in a kernel work queue
+            return found
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def ws_root(tmp_path):
+    """A workspace root; whatever a test leaves mounted there is unmounted, also when it fails."""
+    root = (tmp_path / "workspaces").resolve()
+    try:
+        yield root
+    finally:
+        for point in sorted(mounts_under(root), key=len, reverse=True):
+            subprocess.run(["umount", "--lazy", point], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+        assert mounts_under(root) == []
+
+
+@pytest_asyncio.fixture
+async def hands_in():
+    """hands_in(workspace) -> sandboxed hands working in it; all stopped and checked gone."""
+    made: list[tuple[KernelHands, str]] = []
+
+    async def make(ws: quota.Workspace) -> KernelHands:
+        mark = "wbmark" + uuid.uuid4().hex
+        hands = KernelHands(HandsConfig(workdir=str(ws.path), env={"WB_TEST_MARK": mark}), launcher=SandboxLauncher())
+        made.append((hands, mark))
+        return hands
+
+    try:
+        yield make
+    finally:
+        for hands, mark in made:
+            await hands.shutdown()
+            await no_process_left(mark)
+
+
+WRITE = """
+import errno, json, os
+def fill(name, mb):
+    written, err, chunk = 0, None, b"x" * (1 << 20)
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        for _ in range(mb):
+            written += os.write(fd, chunk)
+        os.fsync(fd)
+    except OSError as e:
+        err = errno.errorcode.get(e.errno, str(e.errno))
+    finally:
+        os.close(fd)
+    return {"written": written, "error": err}
+"""
+
+
+@root_only
+@pytest.mark.asyncio
+async def test_kernel_writes_past_the_quota_fail_and_nobody_else_notices(ws_root, hands_in):
+    a, b = quota.create(ws_root, 32, OWNER, label="a"), quota.create(ws_root, 32, OWNER, label="b")
+    assert a.enforced and b.enforced and "32 MiB" in a.how
+    ka, kb = await hands_in(a), await hands_in(b)
+    out = json.loads(await run(ka, WRITE + "print(json.dumps(fill('big', 64)))"))
+    assert out["error"] in ("ENOSPC", "EDQUOT") and out["written"] <= 32 * MB, out
+    # the other session, and the host, write on as before
+    (b.path / "from-host.txt").write_text("host")
+    other = json.loads(await run(kb, WRITE + "print(json.dumps(fill('mid', 16)))"))
+    assert other == {"written": 16 * MB, "error": None}
+    assert (b.path / "mid").stat().st_size == 16 * MB and (b.path / "from-host.txt").read_text() == "host"
+    # the full workspace recovers once its kernel deletes what filled it
+    again = json.loads(await run(ka, WRITE + "os.remove('big'); print(json.dumps(fill('small', 4)))"))
+    assert again == {"written": 4 * MB, "error": None}
+    assert sorted(os.listdir(a.path)) == ["small"]  # readable by the host: no lost+found or other residue
+    for ws in (a, b):
+        ws.destroy()
+
+
+@root_only
+@pytest.mark.asyncio
+async def test_the_workspace_outlives_kernel_deaths_and_goes_with_destroy(ws_root, hands_in):
+    ws = quota.create(ws_root, 32, OWNER)
+    hands = await hands_in(ws)
+    await run(hands, "open('notes.txt', 'w').write('kept')")
+    obs = await hands.execute("import os; os._exit(1)", timeout=30)
+    assert not obs.ok and obs.error["ename"] == "KernelDied"
+    assert (await run(hands, "print(open('notes.txt').read())")).strip() == "kept"  # a fresh kernel, same workspace
+    assert hands.generation == 2
+    assert (ws.path / "notes.txt").read_text() == "kept"
+    await hands.shutdown()
+    assert mounts_under(ws_root) == [str(ws.path)]  # the session's, not the kernel's: it stays until destroyed
+    image = ws.image
+    ws.destroy()
+    ws.destroy()  # twice is fine
+    assert mounts_under(ws_root) == [] and list(ws_root.iterdir()) == [] and loops_backing(image) == []
+
+
+@root_only
+def test_destroy_while_a_file_is_still_open_in_the_workspace(ws_root):
+    ws = quota.create(ws_root, 16, OWNER)
+    image = ws.image
+    (ws.path / "open.txt").write_text("still here")
+    with open(ws.path / "open.txt") as held:  # e.g. a copy for a verifier in progress: the mount is busy
+        ws.destroy()
+        assert mounts_under(ws_root) == [] and list(ws_root.iterdir()) == []
+        assert held.read() == "still here"  # detached, not pulled away from under the reader
+    assert loops_backing(image) == []  # and freed once the last user went
+
+
+HOST = """
+import json, sys, time
+from workbench.hands import quota
+ws = quota.create(sys.argv[1], 32, json.loads(sys.argv[2]))
+open(ws.path / "left-behind.txt", "w").write("x")
+print(json.dumps({"name": ws.name, "enforced": ws.enforced}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_reap_cleans_up_after_a_sigkilled_host_and_leaves_live_ones_alone(ws_root):
+    mine = quota.create(ws_root, 32, OWNER, label="live")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(quota.__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
+    host = subprocess.Popen([sys.executable, "-c", HOST, str(ws_root), json.dumps(OWNER)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        dead = json.loads(host.stdout.readline())
+    finally:
+        host.send_signal(signal.SIGKILL)
+        host.wait(30)
+        host.stdout.close()
+    dead_path, dead_image = ws_root / dead["name"], ws_root / f"{dead['name']}.img"
+    assert (dead_path / "left-behind.txt").exists()
+    if dead["enforced"]:
+        assert str(dead_path) in mounts_under(ws_root)
+    # hostile leftovers: a record of no host at all, one whose pid is alive but started at another time
+    # (a reused pid), and a name we never make, which must be left alone
+    for name, body in (("bad-0123456789ab", "{not json"), ("reused-0123456789ab", json.dumps({"host_pid": os.getpid(), "host_started": 1.0}))):
+        (ws_root / f"{name}.json").write_text(body)
+        (ws_root / name).mkdir()
+    outside = ws_root.parent / "outside"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("keep")
+    (ws_root / "link-0123456789ab.json").write_text("{}")
+    (ws_root / "link-0123456789ab").symlink_to(outside)  # a workspace name pointing elsewhere is not followed
+    (ws_root / "NOT-OURS.json").write_text("{}")
+    reaped = quota.reap(ws_root)
+    assert sorted(reaped) == sorted([dead["name"], "bad-0123456789ab", "reused-0123456789ab", "link-0123456789ab"])
+    assert (outside / "precious.txt").read_text() == "keep" and not (ws_root / "link-0123456789ab").exists()
+    assert not dead_path.exists() and not dead_image.exists() and loops_backing(dead_image) == []
+    assert str(dead_path) not in mounts_under(ws_root)
+    assert mine.path.is_dir() and (ws_root / f"{mine.name}.json").exists() and (ws_root / "NOT-OURS.json").exists()
+    if mine.enforced:
+        assert mounts_under(ws_root) == [str(mine.path)]
+    assert quota.reap(ws_root) == []  # nothing more to do
+    mine.destroy()
+
+
+@root_only
+def test_a_host_that_cannot_mount_says_the_quota_is_not_enforced(ws_root):
+    """Root without CAP_SYS_ADMIN (as in many containers) gets a plain directory, and is told why."""
+    code = textwrap.dedent("""
+        import json, os, sys
+        from workbench.hands import quota
+        ws = quota.create(sys.argv[1], 32, (64123, 64123))
+        st = os.stat(ws.path)
+        print(json.dumps({"enforced": ws.enforced, "how": ws.how, "dir": ws.path.is_dir(), "owner": [st.st_uid, st.st_gid],
+                          "image": ws.image.exists(), "name": ws.name}))
+        ws.destroy()
+        print(json.dumps(sorted(os.listdir(sys.argv[1]))))
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(quota.__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
+    p = subprocess.run(["setpriv", "--bounding-set=-sys_admin", "--inh-caps=-sys_admin", sys.executable, "-c", code, str(ws_root)],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    made, left = (json.loads(line) for line in p.stdout.splitlines())
+    assert made["enforced"] is False and made["how"].startswith("not enforced: mount failed") and "max_file_mb" in made["how"]
+    assert made["dir"] and made["owner"] == [64123, 64123] and not made["image"]
+    assert left == [] and mounts_under(ws_root) == [] and loops_backing(ws_root / f"{made['name']}.img") == []
+
+
+def test_hostile_sizes_and_labels_and_no_quota(ws_root):
+    for size in (-1, True, "10", 1.5, None, quota.MAX_MB + 1):
+        with pytest.raises(ConfigError, match="workspace_mb must be a whole number"):
+            quota.create(ws_root, size)
+    for label in ("../up", "a/b", "x" * 41, "sp ace", "ok\n", ".hidden"):
+        with pytest.raises(ConfigError, match="a workspace label is"):
+            quota.create(ws_root, 8, label=label)
+    assert not ws_root.exists() or list(ws_root.iterdir()) == []  # a refused request leaves nothing behind
+    plain = quota.create(ws_root, 0, OWNER)
+    assert not plain.enforced and "no quota" in plain.how and plain.path.is_dir()
+    (plain.path / "f").write_text("x")
+    plain.destroy()
+    assert list(ws_root.iterdir()) == []
+    if os.geteuid() != 0:
+        ws = quota.create(ws_root, 8)
+        assert not ws.enforced and ws.how.startswith("not enforced: only root can loop-mount")
+        ws.destroy()
