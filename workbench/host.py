@@ -94,9 +94,12 @@ def load_plugins(settings: HostSettings | None = None) -> list[Plugin]:
 def settings_classes(plugins: Iterable[Plugin] = ()) -> list[type]:
     """Every config class whose fields docs/settings.md documents: the core's and the plugins'."""
     from .egress import EgressSettings
+    from .hands.quota import WorkspaceSettings
     from .hands.sandbox import SandboxSettings
+    from .hands.seccomp import SeccompSettings
 
-    classes: list[type] = [HostSettings, BrainSettings, HandsConfig, HandsSettings, SandboxSettings, EgressSettings]
+    classes: list[type] = [HostSettings, BrainSettings, HandsConfig, HandsSettings, SandboxSettings, SeccompSettings,
+                           WorkspaceSettings, EgressSettings]
     for p in plugins:
         classes += list(p.settings_classes())
     return classes
