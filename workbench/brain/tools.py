@@ -47,8 +47,16 @@ class Tool:
     run: ToolFn
 
     def spec(self) -> dict[str, Any]:
-        """The tool as the Messages API expects it."""
-        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+        """The tool as the Messages API expects it (plain JSON: a schema may be built from read-only mappings)."""
+        return {"name": self.name, "description": self.description, "input_schema": _plain(self.input_schema)}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def observation_output(obs: Observation) -> ToolOutput:

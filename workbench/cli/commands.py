@@ -8,6 +8,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from ..config import from_env
@@ -18,14 +19,14 @@ from ..plugins import Command
 from ..render import assistant_meta, event_text, table
 from .console import EXIT_INTERRUPTED, EXIT_OK, EXIT_STOPPED, Console
 
-STOP_REASONS = {
+STOP_REASONS = MappingProxyType({
     "end_turn": "the turn ended",
     "max_tokens": "stopped: the model hit max_tokens before finishing",
     "refusal": "stopped: the model refused to continue (refusal)",
     "pause_turn": "stopped: the model paused too many times in a row (pause_turn)",
     "interrupted": "interrupted",
     "error": "stopped: the model call or the harness failed (see `workbench show`)",
-}
+})
 
 
 def _turn(args: argparse.Namespace, ctx: Console, action: str) -> int:

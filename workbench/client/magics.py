@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import re
 import threading
+from types import MappingProxyType
 from typing import Any
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from ..errors import WorkbenchError
 
-OPTIONS = {
+OPTIONS = MappingProxyType({
     "--session": True, "--model": True, "--title": True, "--url": True, "--token": True,
     "--new": False, "--background": False, "--interrupt": False,
-}
+})
 USAGE = (
     "usage: %%agent [--session ID] [--new] [--model NAME] [--title TITLE] [--background] "
     "[--url URL --token TOKEN], then the text; %agent --interrupt stops the running turn"

@@ -69,9 +69,6 @@ def _start_time(pid: int) -> float | None:
         return None
 
 
-_live: dict[str, tuple[int, "Workspace"]] = {}  # name -> (creating pid, workspace): destroyed at exit if nobody did
-
-
 @dataclass
 class Workspace:
     """A session's workspace: a directory, with a size limit when `enforced`."""
@@ -94,7 +91,16 @@ class Workspace:
     def destroy(self) -> None:
         """Unmount and delete the workspace and its image; safe to call twice, or after a crash."""
         _destroy(self.root, self.name)
-        _live.pop(self.name, None)
+        atexit.unregister(self._at_exit)
+
+    def _at_exit(self, pid: int) -> None:
+        """A host that exits without destroying its workspaces (an exception, not a kill) leaves no mounts."""
+        if pid != os.getpid():
+            return  # a forked child exiting: the workspace is its parent's
+        try:
+            self.destroy()
+        except (OSError, subprocess.SubprocessError):
+            pass
 
 
 def create(root: str | Path, size_mb: int, owner: tuple[int, int] | None = None, label: str = "") -> Workspace:
@@ -108,7 +114,7 @@ def create(root: str | Path, size_mb: int, owner: tuple[int, int] | None = None,
     name = f"{label}-{uuid.uuid4().hex[:12]}" if label else uuid.uuid4().hex[:12]
     ws = Workspace(root, name, size_mb, "")
     _write_record(ws)
-    _live[name] = (os.getpid(), ws)
+    atexit.register(ws._at_exit, os.getpid())
     try:
         _fill(ws, owner)
     except BaseException:
@@ -215,15 +221,3 @@ def _destroy(root: Path, name: str) -> None:
     if not os.path.ismount(path):  # never delete through a mount we could not remove
         shutil.rmtree(path, ignore_errors=True)
     (root / f"{name}.json").unlink(missing_ok=True)
-
-
-@atexit.register
-def _destroy_own() -> None:
-    """A host that exits without destroying its workspaces (an exception, not a kill) leaves no mounts."""
-    for pid, ws in list(_live.values()):
-        if pid != os.getpid():
-            continue  # a forked child exiting: the workspace is its parent's
-        try:
-            ws.destroy()
-        except (OSError, subprocess.SubprocessError):
-            pass

@@ -30,8 +30,10 @@ import errno
 import hashlib
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from ..errors import ConfigError
 
@@ -39,11 +41,11 @@ FD = 3  # the descriptor bwrap reads the program from; the wrapper shell opens i
 WRAP = f'exec "$@" {FD}<"$0"'  # sh -c WRAP FILTER bwrap ...: fd 3 is the filter, then bwrap replaces sh
 
 # CLONE_NEW* flags of clone(2). CLONE_NEWTIME is left out: in clone() its bit is part of the exit signal.
-CLONE_NEW = {"ns": 0x00020000, "cgroup": 0x02000000, "uts": 0x04000000, "ipc": 0x08000000,
-             "user": 0x10000000, "pid": 0x20000000, "net": 0x40000000}  # fmt: skip
+CLONE_NEW = MappingProxyType({"ns": 0x00020000, "cgroup": 0x02000000, "uts": 0x04000000, "ipc": 0x08000000,
+             "user": 0x10000000, "pid": 0x20000000, "net": 0x40000000})  # fmt: skip
 
 NOSYS, PERM = errno.ENOSYS, errno.EPERM
-DENIED: dict[str, int] = {
+DENIED: Mapping[str, int] = MappingProxyType({
     # uid-scoped and inherited keyrings: shared between sandboxes and with the host (see above)
     "add_key": NOSYS, "keyctl": NOSYS, "request_key": NOSYS,
     # kernel attack surface no notebook kernel uses
@@ -67,7 +69,7 @@ DENIED: dict[str, int] = {
     "unshare": PERM, "setns": PERM,
     # clone3 hides its flags in memory the filter cannot read: ENOSYS makes glibc fall back to clone()
     "clone3": NOSYS,
-}  # fmt: skip
+})  # fmt: skip
 
 
 @dataclass

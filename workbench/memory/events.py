@@ -14,7 +14,7 @@ from typing import Any
 
 from ..log import Event, SessionLog
 
-UNCITABLE = {"session_created", "memories_injected", "dream_read", "memory_proposed", "model_request", "model_retry"}
+UNCITABLE = frozenset({"session_created", "memories_injected", "dream_read", "memory_proposed", "model_request", "model_retry"})
 MIN_QUOTE = 8
 BODY_LIMIT = 2000
 

@@ -15,6 +15,7 @@ import difflib
 import uuid
 from collections.abc import Callable
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 from ..brain.tools import Tool, ToolContext, ToolOutput
@@ -190,7 +191,7 @@ def propose_retire(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) ->
     return _propose("retire", store, inp, ctx)
 
 
-CITATIONS = {
+CITATIONS = MappingProxyType({
     "type": "array",
     "description": "the evidence: events that show this, each with a quote copied exactly from the event",
     "items": {
@@ -199,8 +200,8 @@ CITATIONS = {
                        "quote": {"type": "string", "description": "at least 8 characters copied from that event"}},
         "required": ["session_id", "seq", "quote"],
     },
-}
-TAGS = {"type": "array", "items": {"type": "string"}}
+})
+TAGS = MappingProxyType({"type": "array", "items": {"type": "string"}})
 
 SPECS: tuple[tuple[str, str, dict[str, Any], Callable[..., ToolOutput]], ...] = (
     ("list_sessions", "List the sessions this dream may read, with how far earlier dreams read each (read_until) and how many events are unread.",

@@ -15,7 +15,7 @@ from ...errors import MissingAPIKey
 from .base import FatalModelError, RetryableError
 
 DEFAULT_MODEL = "claude-opus-5-5"
-RETRYABLE_TYPES = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+RETRYABLE_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 
 
 class AnthropicModel:

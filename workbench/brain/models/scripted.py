@@ -146,7 +146,7 @@ def default_script(request: dict[str, Any]) -> Reply:
     )
 
 
-DEMO_STEPS = [
+DEMO_STEPS = (
     (
         "The user wants a small analysis. Plan: make a reproducible dataset, summarise it, "
         "then report the warmest week.",
@@ -165,7 +165,7 @@ DEMO_STEPS = [
         "print('weekly means', means)\n"
         "print('warmest week', means.index(max(means)) + 1)",
     ),
-]
+)
 
 
 def demo_script(request: dict[str, Any]) -> Reply:
