@@ -41,9 +41,9 @@ async def record(path: Any, n: int) -> list[str]:
     from workbench.brain import Brain
     from workbench.brain.models import ScriptedModel
     from workbench.hands import HandsConfig, KernelHands
-    from workbench.log import SessionLog
+    from workbench.log import DuckDBLog
 
-    log = SessionLog(path)
+    log = DuckDBLog(path)
     hands = KernelHands(HandsConfig())
     scripts = {f"rec{i}": patterns(i) for i in range(n)}
     brain = Brain(log, model_factory=lambda name: ScriptedModel(scripts[name][2], name=name),
@@ -66,11 +66,11 @@ async def record(path: Any, n: int) -> list[str]:
 async def dream_once(path: Any, ids: list[str]) -> tuple[float, float, dict[str, Any]]:
     """A dream and then a second one over the same sessions; their times (ms) and the first's summary."""
     from workbench.brain import Brain
-    from workbench.log import SessionLog
+    from workbench.log import DuckDBLog
     from workbench.memory import MemorySettings, MemoryStore
     from workbench.memory.dream import run_dream
 
-    log = SessionLog(path)
+    log = DuckDBLog(path)
     try:
         store = MemoryStore(log, MemorySettings(dream_max_sessions=max(len(ids), 20)))
         brain = Brain(log)

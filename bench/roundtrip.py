@@ -60,13 +60,13 @@ async def _brain_steps(ctx: Context, steps: int) -> list[float]:
     """Per-step time of a turn of `steps` python calls (scripted model), from tool_result to tool_result."""
     from workbench.brain import Brain
     from workbench.brain.models import Reply, ScriptedModel
-    from workbench.log import SessionLog
+    from workbench.log import DuckDBLog
 
     def script(request: dict[str, Any]) -> Reply:
         n = sum(1 for m in request["messages"] if m["role"] == "assistant")
         return Reply(text="next", code=[CELLS[n % len(CELLS)]]) if n < steps else Reply(text="done")
 
-    log = SessionLog(ctx.tmp / "roundtrip.duckdb")
+    log = DuckDBLog(ctx.tmp / "roundtrip.duckdb")
     marks: list[float] = []
     log.subscribe(lambda e: marks.append(time.perf_counter()) if e.type == "tool_result" else None)
     brain = Brain(log, model_factory=lambda name: ScriptedModel(script, name=name))

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from workbench.log import SessionLog
+from workbench.log import DuckDBLog
 from workbench.testing import FakeMessagesAPI
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,7 +34,7 @@ def db_path(tmp_path) -> Path:
 
 @pytest.fixture
 def log(db_path):
-    lg = SessionLog(db_path)
+    lg = DuckDBLog(db_path)
     yield lg
     lg.close()
 

@@ -19,7 +19,7 @@ from workbench.errors import (
     UnknownEventType,
     UnknownSession,
 )
-from workbench.log import SessionLog
+from workbench.log import DuckDBLog
 
 VERBATIM = {
     "id": "msg_1",
@@ -39,16 +39,16 @@ VERBATIM = {
 }
 
 
-def new(log: SessionLog, sid: str = "s1") -> None:
+def new(log: DuckDBLog, sid: str = "s1") -> None:
     log.create_session(sid, title="t", model="scripted", payload={"system": "x"})
 
 
 def test_append_assigns_contiguous_seqs_and_survives_reopen(db_path):
-    with SessionLog(db_path) as log:
+    with DuckDBLog(db_path) as log:
         new(log)
         seqs = [log.append("s1", "user_message", {"text": f"m{i}"}).seq for i in range(5)]
         assert seqs == [2, 3, 4, 5, 6]
-    with SessionLog(db_path) as log:
+    with DuckDBLog(db_path) as log:
         assert log.append("s1", "user_message", {"text": "after reopen"}).seq == 7
         assert [e.seq for e in log.events("s1")] == list(range(1, 8))
         assert [e.seq for e in log.events("s1", after=5)] == [6, 7]
@@ -131,26 +131,26 @@ def test_open_errors_are_clear(tmp_path):
     bad = tmp_path / "garbage.duckdb"
     bad.write_text("this is not a database\n" * 100)
     with pytest.raises(DatabaseUnreadable, match="cannot open"):
-        SessionLog(bad)
+        DuckDBLog(bad)
     assert bad.read_text().startswith("this is not a database")  # untouched
     with pytest.raises(DatabaseUnreadable, match="directory"):
-        SessionLog(tmp_path)
+        DuckDBLog(tmp_path)
     with pytest.raises(DatabaseMissing, match="no workbench database"):
-        SessionLog(tmp_path / "missing.duckdb", read_only=True)
+        DuckDBLog(tmp_path / "missing.duckdb", read_only=True)
     assert not (tmp_path / "missing.duckdb").exists()
 
 
 def test_a_second_process_gets_database_locked(db_path):
-    with SessionLog(db_path) as log:
+    with DuckDBLog(db_path) as log:
         new(log)
         code = (
-            "import sys\nfrom workbench.log import SessionLog\nfrom workbench.errors import DatabaseLocked\n"
-            f"try:\n    SessionLog({str(db_path)!r}, read_only=True)\nexcept DatabaseLocked as e:\n    print(e); sys.exit(3)\n"
+            "import sys\nfrom workbench.log import DuckDBLog\nfrom workbench.errors import DatabaseLocked\n"
+            f"try:\n    DuckDBLog({str(db_path)!r}, read_only=True)\nexcept DatabaseLocked as e:\n    print(e); sys.exit(3)\n"
         )
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 3, proc.stderr
         assert "in use by another process" in proc.stdout and "pid" in proc.stdout
     with pytest.raises(DatabaseLocked):
         # read-only handles cannot write
-        with SessionLog(db_path, read_only=True) as ro:
+        with DuckDBLog(db_path, read_only=True) as ro:
             ro.append("s1", "user_message", {"text": "x"})

@@ -9,7 +9,7 @@ import pytest
 
 from workbench.brain import Brain
 from workbench.brain.models import Reply, ScriptedModel, make_model
-from workbench.log import SessionLog
+from workbench.log import DuckDBLog
 from workbench.memory import MemoryStore
 from workbench.memory import dream  # noqa: F401  (registers the dream tools and scripted:dream)
 
@@ -65,7 +65,7 @@ def systems() -> list[str]:
 def recorded_db(tmp_path_factory):
     """A database holding the three sessions, recorded once per test run (real kernels run their code)."""
     path = tmp_path_factory.mktemp("recorded") / "recorded.duckdb"
-    log = SessionLog(path)
+    log = DuckDBLog(path)
     b = Brain(log, model_factory=model_factory)
 
     async def go() -> list[str]:
@@ -95,7 +95,7 @@ def recorded(recorded_db, db_path) -> list[str]:
 
 @pytest.fixture
 def store(recorded, db_path):
-    log = SessionLog(db_path)
+    log = DuckDBLog(db_path)
     st = MemoryStore(log)
     yield st
     log.close()
