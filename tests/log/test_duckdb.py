@@ -1,6 +1,6 @@
-"""What only the DuckDB file has: reopening, locks, unreadable files, raw SQL, old rows, SQL queries.
+"""What only the DuckDB file has: reopening, locks, unreadable files, raw SQL, old rows, confinement.
 
-Behaviour every log shares is in test_conformance.py.
+Behaviour every log shares is in test_conformance.py; `/query` is in test_query.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 import duckdb
 import pytest
 
-from workbench.errors import ConfigError, DatabaseLocked, DatabaseMissing, DatabaseUnreadable
+from workbench.errors import DatabaseLocked, DatabaseMissing, DatabaseUnreadable
 from workbench.log import DuckDBLog
 
 
@@ -102,16 +102,49 @@ def test_old_rows_are_read_leniently(db_path, name):
         assert ro.events("s1", types=["user_message"])[0].payload == expected
 
 
-def test_query_is_read_only(log):
+def test_the_database_reaches_no_other_file(log, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("password=hunter2\n")
     new(log)
-    with pytest.raises(ConfigError):
-        log.query("DELETE FROM events")
-    with pytest.raises(ConfigError):
-        log.query("SELECT * FROM no_such_table")
-    assert log.query("SELECT count(*) AS n FROM events") == (["n"], [(1,)])
-    log.append("s1", "assistant_turn", {"message": {"content": [{"signature": "EqQBCkYIBxgCKkAs=="}]}})
-    cols, rows = log.query("SELECT payload->>'$.message.content[0].signature' FROM events WHERE type = 'assistant_turn'")
-    assert rows == [("EqQBCkYIBxgCKkAs==",)]
+    cur = log.cursor()
+    try:
+        for sql in ("SELECT content FROM read_text(?)", "SELECT * FROM read_csv(?)", "SELECT * FROM glob(?)"):
+            with pytest.raises(duckdb.PermissionException):
+                cur.execute(sql, [str(secret)]).fetchall()
+        with pytest.raises(duckdb.Error, match="locked"):
+            cur.execute("SET enable_external_access = true")
+        with pytest.raises(duckdb.Error, match="locked"):
+            cur.execute("SET lock_configuration = false")
+        assert cur.execute("SELECT current_setting('enable_progress_bar')").fetchone() == (False,)
+    finally:
+        cur.close()
+    with pytest.raises(duckdb.PermissionException):
+        log.write(lambda tx: tx.execute(f"COPY events TO '{tmp_path / 'out.csv'}'")).result()
+    with pytest.raises(duckdb.PermissionException):
+        log.write(lambda tx: tx.execute(f"ATTACH '{tmp_path / 'other.duckdb'}' AS other")).result()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("log.duckdb")) == ["secret.txt"]
+    # while the log itself still does all it needs: JSON columns, its own tables, checkpoints
+    log.append("s1", "assistant_turn", {"message": {"content": [{"type": "text", "text": "hi"}]}})
+    log.write(lambda tx: tx.execute("CREATE TABLE IF NOT EXISTS extra (id VARCHAR, doc JSON)")).result()
+    log.write(lambda tx: tx.execute("CHECKPOINT")).result()
+    cur = log.cursor()
+    try:
+        assert cur.execute("SELECT payload->>'$.message.content[0].text' FROM events WHERE seq = 2").fetchall() == [("hi",)]
+    finally:
+        cur.close()
+
+
+def test_a_second_log_of_this_process_is_confined_too(db_path):
+    with DuckDBLog(db_path) as log:
+        new(log)
+        with DuckDBLog(db_path) as again:  # DuckDB shares the database within a process
+            assert again.session("s1")["last_seq"] == 1
+            cur = again.cursor()
+            try:
+                with pytest.raises(duckdb.PermissionException):
+                    cur.execute("SELECT * FROM glob('*')").fetchall()
+            finally:
+                cur.close()
 
 
 def test_open_errors_are_clear(tmp_path):

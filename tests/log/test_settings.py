@@ -31,6 +31,12 @@ def test_every_log_setting_is_documented_in_its_section():
     assert documented == set(fields), "the table documents fields LogSettings does not have"
 
 
+def test_the_query_section_names_the_query_limits():
+    text = section("api.md", "Querying the log")
+    for name in ("query_timeout", "query_max_rows", "query_max_sql_chars", "query_max_params", "query_max_param_chars", "truncated"):
+        assert name in text
+
+
 @pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(LogSettings)])
 @pytest.mark.parametrize("value", [0, -1, math.nan, math.inf, True, "10", None])
 def test_nonsense_settings_are_refused(field, value):

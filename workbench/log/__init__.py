@@ -8,6 +8,7 @@ from .duckdb_log import DuckDBLog, Tx as DuckDBTx, default_db_path
 from .events import EVENT_TYPES, Event
 from .memory_log import MemoryLog
 from .protocol import SessionLog, Tx
+from .query import QueryResult
 from .settings import LogSettings
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "Event",
     "LogSettings",
     "MemoryLog",
+    "QueryResult",
     "SessionLog",
     "Tx",
     "default_db_path",

@@ -2,7 +2,9 @@
 
 One thread (the writer) owns the write connection; every write, from any
 thread or event loop, is handed to it. Readers use their own cursors. An
-event is committed before any subscriber hears of it.
+event is committed before any subscriber hears of it. The database is opened
+with no access to any other file (no `read_csv`, `COPY`, `ATTACH`, ...), and the
+configuration locked, so SQL run through the log stays inside it.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from typing import Any, Iterable, Mapping
 
 import duckdb
 
-from ..errors import ConfigError, DatabaseLocked, DatabaseMissing, DatabaseUnreadable, LogClosed, UnknownSession
+from ..errors import DatabaseLocked, DatabaseMissing, DatabaseUnreadable, LogClosed, UnknownSession
 from .events import EVENT_TYPES, Event
 from .payload import decode_payload
+from .query import QueryResult, run_query
 from .settings import LogSettings
 from .writer import WriterLog, WriterTx, session_row
 
@@ -47,6 +50,12 @@ CREATE TABLE IF NOT EXISTS events (
 );
 """
 
+# SQL through the log reaches nothing but the database itself, draws no progress bar on the
+# server's terminal, and cannot change either: the configuration is locked before first use
+CONFIG = {"enable_external_access": False}
+LOCK = "SET enable_progress_bar = false; SET lock_configuration = true"
+
+
 def default_db_path() -> Path:
     """The database file: $WORKBENCH_DB, else workbench.duckdb in the Jupyter data dir."""
     env = os.environ.get("WORKBENCH_DB")
@@ -65,7 +74,7 @@ def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     if not read_only:
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        return duckdb.connect(str(path), read_only=read_only)
+        con = duckdb.connect(str(path), read_only=read_only, config=CONFIG)
     except duckdb.IOException as e:
         text = str(e)
         if "lock" in text.lower():
@@ -78,6 +87,14 @@ def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
         raise DatabaseUnreadable(f"cannot open {path}: {text.splitlines()[0]}") from None
     except (duckdb.Error, OSError) as e:
         raise DatabaseUnreadable(f"cannot open {path}: {str(e).splitlines()[0]}") from None
+    try:
+        # another log of this process may hold the same database, already locked
+        if not con.execute("SELECT current_setting('lock_configuration')").fetchone()[0]:
+            con.execute(LOCK)
+    except duckdb.Error as e:
+        con.close()
+        raise DatabaseUnreadable(f"cannot configure {path}: {str(e).splitlines()[0]}") from None
+    return con
 
 
 def event_from_row(row: tuple) -> Event:
@@ -279,25 +296,6 @@ class DuckDBLog(WriterLog):
         finally:
             cur.close()
 
-    def query(self, sql: str, params: Iterable[Any] = ()) -> tuple[list[str], list[tuple]]:
-        """Run one read-only SQL statement (SELECT, WITH, ...); returns (columns, rows).
-
-        The statement runs in a transaction that is always rolled back, so even
-        a statement that slips past the keyword check cannot change the log.
-        """
-        head = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
-        if head not in {"SELECT", "WITH", "FROM", "DESCRIBE", "SHOW", "SUMMARIZE", "EXPLAIN", "VALUES", "PIVOT", "UNPIVOT"}:
-            raise ConfigError("only read-only SQL is allowed (SELECT, WITH, FROM, DESCRIBE, SHOW, ...)")
-        cur = self.cursor()
-        try:
-            cur.execute("BEGIN TRANSACTION")
-            try:
-                res = cur.execute(sql, list(params))
-                cols = [d[0] for d in res.description] if res.description else []
-                return cols, res.fetchall()
-            except duckdb.Error as e:
-                raise ConfigError(f"SQL error: {str(e).splitlines()[0]}") from None
-            finally:
-                cur.execute("ROLLBACK")
-        finally:
-            cur.close()
+    def query(self, sql: str, params: Iterable[Any] = ()) -> QueryResult:
+        """Run one SELECT, read-only, within the query limits of LogSettings (see docs/api.md, /query)."""
+        return run_query(self.cursor(), sql, params, self.settings)
