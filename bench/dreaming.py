@@ -41,9 +41,9 @@ async def record(path: Any, n: int) -> list[str]:
     from workbench.brain import Brain
     from workbench.brain.models import ScriptedModel
     from workbench.hands import HandsConfig, KernelHands
-    from workbench.log import SessionLog
+    from workbench.log import DuckDBLog
 
-    log = SessionLog(path)
+    log = DuckDBLog(path)
     hands = KernelHands(HandsConfig())
     scripts = {f"rec{i}": patterns(i) for i in range(n)}
     brain = Brain(log, model_factory=lambda name: ScriptedModel(scripts[name][2], name=name),

@@ -55,14 +55,14 @@ async def run(ctx: Context) -> Section:
     sec = Section("first_response", "First response: user message to first model request and first token")
     from workbench.brain import Brain
     from workbench.brain.models import AnthropicModel, Reply
-    from workbench.log import SessionLog
+    from workbench.log import DuckDBLog
     from workbench.testing import FakeMessagesAPI
 
     from workbench.hands.factory import HandsFactory, HandsSettings
 
     api = FakeMessagesAPI([Reply(text="Running it.", code=["print('ready')"]), Reply(text="It printed ready.")]).start()
     api.requests = TimedList()
-    log = SessionLog(ctx.tmp / "first_response.duckdb")
+    log = DuckDBLog(ctx.tmp / "first_response.duckdb")
     t_user: dict[str, float] = {}
     t_token: dict[str, float] = {}
 

@@ -67,9 +67,9 @@ def fill(log: Any, session_id: str, events: int) -> int:
 
 
 def _append_latency(ctx: Context, sec: Section) -> float:
-    from workbench.log import SessionLog
+    from workbench.log import DuckDBLog
 
-    log = SessionLog(ctx.tmp / "append.duckdb")
+    log = DuckDBLog(ctx.tmp / "append.duckdb")
     try:
         log.create_session("append", title=None, model="bench", payload={"model": "bench"})
         tmpl = template()
@@ -85,7 +85,7 @@ def _append_latency(ctx: Context, sec: Section) -> float:
     finally:
         log.close()
     avg = sum(len(json.dumps(p)) for _, p in tmpl) / len(tmpl)
-    sec.row("durable append (SessionLog.append, one commit each)", samples, p99=True,
+    sec.row("durable append (DuckDBLog.append, one commit each)", samples, p99=True,
             throughput_per_s=round(n / total), avg_payload_bytes=round(avg))
     return percentile(samples, 50)
 
@@ -93,14 +93,14 @@ def _append_latency(ctx: Context, sec: Section) -> float:
 def run_sync(ctx: Context) -> Section:
     sec = Section("log", "Log: durable appends, request rebuilds, resume")
     from workbench.brain import Brain, build_request, turn_state
-    from workbench.log import SessionLog
+    from workbench.log import DuckDBLog
 
     append50 = _append_latency(ctx, sec)
     sec.compare("durable append p50", append50, None, target="< 2 ms", met=append50 < 2, kind="absolute")
 
     sizes = [1_000, 10_000] + ([] if ctx.quick else [100_000])
     path = ctx.tmp / "rebuild.duckdb"
-    log = SessionLog(path)
+    log = DuckDBLog(path)
     ids: dict[int, tuple[str, int]] = {}
     try:
         brain = Brain(log, hands_factory=None)  # no code runs here
@@ -145,7 +145,7 @@ def run_sync(ctx: Context) -> Section:
     # (the log is append-only), then the request is built. A reopened log, because fill()
     # wrote with plain SQL behind the writer's seq counters.
     step50: dict[int, float] = {}
-    log = SessionLog(path)
+    log = DuckDBLog(path)
     try:
         brain = Brain(log, hands_factory=None)  # no code runs here
         for size in sizes:
@@ -167,7 +167,7 @@ def run_sync(ctx: Context) -> Section:
         samples = []
         for _ in range(ctx.trials(3, 10 if size < 100_000 else 3)):
             t0 = time.perf_counter()
-            lg = SessionLog(path)
+            lg = DuckDBLog(path)
             events = lg.events(sid)
             turn_state(events)
             build_request(events)

@@ -61,13 +61,13 @@ async def _brain_steps(ctx: Context, steps: int) -> list[float]:
     from workbench.brain import Brain
     from workbench.brain.models import Reply, ScriptedModel
     from workbench.hands.factory import HandsFactory, HandsSettings
-    from workbench.log import SessionLog
+    from workbench.log import DuckDBLog
 
     def script(request: dict[str, Any]) -> Reply:
         n = sum(1 for m in request["messages"] if m["role"] == "assistant")
         return Reply(text="next", code=[CELLS[n % len(CELLS)]]) if n < steps else Reply(text="done")
 
-    log = SessionLog(ctx.tmp / "roundtrip.duckdb")
+    log = DuckDBLog(ctx.tmp / "roundtrip.duckdb")
     marks: list[float] = []
     log.subscribe(lambda e: marks.append(time.perf_counter()) if e.type == "tool_result" else None)
     factory = HandsFactory(HandsSettings(pool_size=0, registry_dir=str(ctx.tmp / "registry-roundtrip")))

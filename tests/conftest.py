@@ -9,7 +9,7 @@ import pytest
 import pytest_asyncio
 
 from workbench.hands.factory import HandsFactory, HandsSettings
-from workbench.log import SessionLog
+from workbench.log import DuckDBLog
 from workbench.testing import FakeMessagesAPI
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ def db_path(tmp_path) -> Path:
 
 @pytest.fixture
 def log(db_path):
-    lg = SessionLog(db_path)
+    lg = DuckDBLog(db_path)
     yield lg
     lg.close()
 

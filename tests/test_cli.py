@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from workbench.log import SessionLog
+from workbench.log import DuckDBLog
 from workbench.testing import Reply
 
 from wbsupport import WORKBENCH, cli_env
@@ -22,7 +22,7 @@ def wb(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.
 
 
 def snapshot(db_path) -> list:
-    with SessionLog(db_path, read_only=True) as log:
+    with DuckDBLog(db_path, read_only=True) as log:
         return [(s["id"], [(e.seq, e.type, e.payload) for e in log.events(s["id"])]) for s in log.sessions()]
 
 
@@ -92,7 +92,7 @@ def test_unreadable_missing_and_locked_databases(tmp_path, db_path):
 
     assert wb("run", "first", "--session", "s1", "--db", str(db_path)).returncode == 0
     before = snapshot(db_path)
-    with SessionLog(db_path):  # this process now holds the file, like a Jupyter server would
+    with DuckDBLog(db_path):  # this process now holds the file, like a Jupyter server would
         for args in (["sessions"], ["run", "more", "--session", "s1"], ["resume", "s1"]):
             p = wb(*args, "--db", str(db_path))
             assert p.returncode == 2 and "in use by another process" in p.stderr, p.stderr
@@ -115,7 +115,7 @@ def _reap(kids: list[psutil.Process]) -> None:
 
 
 def _check_no_loss(db_path, sid: str) -> list:
-    with SessionLog(db_path, read_only=True) as log:
+    with DuckDBLog(db_path, read_only=True) as log:
         events = log.events(sid)
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert sum(e.type == "user_message" for e in events) == 1

@@ -9,7 +9,10 @@
      │    ├── DatabaseMissing      a read-only command named a file that does not exist
      │    ├── UnknownSession       no session with that id
      │    ├── SessionExists        a session with that id already exists
-     │    └── UnknownEventType     an event type that docs/events.md does not document
+     │    ├── UnknownEventType     an event type that docs/events.md does not document
+     │    ├── InvalidPayload       a payload or session field is not strict JSON, or too big
+     │    ├── QueryRefused         a SQL query is not one read-only SELECT, or broke a limit
+     │    └── LogClosed            the log was closed
      ├── ModelError                choosing or calling a model failed
      │    ├── UnknownModel         no model of that name
      │    ├── MissingAPIKey        an Anthropic model without ANTHROPIC_API_KEY
@@ -77,6 +80,20 @@ class SessionExists(LogError):
 
 class UnknownEventType(LogError):
     """An event type that is not documented in docs/events.md."""
+
+
+class InvalidPayload(LogError):
+    """A payload or session field the log will not store: not strict JSON, or over a limit."""
+
+
+class QueryRefused(LogError):
+    """A SQL query that is not exactly one SELECT, failed, or broke a query limit."""
+
+
+class LogClosed(LogError):
+    """The session log was closed; nothing more can be read or written through it."""
+
+    http_status = 503
 
 
 class ModelError(WorkbenchError):

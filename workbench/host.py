@@ -30,7 +30,7 @@ from .config import from_env
 from .errors import PluginError
 from .hands import HandsConfig
 from .hands.factory import HandsFactory, HandsSettings
-from .log import EVENT_TYPES, SessionLog, default_db_path
+from .log import EVENT_TYPES, DuckDBLog, LogSettings, default_db_path
 from .plugins import Plugin
 
 log = logging.getLogger("workbench.host")
@@ -98,8 +98,8 @@ def settings_classes(plugins: Iterable[Plugin] = ()) -> list[type]:
     from .hands.sandbox import SandboxSettings
     from .hands.seccomp import SeccompSettings
 
-    classes: list[type] = [HostSettings, BrainSettings, HandsConfig, HandsSettings, SandboxSettings, SeccompSettings,
-                           WorkspaceSettings, EgressSettings]
+    classes: list[type] = [HostSettings, LogSettings, BrainSettings, HandsConfig, HandsSettings, SandboxSettings,
+                           SeccompSettings, WorkspaceSettings, EgressSettings]
     for p in plugins:
         classes += list(p.settings_classes())
     return classes
@@ -164,8 +164,8 @@ class Host:
         extra_types = _merge("event type", ((p.name, p.event_types()) for p in chosen), EVENT_TYPES)
         if log is None:
             path = Path(db).expanduser() if db else (Path(s.db).expanduser() if s.db else default_db_path())
-            log = SessionLog(path, read_only=read_only) if len(extra_types) == len(EVENT_TYPES) \
-                else SessionLog(path, read_only=read_only, event_types=extra_types)
+            log = DuckDBLog(path, read_only=read_only, event_types=extra_types,
+                            settings=from_env(LogSettings, prefix="WORKBENCH_LOG_"))
         try:
             factory: HandsFactory | None
             if hands is True:

@@ -16,7 +16,7 @@ import pytest
 from workbench.errors import ConfigError
 from workbench.hands.factory import HandsFactory, HandsSettings
 from workbench.hands.reaper import KernelRegistry, reap_orphans
-from workbench.log import SessionLog
+from workbench.log import DuckDBLog
 
 WORKBENCH = [sys.executable, "-m", "workbench.cli"]
 
@@ -156,7 +156,7 @@ def test_ctrl_c_in_workbench_run_records_the_interrupt_and_stops_the_kernel(tmp_
             proc.kill()
             proc.wait()
     assert gone([kernel]) and registered_pids(registry) == []
-    with SessionLog(db, read_only=True) as log:
+    with DuckDBLog(db, read_only=True) as log:
         sid = log.sessions()[0]["id"]
         events = log.events(sid)
     types = [e.type for e in events]

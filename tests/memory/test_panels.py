@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 import pytest
 
 from workbench.errors import DatabaseLocked
-from workbench.log import SessionLog
+from workbench.log import DuckDBLog
 from wbmemory import dream
 from workbench.panels.review import ReviewApp
 from workbench.panels.widgets import MemoryReview
@@ -150,7 +150,7 @@ def test_review_served_to_headless_chromium_offline(store, dreamed, db_path):
     try:
         _wait_http(f"http://127.0.0.1:{port}/review", proc)
         with pytest.raises(DatabaseLocked, match="in use by another process"):
-            SessionLog(db_path)
+            DuckDBLog(db_path)
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium, args=[
                 "--no-sandbox", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"])
@@ -177,7 +177,7 @@ def test_review_served_to_headless_chromium_offline(store, dreamed, db_path):
         proc.terminate()
         proc.wait(timeout=30)
     assert blocked == [], f"the page tried to reach the network: {blocked}"
-    with SessionLog(db_path) as log:
+    with DuckDBLog(db_path) as log:
         from workbench.memory import MemoryStore
 
         m = MemoryStore(log).get(target["id"])

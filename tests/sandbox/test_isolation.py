@@ -11,7 +11,7 @@ import pytest
 from jupyter_core.paths import jupyter_runtime_dir
 
 from workbench.hands.sandbox import SandboxSettings, python_trees
-from workbench.log import SessionLog
+from workbench.log import DuckDBLog
 
 from .conftest import needs_sandbox, run
 
@@ -58,7 +58,7 @@ async def test_no_network_no_dns_only_own_processes(make_hands, upstream):
 
 async def test_host_files_unreadable_and_writes_confined(make_hands, tmp_path, vault_file):
     db = tmp_path / "sessions.duckdb"
-    SessionLog(db).close()
+    DuckDBLog(db).close()
     canary = tmp_path / "canary-secret.txt"
     canary.write_text("canary")
     runtime = Path(jupyter_runtime_dir())

@@ -148,7 +148,7 @@ async def test_bad_input_gets_4xx_json_and_writes_nothing(wb):
     _, page = await wb.call("GET", "sessions", sid, "events", expect=200)
     assert [e["type"] for e in page["events"]] == ["session_created"]
     _, q = await wb.call("POST", "query", body={"sql": "SELECT count(*) AS n FROM events WHERE session_id = ?", "params": [sid]}, expect=200)
-    assert q == {"columns": ["n"], "rows": [[1]]}
+    assert q == {"columns": ["n"], "rows": [[1]], "truncated": False}
     _, status = await wb.call("GET", "status", expect=200)
     assert status["sessions_running"] == 0 and status["db"].endswith("wb.duckdb")
 

@@ -1,6 +1,25 @@
-"""The session log: sessions and their append-only events in DuckDB."""
+"""The session log: sessions and their append-only events.
 
+`SessionLog` is the protocol the brain and the server use; `DuckDBLog` keeps the
+log in a DuckDB file, `MemoryLog` is its in-memory twin for tests.
+"""
+
+from .duckdb_log import DuckDBLog, Tx as DuckDBTx, default_db_path
 from .events import EVENT_TYPES, Event
-from .store import SessionLog, Tx, default_db_path
+from .memory_log import MemoryLog
+from .protocol import SessionLog, Tx
+from .query import QueryResult
+from .settings import LogSettings
 
-__all__ = ["EVENT_TYPES", "Event", "SessionLog", "Tx", "default_db_path"]
+__all__ = [
+    "EVENT_TYPES",
+    "DuckDBLog",
+    "DuckDBTx",
+    "Event",
+    "LogSettings",
+    "MemoryLog",
+    "QueryResult",
+    "SessionLog",
+    "Tx",
+    "default_db_path",
+]

@@ -2,17 +2,20 @@
 
 Every event the workbench writes has one of these types. `docs/events.md`
 documents each one (its payload fields and when it is written); a test fails
-when a type here is missing from the docs, and `SessionLog.append` refuses a
-type that is not listed here, so nothing undocumented reaches the log.
+when a type here is missing from the docs, and a log refuses a type that is not
+in its `event_types`, so nothing undocumented reaches the log. A plugin that
+writes events of its own gives the log `{**EVENT_TYPES, **its_types}` (and
+documents them); EVENT_TYPES itself is read-only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
-EVENT_TYPES: dict[str, str] = {
+EVENT_TYPES: Mapping[str, str] = MappingProxyType({
     # conversation
     "session_created": "a session was created: its frozen system prompt, tools, model and config",
     "user_message": "a person (or a script) sent text to the agent; starts a turn",
@@ -41,7 +44,7 @@ EVENT_TYPES: dict[str, str] = {
     "memories_injected": "accepted memories were put into this session's frozen system prompt",
     "dream_read": "a dream session recorded which events of other sessions it has read",
     "memory_proposed": "a dream proposed a memory (new, edit, merge or retire), with provenance",
-}
+})
 
 
 @dataclass(frozen=True)

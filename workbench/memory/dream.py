@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -35,10 +34,6 @@ A memory is a short, durable, checked fact that would save a future session time
 4. End with a short summary of what you proposed and why. People review every proposal."""
 
 DEFAULT_INSTRUCTIONS = "Dream over the sessions you can read: propose memories for what is new."
-
-
-def _payloads(rows: list[tuple]) -> list[Event]:
-    return [Event(r[0], r[1], r[2].replace(tzinfo=timezone.utc), r[3], json.loads(r[4])) for r in rows]
 
 
 def read_positions(events: list[Event], marks: dict[str, int]) -> dict[str, int]:
@@ -65,8 +60,7 @@ def commit_dream(store: MemoryStore, dream_id: str) -> dict[str, Any]:
     actor = f"dream:{dream_id}"
 
     def _commit(tx: Any) -> dict[str, Any]:
-        rows = tx.execute("SELECT session_id, seq, ts, type, payload FROM events WHERE session_id = ? ORDER BY seq", [dream_id]).fetchall()
-        events = _payloads(rows)
+        events = tx.events(dream_id)
         done = [e for e in events if e.type == "dream_read"]
         if done:
             return {"dream_id": dream_id, "proposed": done[-1].payload.get("proposals", []), "read": done[-1].payload["sessions"], "committed_before": True}

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..config import from_env
 from ..errors import ConfigError, TurnBusy
-from ..log import Event, SessionLog
+from ..log import DuckDBLog, Event
 from ..plugins import Command, NewSession, Plugin, PromptPart
 from .dream import DEFAULT_INSTRUCTIONS, DreamScheduler, commit_dream, commit_finished_dreams, create_dream, run_dream
 from .dream_script import dream_script
@@ -56,7 +56,7 @@ class MemoryPlugin(Plugin):
         super().attach(host)
         # the store's tables live in the log's own DuckDB file; a log without SQL (the in-memory
         # twin of fast tests) has no memory, and sessions simply get none
-        self.store = MemoryStore(host.log, self.settings) if isinstance(host.log, SessionLog) else None
+        self.store = MemoryStore(host.log, self.settings) if isinstance(host.log, DuckDBLog) else None
 
     def tools(self) -> Sequence[Any]:
         return dream_tools(self.store) if self.store is not None else ()

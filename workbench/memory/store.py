@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..errors import ConfigError, MemoryConflict, UnknownMemory
-from ..log import SessionLog
+from ..log import DuckDBLog
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memory_items (
@@ -136,7 +136,7 @@ def _memory_row(r: tuple) -> dict[str, Any]:
 class MemoryStore:
     """Memories with versioned history and provenance, in the session log's database."""
 
-    def __init__(self, log: SessionLog, settings: MemorySettings | None = None):
+    def __init__(self, log: DuckDBLog, settings: MemorySettings | None = None):
         self.log = log
         self.settings = settings or MemorySettings()
         if not log.read_only:

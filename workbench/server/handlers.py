@@ -154,8 +154,8 @@ class QueryHandler(WorkbenchHandler):
     @api
     async def post(self) -> None:
         sql, params = bodies.query_body(self.body())
-        cols, rows = await self.runtime.query(sql, params)
-        self.reply({"columns": cols, "rows": [list(r) for r in rows]})
+        res = await self.runtime.query(sql, params)
+        self.reply({"columns": res.columns, "rows": [list(r) for r in res.rows], "truncated": res.truncated})
 
 
 class StatusHandler(WorkbenchHandler):

@@ -111,8 +111,8 @@ class Runtime:
         s = await asyncio.to_thread(lambda: self.brain.create_session(**kw))
         return {**s, "running": False}
 
-    async def query(self, sql: str, params: list[Any]) -> tuple[list[str], list[tuple]]:
-        """One read-only SQL statement over the log."""
+    async def query(self, sql: str, params: list[Any]) -> Any:
+        """One read-only SQL statement over the log: a QueryResult (columns, rows, truncated)."""
         return await asyncio.to_thread(self.log.query, sql, params)
 
     # -- turns -----------------------------------------------------------------

@@ -1,0 +1,599 @@
+"""One conformance suite for every SessionLog: DuckDBLog (a real file) and MemoryLog.
+
+Everything here is behaviour the brain and the server rely on, whichever log
+they are given: seqs, refusals, transactions, subscribers, the sessions
+listing, copies, threads, the async faces, strict payloads and closing.
+What only a file has (locks, reopening, checkpoints, SQL) is in test_duckdb.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import copy
+import enum
+import logging
+import math
+import threading
+from datetime import datetime, timezone
+
+import pytest
+
+from workbench.errors import (
+    InvalidPayload,
+    LogClosed,
+    SessionExists,
+    UnknownEventType,
+    UnknownSession,
+)
+from workbench.log import EVENT_TYPES, DuckDBLog, LogSettings, MemoryLog, SessionLog
+
+VERBATIM = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude-opus-5-5",
+    "content": [
+        {"type": "thinking", "thinking": "", "signature": "EqQBCkYIBxgCKkAs=="},
+        {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"},
+        {"type": "thinking", "thinking": "Let me check ünïcode and \"quotes\"\n", "signature": "sig2"},
+        {"type": "text", "text": "Running it.", "citations": None},
+        {"type": "tool_use", "id": "toolu_1", "name": "python", "input": {"code": "print(1)\n", "n": 1.5}},
+    ],
+    "stop_reason": "tool_use",
+    "stop_sequence": None,
+    "usage": {"input_tokens": 10, "output_tokens": 20, "cache_read_input_tokens": 0},
+}
+
+
+@pytest.fixture(params=["duckdb", "memory"])
+def make_log(request, tmp_path):
+    """A factory of logs of one implementation (keyword arguments go to the log); all closed at the end."""
+    made: list = []
+
+    def make(**kw):
+        lg = DuckDBLog(tmp_path / f"log{len(made)}.duckdb", **kw) if request.param == "duckdb" else MemoryLog(**kw)
+        made.append(lg)
+        return lg
+
+    yield make
+    for lg in made:
+        lg.close()
+
+
+@pytest.fixture
+def log(make_log):
+    return make_log()
+
+
+def new(log, sid: str = "s1", **kw) -> None:
+    log.create_session(sid, title=kw.pop("title", "t"), model="scripted", payload=kw.pop("payload", {"system": "x"}), **kw)
+
+
+def snapshot(log) -> tuple:
+    """Everything a reader can see, to compare before and after something that must change nothing."""
+    return [(r["id"], r["events"], r["last_seq"], r["title"]) for r in log.sessions()], [
+        (e.session_id, e.seq, e.type, e.payload) for r in log.sessions() for e in log.events(r["id"])
+    ]
+
+
+def boom(exc: BaseException):
+    raise exc
+
+
+# -- seqs, refusals ------------------------------------------------------------
+
+
+def test_is_a_session_log(log):
+    assert isinstance(log, SessionLog)
+
+
+def test_seqs_are_1_2_3_per_session(log):
+    created = log.create_session("a", title=None, model="m", payload={"x": 1}, then=[("user_message", {"text": "hi"})])
+    assert (created.seq, created.type, created.payload) == (1, "session_created", {"x": 1})
+    new(log, "b")
+    assert [log.append("a", "user_message", {"text": str(i)}).seq for i in range(3)] == [3, 4, 5]
+    assert log.append("b", "user_message", {"text": "b"}).seq == 2
+    assert [e.seq for e in log.events("a")] == [1, 2, 3, 4, 5]
+    assert [e.type for e in log.events("a")][:2] == ["session_created", "user_message"]
+    ev = log.events("a")[-1]
+    assert ev.session_id == "a" and ev.ts.tzinfo == timezone.utc
+    assert abs((datetime.now(timezone.utc) - ev.ts).total_seconds()) < 3600
+
+
+def test_events_filters(log):
+    new(log)
+    for i in range(5):
+        log.append("s1", "user_message" if i % 2 else "turn_ended", {"i": i})
+    seqs = lambda **kw: [e.seq for e in log.events("s1", **kw)]  # noqa: E731
+    assert seqs(after=3) == [4, 5, 6]
+    assert seqs(after=3, until=5) == [4, 5]
+    assert seqs(until=1) == [1]
+    assert seqs(types=["user_message"]) == [3, 5]
+    assert seqs(types=["user_message", "session_created"], limit=2) == [1, 3]
+    assert seqs(types=[]) == [1, 2, 3, 4, 5, 6]  # no types given: every type
+    assert seqs(after=2, limit=0) == []
+    assert seqs(after=100) == [] and seqs(after=-5) == [1, 2, 3, 4, 5, 6]
+    assert seqs(types=["not_a_type"]) == []
+    assert log.events("no such session") == []
+
+
+def test_unknown_type_unknown_session_and_duplicates_are_refused_and_write_nothing(log):
+    new(log)
+    before = snapshot(log)
+    with pytest.raises(UnknownEventType, match="not documented"):
+        log.append("s1", "not_a_type", {})
+    with pytest.raises(UnknownEventType):
+        log.append("s1", ["user_message"], {})  # not even a string
+    with pytest.raises(UnknownSession):
+        log.append("nope", "user_message", {"text": "x"})
+    with pytest.raises(SessionExists):
+        new(log)
+    with pytest.raises(UnknownEventType):
+        log.create_session("s2", title=None, model="m", payload={}, then=[("not_a_type", {})])
+    assert snapshot(log) == before
+    assert not log.has_session("s2")
+    assert log.append("s1", "user_message", {"text": "still works"}).seq == 2
+
+
+# -- transactions ----------------------------------------------------------------
+
+
+def test_write_rolls_back_everything_fn_appended_when_it_raises(log):
+    new(log)
+    new(log, "other")
+    before = snapshot(log)
+
+    def fails(tx):
+        tx.append("s1", "user_message", {"text": "a"})
+        tx.append("other", "user_message", {"text": "b"})
+        tx.append("s1", "user_message", {"text": "c"})
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        log.write(fails).result()
+    assert snapshot(log) == before
+    # seqs continue from what was committed, not from what was rolled back
+    assert log.append("s1", "user_message", {"text": "d"}).seq == 2
+    assert log.append("other", "user_message", {"text": "e"}).seq == 2
+
+
+def test_a_failed_create_leaves_no_session(log):
+    with pytest.raises(InvalidPayload):
+        log.create_session("s1", title="t", model="m", payload={"config": {"temperature": 1e309}})
+    assert not log.has_session("s1") and log.sessions() == [] and log.events("s1") == []
+    with pytest.raises(UnknownSession):
+        log.append("s1", "user_message", {"text": "x"})
+    new(log)  # the id is free
+    assert [e.seq for e in log.events("s1")] == [1]
+
+
+def test_tx_events_reads_its_own_writes(log):
+    new(log)
+    log.append("s1", "user_message", {"text": "committed"})
+
+    def fn(tx):
+        before = [e.seq for e in tx.events("s1")]
+        tx.append("s1", "turn_ended", {"stop_reason": "end_turn"})
+        tx.append("s1", "user_message", {"text": "staged"})
+        return before, tx.events("s1", after=2), tx.events("s1", types=["user_message"], limit=1), tx.events("nope")
+
+    before, after, typed, nope = log.write(fn).result()
+    assert before == [1, 2]
+    assert [(e.seq, e.type) for e in after] == [(3, "turn_ended"), (4, "user_message")]
+    assert [e.payload for e in typed] == [{"text": "committed"}]
+    assert nope == []
+
+    def created_and_read(tx):
+        tx.append("s1", "user_message", {"text": "rolled back"})
+        seen = [e.seq for e in tx.events("s1", after=4)]
+        raise ValueError(str(seen))
+
+    with pytest.raises(ValueError, match=r"\[5\]"):
+        log.write(created_and_read).result()
+    assert [e.seq for e in log.events("s1")] == [1, 2, 3, 4]
+
+
+@pytest.mark.asyncio
+async def test_awrite_and_aappend(log):
+    new(log)
+    ev = await log.aappend("s1", "user_message", {"text": "hi"})
+    assert ev.seq == 2
+    result = await log.awrite(lambda tx: [tx.append("s1", "turn_ended", {"stop_reason": "end_turn"}).seq, len(tx.events("s1"))])
+    assert result == [3, 3]
+    with pytest.raises(UnknownSession):
+        await log.awrite(lambda tx: tx.append("nope", "user_message", {}))
+    with pytest.raises(InvalidPayload):
+        await log.aappend("s1", "user_message", {"x": math.nan})
+
+
+@pytest.mark.asyncio
+async def test_async_reads(log):
+    new(log, "a")
+    new(log, "b", kind="dream")
+    assert await log.ahas_session("a") and not await log.ahas_session("zz")
+    assert (await log.asession("b"))["kind"] == "dream"
+    with pytest.raises(UnknownSession):
+        await log.asession("zz")
+    assert [r["id"] for r in await log.asessions()] == ["a", "b"]
+    assert [r["id"] for r in await log.asessions(kind="dream")] == ["b"]
+    assert [r["id"] for r in await log.asessions(ids=["a"])] == ["a"]
+    assert [e.seq for e in await log.aevents("a", 0, until=1)] == [1]
+
+
+# -- subscribers -------------------------------------------------------------------
+
+
+def test_subscribers_hear_only_committed_events_on_the_writer_thread(log):
+    new(log)
+    seen = []
+
+    def on_event(ev):
+        # committed means readable by anyone, right now
+        stored = [e.seq for e in log.events(ev.session_id, after=ev.seq - 1, until=ev.seq)]
+        seen.append((ev.seq, stored, threading.current_thread().name))
+
+    unsubscribe = log.subscribe(on_event)
+    log.append("s1", "user_message", {"text": "hi"})
+    with pytest.raises(RuntimeError):
+        log.write(lambda tx: (tx.append("s1", "user_message", {"text": "rolled back"}), boom(RuntimeError("boom")))).result()
+    with pytest.raises(InvalidPayload):
+        log.write(lambda tx: (tx.append("s1", "user_message", {"text": "rolled back"}), tx.append("s1", "user_message", {"n": math.inf}))).result()
+    log.write(lambda tx: [tx.append("s1", "user_message", {"text": str(i)}) for i in range(2)]).result()
+    assert [(s, stored) for s, stored, _ in seen] == [(2, [2]), (3, [3]), (4, [4])]
+    assert all(name.startswith("workbench-log-writer") for *_, name in seen)
+    unsubscribe()
+    unsubscribe()  # twice is harmless
+    log.append("s1", "user_message", {"text": "unheard"})
+    assert len(seen) == 3
+
+
+def test_a_failing_subscriber_does_not_fail_the_committed_append(log, caplog):
+    new(log)
+    heard = []
+    log.subscribe(lambda ev: boom(RuntimeError("subscriber bug")))
+    log.subscribe(lambda ev: heard.append(ev.seq))
+    with caplog.at_level(logging.ERROR, logger="workbench.log"):
+        ev = log.append("s1", "user_message", {"text": "hi"})
+        events = log.write(lambda tx: [tx.append("s1", "user_message", {"text": str(i)}) for i in range(2)]).result()
+    assert ev.seq == 2 and [e.seq for e in events] == [3, 4]
+    assert heard == [2, 3, 4]  # the others still heard every event
+    assert [e.seq for e in log.events("s1")] == [1, 2, 3, 4]
+    failures = [r for r in caplog.records if r.exc_info and str(r.exc_info[1]) == "subscriber bug"]
+    assert len(failures) == 3 and all("is committed" in r.getMessage() for r in failures)
+
+
+# -- sessions ------------------------------------------------------------------------
+
+
+def test_sessions_rows_and_state(log):
+    new(log, "a")
+    new(log, "b", kind="dream", title=None)
+    new(log, "c")
+    log.append("b", "user_message", {"text": "x"})
+    log.append("c", "user_message", {"text": "x"})
+    log.append("c", "assistant_turn", {"message": VERBATIM})
+    log.append("c", "turn_ended", {"stop_reason": "end_turn"})
+    log.append("c", "hands_stopped", {"generation": 1})  # after the turn: still ended
+    rows = log.sessions()
+    assert [r["id"] for r in rows] == ["a", "b", "c"]  # oldest first
+    a, b, c = rows
+    assert set(a) == {"id", "created_at", "updated_at", "title", "model", "kind", "events", "last_seq", "last_type", "state"}
+    assert (a["events"], a["last_seq"], a["last_type"], a["state"], a["kind"], a["title"], a["model"]) == (
+        1, 1, "session_created", "new", "chat", "t", "scripted")
+    assert (b["events"], b["last_type"], b["state"], b["kind"], b["title"]) == (2, "user_message", "unfinished", "dream", None)
+    assert (c["events"], c["last_seq"], c["last_type"], c["state"]) == (5, 5, "hands_stopped", "ended")
+    for r in rows:
+        created, updated = datetime.fromisoformat(r["created_at"]), datetime.fromisoformat(r["updated_at"])
+        assert created.tzinfo is not None and updated >= created
+    assert datetime.fromisoformat(c["updated_at"]) == log.events("c")[-1].ts
+    log.append("c", "user_message", {"text": "again"})
+    assert log.session("c")["state"] == "unfinished"
+    assert log.session("a") == a
+    assert [r["id"] for r in log.sessions(kind="dream")] == ["b"]
+    assert [r["id"] for r in log.sessions(ids=["c", "a", "zz"])] == ["a", "c"]
+    assert log.sessions(ids=[]) == [] and log.sessions(kind="nope") == []
+    assert [r["id"] for r in log.sessions(ids=["a", "b"], kind="chat")] == ["a"]
+    with pytest.raises(UnknownSession):
+        log.session("zz")
+    assert log.has_session("a") and not log.has_session("zz")
+
+
+# -- what is stored is never the caller's object -----------------------------------------
+
+
+def test_stored_payloads_are_copies(log):
+    payload = {"message": copy.deepcopy(VERBATIM), "list": [1, 2], "tuple": (1, "two")}
+    new(log, payload=payload)
+    ev = log.append("s1", "assistant_turn", payload)
+    payload["message"]["content"].clear()
+    payload["list"].append(3)
+    ev.payload["message"]["id"] = "changed by the caller"
+    first = log.events("s1")[1]
+    first.payload["list"].append("changed by a reader")
+    for stored in (log.events("s1")[0].payload, log.events("s1")[1].payload):
+        assert stored["message"] == VERBATIM
+        assert stored["list"] == [1, 2] and stored["tuple"] == [1, "two"]  # a tuple is a JSON array
+    assert list(log.events("s1")[1].payload["message"]) == list(VERBATIM)  # key order kept
+    row = log.session("s1")
+    row["title"] = "changed"
+    assert log.session("s1")["title"] == "t"
+
+
+def test_what_json_dumps_took_is_stored_as_plain_json(log):
+    class Score(float):
+        pass
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    class Name(str):
+        pass
+
+    Point = collections.namedtuple("Point", "x y")
+    new(log)
+    ev = log.append("s1", "user_message", {"score": Score(0.5), "level": Level.HIGH, Name("k"): Name("v"),
+                                           "point": Point(1, 2), "od": collections.OrderedDict(a=1)})
+    want = {"score": 0.5, "level": 3, "k": "v", "point": [1, 2], "od": {"a": 1}}
+    assert ev.payload == want and log.events("s1")[1].payload == want
+    assert type(log.events("s1")[1].payload["score"]) is float
+    with pytest.raises(InvalidPayload, match="NaN or Infinity"):
+        log.append("s1", "user_message", {"score": Score("nan")})
+
+
+def test_assistant_turn_is_stored_verbatim(log):
+    new(log)
+    ev = log.append("s1", "assistant_turn", {"message": VERBATIM})
+    stored = log.events("s1", types=["assistant_turn"])[0].payload["message"]
+    assert repr(stored) == repr(VERBATIM) == repr(ev.payload["message"])  # same keys, order, values and types
+
+
+@pytest.mark.parametrize("text", [
+    "nul \x00 byte", "<script>alert(1)</script>", "emoji 🧪 and rtl \u202e gnp.exe", "\ufeffbom", "a" * 100_000,
+    "\\u0000 not a nul", "line\r\nbreak\u2028sep",
+])
+def test_hostile_but_valid_strings_are_stored_exactly(log, text):
+    log.create_session("s\x00<b>", title=text[:1000], model="m", payload={text[:200]: text})
+    ev = log.append("s\x00<b>", "user_message", {"text": text, "nested": [{"k": text}]})
+    got = log.events("s\x00<b>")
+    assert got[1].payload == {"text": text, "nested": [{"k": text}]} == ev.payload
+    assert got[0].payload == {text[:200]: text}
+    assert log.session("s\x00<b>")["title"] == text[:1000]
+
+
+# -- strict payloads ----------------------------------------------------------------------
+
+
+class Cycle(dict):
+    pass
+
+
+def _cyclic():
+    d: dict = {}
+    d["self"] = d
+    return d
+
+
+def _nested(depth: int) -> dict:
+    node: dict = {"leaf": 1}
+    for _ in range(depth - 1):
+        node = {"n": node}
+    return node
+
+
+HOSTILE = {
+    "nan": {"x": math.nan},
+    "infinity": {"config": {"temperature": math.inf}},
+    "minus infinity": {"x": [1, -math.inf]},
+    "1e309 parsed": {"config": {"budget": float("1e309")}},
+    "lone surrogate": {"text": "ok \ud800 not"},
+    "lone surrogate in a key": {"\udfff": 1},
+    "surrogate deep": {"a": [{"b": ["\ud83d"]}]},
+    "int key": {1: "x"},
+    "tuple key": {"a": {(1, 2): "x"}},
+    "None key": {None: 1},
+    "bytes": {"data": b"\x00\xff"},
+    "set": {"s": {1, 2}},
+    "datetime": {"when": datetime.now()},
+    "object": {"o": object()},
+    "int beyond 64 bits": {"n": 2**64},
+    "negative int beyond 64 bits": {"n": -(2**63) - 1},
+    "too deep": _nested(65),
+    "100k deep": _nested(100_000),
+    "cycle": _cyclic(),
+    "not an object": [1, 2, 3],
+    "a string": "text",
+    "None": None,
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_payloads_are_refused_and_nothing_is_written(log, name):
+    new(log)
+    heard = []
+    log.subscribe(heard.append)
+    before = snapshot(log)
+    with pytest.raises(InvalidPayload) as e:
+        log.append("s1", "user_message", HOSTILE[name])
+    assert "\n" not in str(e.value) and len(str(e.value)) < 400  # one line a person can act on
+    with pytest.raises(InvalidPayload):
+        log.write(lambda tx: (tx.append("s1", "user_message", {"text": "fine"}), tx.append("s1", "tool_result", HOSTILE[name]))).result()
+    with pytest.raises(InvalidPayload):
+        log.create_session("s2", title="t", model="m", payload=HOSTILE[name])
+    with pytest.raises(InvalidPayload):
+        log.create_session("s3", title="t", model="m", payload={}, then=[("user_message", HOSTILE[name])])
+    assert snapshot(log) == before and heard == []
+    assert log.append("s1", "user_message", {"text": "the log still works"}).seq == 2
+
+
+def test_refusals_say_where(log):
+    new(log)
+    with pytest.raises(InvalidPayload, match=r"\$\.config\.temperature.*NaN or Infinity"):
+        log.append("s1", "user_message", {"config": {"temperature": math.inf}})
+    with pytest.raises(InvalidPayload, match=r"lone surrogate.*\$\.a\[0\]\.b\[1\]"):
+        log.append("s1", "user_message", {"a": [{"b": ["ok", "\ud800"]}]})
+    with pytest.raises(InvalidPayload, match=r"deeper than 64.*max_depth"):
+        log.append("s1", "user_message", _nested(65))
+    with pytest.raises(InvalidPayload, match=r"non-string key 1"):
+        log.append("s1", "user_message", {1: 2})
+
+
+def test_depth_and_size_limits_are_settings(make_log):
+    log = make_log(settings=LogSettings(max_depth=3, max_payload_bytes=1000))
+    new(log)
+    log.append("s1", "user_message", _nested(3))
+    log.append("s1", "user_message", {"a": [[1]]})
+    with pytest.raises(InvalidPayload, match="deeper than 3"):
+        log.append("s1", "user_message", {"a": [[[1]]]})
+    log.append("s1", "user_message", {"text": "x" * 980})
+    with pytest.raises(InvalidPayload, match=r"bytes as JSON; the log stores at most 1,000 \(log setting max_payload_bytes\)"):
+        log.append("s1", "user_message", {"text": "x" * 1000})
+    # bytes as stored, not characters: an escaped control character or a multi-byte letter counts in full
+    with pytest.raises(InvalidPayload, match="max_payload_bytes"):
+        log.append("s1", "user_message", {"text": "\x01" * 200})
+    with pytest.raises(InvalidPayload, match="max_payload_bytes"):
+        log.append("s1", "user_message", {"text": "€" * 400})
+    assert len(log.events("s1")) == 4
+
+
+def test_the_default_limits_refuse_a_huge_payload(log):
+    new(log)
+    with pytest.raises(InvalidPayload, match="max_payload_bytes"):
+        log.append("s1", "user_message", {"text": "x" * (16 * 1024 * 1024)})
+    assert len(log.events("s1")) == 1
+
+
+FIELDS = {
+    "id": [None, "", 5, "x" * 1001, "a\ud800", ["s"]],
+    "title": [5, "x" * 1001, "t\udc00", {"t": 1}],
+    "model": [5, "x" * 1001, "m\ud800"],
+    "kind": [None, "", 5, "x" * 1001, "k\ud800"],
+}
+
+
+@pytest.mark.parametrize("field,value", [(f, v) for f, vs in FIELDS.items() for v in vs])
+def test_hostile_session_fields_are_refused(log, field, value):
+    args = {"id": "s1", "title": "t", "model": "m", "kind": "chat", field: value}
+    with pytest.raises(InvalidPayload, match=f"session's {field}"):
+        log.create_session(args["id"], title=args["title"], model=args["model"], kind=args["kind"], payload={})
+    assert log.sessions() == []
+
+
+def test_session_fields_at_their_limits(log):
+    log.create_session("i" * 1000, title="t" * 1000, model="m" * 1000, kind="k" * 1000, payload={})
+    log.create_session("s2", title=None, model=None, payload={})
+    log.create_session("s3", title="", model="", payload={})
+    assert [(r["title"], r["model"]) for r in log.sessions()][1:] == [(None, None), ("", "")]
+    assert log.session("i" * 1000)["kind"] == "k" * 1000
+
+
+def test_hostile_read_arguments(log):
+    new(log)
+    assert log.events("a\ud800") == [] and not log.has_session("a\ud800") and not log.has_session(None)
+    assert log.sessions(ids=["s1", "a\ud800", 5, None]) == log.sessions(ids=["s1"])
+    assert log.sessions(kind="k\ud800") == []
+    assert log.events("s1", types=["\ud800", 3]) == []
+    with pytest.raises(UnknownSession):
+        log.session("a\ud800")
+    with pytest.raises(UnknownSession):
+        log.append("a\ud800", "user_message", {})
+    for bad in ({"limit": -1}, {"after": "1"}, {"until": 1.5}, {"limit": True}):
+        with pytest.raises(ValueError):
+            log.events("s1", **bad)
+    assert log.write(lambda tx: tx.events("a\ud800")).result() == []
+
+
+# -- event types ------------------------------------------------------------------------
+
+
+def test_event_types_are_immutable_and_a_log_can_take_more(make_log):
+    with pytest.raises(TypeError):
+        EVENT_TYPES["plugin_event"] = "x"  # type: ignore[index]
+    assert "plugin_event" not in EVENT_TYPES
+    types = {**EVENT_TYPES, "plugin_event": "a plugin's own event"}
+    log = make_log(event_types=types)
+    new(log)
+    assert log.append("s1", "plugin_event", {"n": 1}).seq == 2
+    types["later_event"] = "added after the log was made"
+    with pytest.raises(UnknownEventType):
+        log.append("s1", "later_event", {})
+    plain = make_log()
+    new(plain)
+    with pytest.raises(UnknownEventType):
+        plain.append("s1", "plugin_event", {})
+
+
+# -- threads ----------------------------------------------------------------------------
+
+
+def test_concurrent_appends_and_reads(log):
+    new(log)
+    n_threads, per_thread = 8, 25
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def writer(k: int) -> None:
+        try:
+            for i in range(per_thread):
+                log.append("s1", "user_message", {"k": k, "i": i})
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                seqs = [e.seq for e in log.events("s1")]
+                assert seqs == list(range(1, len(seqs) + 1)), "a reader saw a gap"
+                row = log.session("s1")
+                assert row["events"] == row["last_seq"]
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    readers = [threading.Thread(target=reader) for _ in range(2)]
+    writers = [threading.Thread(target=writer, args=(k,)) for k in range(n_threads)]
+    for t in readers + writers:
+        t.start()
+    for t in writers:
+        t.join()
+    stop.set()
+    for t in readers:
+        t.join()
+    assert errors == []
+    events = log.events("s1")
+    assert [e.seq for e in events] == list(range(1, n_threads * per_thread + 2))
+    for k in range(n_threads):  # each thread's events in its own order
+        assert [e.payload["i"] for e in events if e.payload.get("k") == k] == list(range(per_thread))
+
+
+@pytest.mark.asyncio
+async def test_concurrent_async_appends(log):
+    new(log)
+    done = await asyncio.gather(*(log.aappend("s1", "user_message", {"i": i}) for i in range(50)))
+    assert sorted(e.seq for e in done) == list(range(2, 52))
+
+
+# -- closing ------------------------------------------------------------------------------
+
+
+def test_close_finishes_pending_writes_then_refuses(make_log):
+    log = make_log()
+    new(log)
+    gate = threading.Event()
+    slow = log.write(lambda tx: (gate.wait(10), tx.append("s1", "user_message", {"text": "queued"}))[1])
+    queued = log.write(lambda tx: tx.append("s1", "user_message", {"text": "queued too"}))
+    closer = threading.Thread(target=log.close)
+    closer.start()
+    gate.set()
+    closer.join()
+    assert slow.result().seq == 2 and queued.result().seq == 3
+    with pytest.raises(LogClosed):
+        log.append("s1", "user_message", {"text": "late"})
+    with pytest.raises(LogClosed):
+        log.write(lambda tx: None)
+    with pytest.raises(LogClosed):
+        log.events("s1")
+    with pytest.raises(LogClosed):
+        log.sessions()
+    with pytest.raises(LogClosed):
+        log.has_session("s1")
+    log.close()  # twice is fine

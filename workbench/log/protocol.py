@@ -1,0 +1,126 @@
+"""The session log as the brain and the server see it: a small protocol, two implementations.
+
+`DuckDBLog` keeps the log in a DuckDB file; `MemoryLog` is its in-memory twin
+for fast tests. Both pass one conformance suite (tests/log/test_conformance.py):
+
+- seqs are 1, 2, 3, ... per session; `(session_id, seq)` is never reused;
+- `write(fn)` runs fn in one transaction on the log's one writer thread; if fn
+  raises, nothing it wrote is kept;
+- a subscriber hears of an event only after its commit, never of a rolled-back
+  one; a subscriber that raises is logged, not passed on to the writer;
+- payloads are strict JSON within the limits of `LogSettings`; what is read back
+  is a fresh copy, never the stored object.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
+
+from .events import Event
+
+T = TypeVar("T")
+Subscriber = Callable[[Event], None]
+
+
+@runtime_checkable
+class Tx(Protocol):
+    """A write transaction, handed to `write(fn)` on the writer thread."""
+
+    def append(self, session_id: str, type: str, payload: dict[str, Any]) -> Event:
+        """Append an event; it is committed with the rest of the transaction, or not at all."""
+        ...
+
+    def events(
+        self,
+        session_id: str,
+        after: int | None = None,
+        *,
+        until: int | None = None,
+        types: list[str] | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
+        """Like `SessionLog.events`, including what this transaction appended so far."""
+        ...
+
+
+@runtime_checkable
+class SessionLog(Protocol):
+    """Sessions and their append-only events."""
+
+    def create_session(
+        self,
+        session_id: str,
+        *,
+        title: str | None,
+        model: str | None,
+        kind: str = "chat",
+        payload: dict[str, Any],
+        then: list[tuple[str, dict[str, Any]]] = (),
+    ) -> Event:
+        """Create a session, its `session_created` event and any `then` events in one transaction."""
+        ...
+
+    def append(self, session_id: str, type: str, payload: dict[str, Any]) -> Event:
+        """Append one event and wait until it is committed."""
+        ...
+
+    async def aappend(self, session_id: str, type: str, payload: dict[str, Any]) -> Event:
+        """`append` without blocking the event loop."""
+        ...
+
+    def write(self, fn: Callable[[Tx], T]) -> Future[T]:
+        """Run fn(tx) in one transaction on the writer thread; a Future of its result."""
+        ...
+
+    async def awrite(self, fn: Callable[[Tx], T]) -> T:
+        """`write` awaited without blocking the event loop."""
+        ...
+
+    def subscribe(self, fn: Subscriber) -> Callable[[], None]:
+        """Call fn(event) on the writer thread after each commit; returns an unsubscribe."""
+        ...
+
+    def has_session(self, session_id: str) -> bool:
+        """Whether a session with that id exists."""
+        ...
+
+    def session(self, session_id: str) -> dict[str, Any]:
+        """One row of `sessions()`; raises UnknownSession."""
+        ...
+
+    def sessions(self, ids: list[str] | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+        """Sessions oldest first: id, created_at, updated_at, title, model, kind, events, last_seq, last_type, state."""
+        ...
+
+    def events(
+        self,
+        session_id: str,
+        after: int | None = None,
+        *,
+        until: int | None = None,
+        types: list[str] | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
+        """Events of a session with after < seq <= until, of the given types, in seq order."""
+        ...
+
+    async def ahas_session(self, session_id: str) -> bool:
+        """`has_session` without blocking the event loop."""
+        ...
+
+    async def asession(self, session_id: str) -> dict[str, Any]:
+        """`session` without blocking the event loop."""
+        ...
+
+    async def asessions(self, ids: list[str] | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+        """`sessions` without blocking the event loop."""
+        ...
+
+    async def aevents(self, session_id: str, after: int | None = None, **kw: Any) -> list[Event]:
+        """`events` without blocking the event loop."""
+        ...
+
+    def close(self) -> None:
+        """Finish pending writes and release the log; safe to call twice."""
+        ...
