@@ -53,6 +53,22 @@ def fake_api():
     api.stop()
 
 
+# -- tiers -------------------------------------------------------------------------------------------------
+# `pytest -m "not slow"` is the fast tier (under a minute): the log and its twin, the brain on the twin,
+# pure policy and structure checks. Everything that starts kernels, sandboxes, Jupyter servers, CLI
+# subprocesses or a browser is slow: these directories and modules, plus any test marked slow itself.
+
+SLOW_DIRS = ("hands", "sandbox", "server", "ui", "memory")
+SLOW_MODULES = ("test_brain.py", "test_cli.py", "test_bench_quick.py", "test_leakcheck.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        rel = Path(str(item.fspath)).relative_to(REPO / "tests")
+        if rel.parts[0] in SLOW_DIRS or rel.name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
 # -- no process this run started outlives it: see leakcheck.py -------------------------------------------------
 
 from leakcheck import pytest_configure, pytest_sessionfinish  # noqa: E402,F401  (hooks of this run)

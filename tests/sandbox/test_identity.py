@@ -219,7 +219,7 @@ print(json.dumps(out))
 @pytest.mark.asyncio
 async def test_every_denied_call_fails_with_its_errno_and_the_kernel_lives_on(filtered, flt):
     hands = await filtered()
-    code = prelude() + f"DENIED = {DENIED!r}\nCLONE_NEW = {CLONE_NEW!r}\n" + PROBE
+    code = prelude() + f"DENIED = {dict(DENIED)!r}\nCLONE_NEW = {dict(CLONE_NEW)!r}\n" + PROBE
     out = json.loads(await run(hands, code))
     expected = {n: errno.errorcode[e] for n, e in DENIED.items() if n in numbers(DENIED)}
     assert {n: out[n] for n in expected} == expected

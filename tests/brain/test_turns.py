@@ -1,0 +1,226 @@
+"""The brain owns its turns (fast: the in-memory log twin, scripted models, no kernel).
+
+A turn starts with a committed user_message and always ends with exactly one turn_ended, whatever
+stops it: the model, an interrupt racing the message, an interrupt after the end, or a failure of
+the harness itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from workbench.brain import Brain, BrainSettings, turn_state
+from workbench.brain.models import Reply, ScriptedModel
+from workbench.errors import ConfigError, TurnBusy, UnknownSession
+from workbench.log import MemoryLog
+
+
+def make_brain(log, script, *, delay: float = 0.0, tools=None) -> Brain:
+    kw = {} if tools is None else {"tools": tools}
+    return Brain(log, hands_factory=None, settings=BrainSettings(retry_base=0.01),
+                 model_factory=lambda name: ScriptedModel(script, delay=delay, name=name), **kw)
+
+
+def consistent(log, sid) -> list[str]:
+    """The session's event types, after checking every turn has exactly one end and no call is unanswered."""
+    events = log.events(sid)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    kinds = [e.type for e in events]
+    open_turn = False
+    for k in kinds:
+        if k == "user_message":
+            assert not open_turn, f"a turn started inside another: {kinds}"
+            open_turn = True
+        elif k == "turn_ended":
+            assert open_turn, f"turn_ended outside a turn: {kinds}"
+            open_turn = False
+    assert not open_turn, f"a turn was left open: {kinds}"
+    uses = [b["id"] for e in events if e.type == "assistant_turn" for b in e.payload["message"]["content"] if b["type"] == "tool_use"]
+    answered = [e.payload["tool_use_id"] for e in events if e.type == "tool_result"]
+    assert sorted(uses) == sorted(answered), "every tool call is answered exactly once"
+    return kinds
+
+
+@pytest.mark.asyncio
+async def test_starting_a_turn_returns_its_committed_user_message():
+    log = MemoryLog()
+    brain = make_brain(log, [Reply(text="hi there")], delay=0.01)
+    sid = brain.create_session(model="scripted")["id"]
+    event = await brain.start_turn(sid, "hello")
+    assert (event.type, event.seq, event.payload) == ("user_message", 2, {"text": "hello"})
+    assert log.events(sid)[1] == event and brain.running(sid)
+    with pytest.raises(TurnBusy):
+        await brain.start_turn(sid, "again")
+    while brain.running(sid):
+        await asyncio.sleep(0.01)
+    assert consistent(log, sid)[-1] == "turn_ended" and log.session(sid)["state"] == "ended"
+    await brain.close()
+
+
+@pytest.mark.asyncio
+async def test_bad_starts_write_nothing():
+    log = MemoryLog()
+    brain = make_brain(log, [Reply(text="x")])
+    sid = brain.create_session(model="scripted")["id"]
+    for text in ("", "   ", None, 42):
+        with pytest.raises(ConfigError):
+            await brain.start_turn(sid, text)
+    with pytest.raises(UnknownSession):
+        await brain.start_turn("nope", "hi")
+    with pytest.raises(UnknownSession):
+        await brain.interrupt("nope")
+    assert [e.type for e in log.events(sid)] == ["session_created"]
+    await brain.close()
+
+
+@pytest.mark.asyncio
+async def test_interrupts_racing_messages_always_leave_one_end_per_turn():
+    """Message and interrupt 0-80 ms apart, many times: no error but TurnBusy, every turn closed once."""
+    log = MemoryLog()
+    brain = make_brain(log, lambda req: Reply(text="a long answer " * 20), delay=0.002)
+    sid = brain.create_session(model="scripted")["id"]
+    rng = random.Random(7)
+    for i in range(40):
+        async def send() -> None:
+            try:
+                await brain.start_turn(sid, f"message {i}")
+            except TurnBusy:
+                pass  # the previous turn is still closing: a refusal, nothing written
+
+        async def interrupt() -> None:
+            await asyncio.sleep(rng.uniform(0, 0.08))
+            await brain.interrupt(sid)
+
+        await asyncio.gather(send(), interrupt())
+        while brain.running(sid):
+            await asyncio.sleep(0.005)
+    kinds = consistent(log, sid)
+    assert kinds.count("user_message") == kinds.count("turn_ended") >= 20
+    assert "interrupted" in kinds and log.session(sid)["state"] == "ended"
+    await brain.close()
+
+
+@pytest.mark.asyncio
+async def test_an_interrupt_after_the_end_adds_nothing():
+    log = MemoryLog()
+    brain = make_brain(log, [Reply(text="done")])
+    sid = brain.create_session(model="scripted")["id"]
+    assert await brain.run_turn(sid, "go") == "end_turn"
+    before = log.events(sid)
+    assert await brain.interrupt(sid) is False
+    assert log.events(sid) == before
+
+
+@pytest.mark.asyncio
+async def test_a_cancel_landing_on_the_final_write_does_not_end_the_turn_twice():
+    """The turn is cancelled while its turn_ended is being committed: the write finishes, nothing follows it."""
+    log = MemoryLog()
+    brain = make_brain(log, [Reply(text="done")])
+    sid = brain.create_session(model="scripted")["id"]
+    loop = asyncio.get_running_loop()
+    cancelled = []
+
+    def on_commit(e):  # on the writer thread, after the commit and before the appender hears back
+        if e.type == "turn_ended" and not cancelled:
+            cancelled.append(e.seq)
+            loop.call_soon_threadsafe(brain.turns.task(sid).cancel)
+
+    log.subscribe(on_commit)
+    with pytest.raises(asyncio.CancelledError):
+        await brain.run_turn(sid, "go")
+    kinds = consistent(log, sid)
+    assert cancelled and kinds.count("turn_ended") == 1 and "interrupted" not in kinds
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.mark.asyncio
+async def test_any_failure_of_the_harness_closes_the_turn_and_the_session_goes_on():
+    log = MemoryLog()
+    calls = {"n": 0}
+
+    def script(request):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise Boom("the model adapter broke")
+        return Reply(text="fine again")
+
+    brain = make_brain(log, script)
+    sid = brain.create_session(model="scripted")["id"]
+    with pytest.raises(Boom):
+        await brain.run_turn(sid, "first")
+    kinds = consistent(log, sid)
+    assert kinds[-2:] == ["turn_failed", "turn_ended"] and log.events(sid)[-1].payload["stop_reason"] == "error"
+    assert "Boom: the model adapter broke" in log.events(sid, types=["turn_failed"])[0].payload["error"]
+    assert await brain.run_turn(sid, "second") == "end_turn"
+    consistent(log, sid)
+
+
+@pytest.mark.asyncio
+async def test_a_response_the_log_refuses_fails_the_turn_cleanly():
+    """A model answer that is not storable (a lone surrogate) is refused by the log; the turn still ends."""
+    log = MemoryLog()
+    brain = make_brain(log, [Reply(text="broken \ud800 text"), Reply(text="ok")])
+    sid = brain.create_session(model="scripted")["id"]
+    with pytest.raises(Exception):
+        await brain.run_turn(sid, "go")
+    kinds = consistent(log, sid)
+    assert "assistant_turn" not in kinds and kinds[-2:] == ["turn_failed", "turn_ended"]
+
+
+@pytest.mark.asyncio
+async def test_a_tool_that_raises_gets_its_call_answered_and_the_turn_closed():
+    from workbench.brain import BUILTIN_TOOLS, Tool
+
+    async def broken(inp, ctx):
+        raise Boom("tool bug")
+
+    tools = {**BUILTIN_TOOLS, "broken": Tool("broken", "a tool with a bug", {"type": "object"}, broken)}
+    log = MemoryLog()
+    brain = make_brain(log, [Reply(tool_calls=[("broken", {}), ("broken", {})]), Reply(text="after")], tools=tools)
+    sid = brain.create_session(model="scripted", tools=["broken"])["id"]
+    with pytest.raises(Boom):
+        await brain.run_turn(sid, "use it")
+    consistent(log, sid)
+    results = [e.payload for e in log.events(sid, types=["tool_result"])]
+    assert len(results) == 2 and all(r["is_error"] for r in results)
+    assert "not run" in results[1]["content"][0]["text"]
+
+
+@pytest.mark.asyncio
+async def test_resume_answers_a_cut_off_call_and_finishes_the_turn():
+    log = MemoryLog()
+    brain = make_brain(log, [Reply(text="recovered")])
+    sid = brain.create_session(model="scripted")["id"]
+    # a process died in the middle of a tool call: its start is logged, its result is not
+    log.append(sid, "user_message", {"text": "go"})
+    call = {"type": "tool_use", "id": "toolu_1", "name": "python", "input": {"code": "print(1)"}}
+    log.append(sid, "assistant_turn", {"message": {"role": "assistant", "content": [call], "stop_reason": "tool_use"}})
+    log.append(sid, "tool_started", {"tool_use_id": "toolu_1", "name": "python", "input": call["input"]})
+    assert turn_state(log.events(sid)).open
+    assert await brain.resume(sid) == "end_turn"
+    kinds = consistent(log, sid)
+    assert kinds.count("resumed") == 1 and "tool_started" in kinds
+    result = log.events(sid, types=["tool_result"])[0].payload
+    assert result["is_error"] and "interrupted; state unknown" in result["content"][0]["text"]
+    assert await brain.resume(sid) is None  # nothing left to resume
+
+
+@pytest.mark.asyncio
+async def test_closing_the_brain_interrupts_running_turns_as_shutdown():
+    log = MemoryLog()
+    brain = make_brain(log, lambda req: Reply(text="slow " * 200), delay=0.01)
+    sids = [brain.create_session(model="scripted")["id"] for _ in range(3)]
+    for sid in sids:
+        await brain.start_turn(sid, "go")
+    await brain.close()
+    for sid in sids:
+        consistent(log, sid)
+        assert log.events(sid, types=["interrupted"])[0].payload["by"] == "shutdown"
+    with pytest.raises(TurnBusy):
+        await brain.start_turn(sids[0], "after close")
