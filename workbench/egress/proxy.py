@@ -28,7 +28,8 @@ from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
-from .policy import EgressPolicy, EgressSettings, address_kind, normalise_host, public, split_hostport
+from .addresses import classify
+from .policy import EgressPolicy, EgressSettings, normalise_host, split_hostport
 from .vault import Credential, Vault
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
@@ -167,12 +168,14 @@ class EgressProxy:
             infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except socket.gaierror as e:
             raise Denied(502, f"host {host} does not resolve ({e.strerror})") from None
+        # the resolver's answer is what counts: 2130706433, 0x7f.1 and ::ffff:127.0.0.1 all come back as addresses
         addrs = list(dict.fromkeys(i[4][0] for i in infos))
         for a in addrs:
-            if not public(a) and not p.private_ok(a, port):
+            why = classify(a)
+            if why is not None and not p.private_ok(a, port):
                 raise Denied(
                     403,
-                    f"host {host} resolves to {a}, a {address_kind(a)} address; the egress proxy never connects "
+                    f"host {host} resolves to {a}, {why}; the egress proxy never connects "
                     "to loopback, private, link-local or metadata addresses",
                 )
         p.used += 1
