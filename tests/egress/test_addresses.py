@@ -131,9 +131,10 @@ def test_private_exceptions_are_addresses_and_match_every_spelling():
         EgressSettings(egress_allow_private="127.0.0.1")
 
 
-@pytest.mark.parametrize("field", ["egress_connect_timeout"])
+@pytest.mark.parametrize("field", ["egress_max_connections", "egress_head_timeout", "egress_idle_timeout",
+                                   "egress_denied_per_second", "egress_connect_timeout"])  # fmt: skip
 @pytest.mark.parametrize("value", [0, -1, "5", True, None])
-def test_timeouts_must_be_positive_numbers(field, value):
+def test_budgets_must_be_positive_numbers(field, value):
     with pytest.raises(ConfigError, match=f"{field} must be a number above 0"):
         EgressSettings(**{field: value})
 

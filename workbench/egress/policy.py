@@ -25,9 +25,14 @@ class EgressSettings:
     egress_allow_private: str = ""  # comma-separated ip:port pairs that are not public but may be reached
     egress_connect_timeout: float = 10.0  # seconds to connect to an upstream host
     egress_ca_file: str = ""  # CA bundle the proxy trusts for TLS upstream (default: the system's)
+    egress_max_connections: int = 32  # connections open at once per session; the excess is refused at once
+    egress_head_timeout: float = 30.0  # seconds a connection has to send its request line and headers
+    egress_idle_timeout: float = 300.0  # seconds a tunnel or request may move no byte either way before it is closed
+    egress_denied_per_second: int = 10  # egress_denied events per second per session; the rest are counted
 
     def __post_init__(self) -> None:
-        for name in ("egress_connect_timeout",):
+        for name in ("egress_connect_timeout", "egress_max_connections", "egress_head_timeout", "egress_idle_timeout",
+                     "egress_denied_per_second"):  # fmt: skip
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"{name} must be a number above 0, not {value!r} (WORKBENCH_{name.upper()})")
