@@ -164,3 +164,18 @@ async def test_an_upstream_that_never_answers_gets_a_504(start_proxy):
         server.close()
     assert reply.startswith(b"HTTP/1.1 504 ") and b"sent nothing for 0.5 s (egress_idle_timeout)" in reply
     assert [t for t, _ in run.events] == ["egress_allowed"]
+
+
+@pytest.mark.asyncio
+async def test_closing_with_connections_open_ends_them_quietly(start_proxy, caplog):
+    run = await start_proxy()
+    held = [await run.connect() for _ in range(3)]
+    for _ in range(500):
+        if run.proxy.open == 3:
+            break
+        await asyncio.sleep(0.01)
+    await run.listener.close()
+    assert [await asyncio.wait_for(r.read(), 60) for r, _ in held] == [b""] * 3
+    assert run.proxy.open == 0
+    await asyncio.sleep(0.1)  # asyncio reports a handler's end on the next turns of the loop
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text

@@ -95,13 +95,19 @@ class EgressProxy:
                     await proxy._refuse(reader, writer)
             except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ValueError):
                 pass
+            except asyncio.CancelledError:
+                # Listener.close ends us; on Python 3.11 a cancelled handler is logged as an error by asyncio
+                if not listener.closing:
+                    raise
             finally:
                 if admitted:
                     proxy.open -= 1
                 listener.tasks.discard(task)
                 writer.close()
 
-        listener.server = await asyncio.start_unix_server(handle, path=str(path), limit=MAX_HEAD)
+        # a backlog of the cap: a flood then waits in the kernel's queue, not as accepted sockets here
+        backlog = self.settings.egress_max_connections
+        listener.server = await asyncio.start_unix_server(handle, path=str(path), limit=MAX_HEAD, backlog=backlog)
         os.chmod(path, 0o600)
         if uid is not None:
             os.chown(path, uid, gid if gid is not None else uid)
@@ -287,9 +293,11 @@ class Listener:
         self.proxy, self.path = proxy, path
         self.server: asyncio.AbstractServer | None = None
         self.tasks: set[asyncio.Task] = set()
+        self.closing = False
 
     async def close(self) -> None:
         """Stop listening, end open connections and write the session's held-back denials."""
+        self.closing = True
         if self.server is not None:
             self.server.close()
         pending = list(self.tasks)
