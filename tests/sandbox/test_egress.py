@@ -282,6 +282,58 @@ async def test_a_denial_flood_writes_a_bounded_number_of_events_that_account_for
 
 
 @pytest.mark.asyncio
+async def test_through_the_brain_the_log_gets_few_denials_and_no_encoded_secret(log, tmp_path, monkeypatch, secret, vault_file):
+    """A real DuckDB log: 300 denials are a handful of events that add up, and re-encoded secrets are masked."""
+    from workbench.brain import Brain
+    from workbench.brain.models import ScriptedModel
+    from workbench.brain.models.scripted import Reply
+    from workbench.hands.factory import HandsFactory, HandsSettings
+
+    monkeypatch.setenv("WORKBENCH_VAULT", str(vault_file))
+    monkeypatch.setenv("WORKBENCH_EGRESS_DENIED_PER_SECOND", "3")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "echoed.txt").write_text(secret)  # as an allowlisted host that echoes headers would hand it back
+    (work / "echoed.txt").chmod(0o644)
+    flood = textwrap.dedent("""
+        import socket
+        for i in range(300):
+            s = socket.create_connection(("127.0.0.1", 3128))
+            s.sendall(b"CONNECT blocked-%d.example.com:443 HTTP/1.1\\r\\n\\r\\n" % i)
+            assert s.recv(4096).startswith(b"HTTP/1.1 403")
+            s.close()
+    """)
+    encode = textwrap.dedent("""
+        import base64, urllib.parse
+        v = open("echoed.txt").read()
+        print(v[::-1], v.encode().hex(), v.encode().hex().upper(), base64.b64encode(v.encode()).decode(),
+              base64.urlsafe_b64encode(b"{\\"k\\": \\"" + v.encode()).decode().rstrip("="), urllib.parse.quote(v, safe=""))
+    """)
+    factory = HandsFactory(HandsSettings(backend="sandbox", pool_size=0, registry_dir=str(tmp_path / "reg")))
+    model = ScriptedModel([Reply(code=[flood, encode]), Reply(text="done")])
+    brain = Brain(log, model_factory=lambda name: model, hands_factory=factory, redact=factory.redact)
+    sid = brain.create_session(model="scripted", config={"hands": {"workdir": str(work)}})["id"]
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    try:
+        await brain.run_turn(sid, "go")
+    finally:
+        await brain.close()  # closing the hands writes the denials still held back
+        await factory.close()
+    elapsed = loop.time() - t0
+    events = log.events(sid)
+    denied = [e.payload for e in events if e.type == "egress_denied"]
+    assert len(denied) <= 3 + 3 * elapsed + 2, (len(denied), elapsed)
+    assert sum(1 + d["suppressed"] for d in denied) == 300
+    results = [e.payload for e in events if e.type == "tool_result"]
+    assert [r["is_error"] for r in results] == [False, False]
+    assert results[1]["observation"]["stdout"].count("[secret example]") == 6, results[1]["observation"]["stdout"]
+    logged = json.dumps([e.payload for e in events])
+    for spelling in (secret, secret[::-1], secret.encode().hex(), secret.encode().hex().upper()):
+        assert spelling not in logged
+
+
+@pytest.mark.asyncio
 async def test_request_limit(make_hands, upstream):
     allow = f"127.0.0.1:{upstream.port}"
     hands, events = await make_hands(egress={"allow": [allow], "max_requests": 1}, allow_private=allow)
