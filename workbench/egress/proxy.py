@@ -105,7 +105,7 @@ class EgressProxy:
                 listener.tasks.discard(task)
                 writer.close()
 
-        # a backlog of the cap: a flood then waits in the kernel's queue, not as accepted sockets here
+        # a backlog of the cap: a flood then waits in the operating system's listen queue, not as sockets accepted here
         backlog = self.settings.egress_max_connections
         listener.server = await asyncio.start_unix_server(handle, path=str(path), limit=MAX_HEAD, backlog=backlog)
         os.chmod(path, 0o600)
@@ -136,7 +136,7 @@ class EgressProxy:
                 dropped = 0
                 while dropped < MAX_HEAD and (data := await reader.read(CHUNK)):
                     dropped += len(data)
-        except (TimeoutError, ConnectionError):
+        except (TimeoutError, OSError):
             pass
         finally:
             self.lingering -= 1
