@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import textwrap
+import uuid
 
 import pytest
+import pytest_asyncio
 
 from workbench.egress import EgressPolicy, EgressProxy, EgressSettings, Vault
 from workbench.errors import ConfigError, VaultUnsafe
+from workbench.hands import HandsConfig, KernelHands
+from workbench.hands.sandbox import SandboxLauncher
 
-from .conftest import needs_sandbox, run
+from .conftest import needs_sandbox, no_process_left, run
 
 pytestmark = needs_sandbox
 
@@ -116,8 +121,216 @@ async def test_proxy_refuses_loopback_and_private_targets(make_hands, upstream, 
     assert "private address" in out["http://10.1.2.3/"][1]
     assert "not on this session's egress allowlist" in out[f"http://localhost:{upstream.port}/"][1]
     assert bystander.connections == 0 and upstream.connections == 0
-    assert sum(1 for t, _ in events if t == "egress_denied") == len(out)
+    assert await logged_denials(events, len(out)) == len(out)
     assert not [p for t, p in events if t == "egress_allowed"]
+
+
+async def logged_denials(events: list, expected: int, within: float = 20.0) -> int:
+    """The denials the log accounts for (events plus their `suppressed`), once they reach `expected` or time runs out."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        n = sum(1 + p["suppressed"] for t, p in events if t == "egress_denied")
+        if n >= expected or loop.time() > deadline:
+            return n
+        await asyncio.sleep(0.05)
+
+
+@pytest_asyncio.fixture
+async def make_session(tmp_path):
+    """make(egress=, **EgressSettings fields) -> (hands, events, proxy): a sandboxed kernel with host egress settings."""
+    made: list[tuple[KernelHands, str]] = []
+
+    async def make(egress=None, **settings):
+        events: list[tuple[str, dict]] = []
+
+        async def sink(type: str, payload: dict) -> None:
+            events.append((type, payload))
+
+        mark = "wbmark" + uuid.uuid4().hex
+        launcher = SandboxLauncher(egress=egress, egress_settings=EgressSettings(**settings), on_event=sink)
+        work = tmp_path / f"session-{len(made)}"
+        hands = KernelHands(HandsConfig(workdir=str(work), env={"WB_TEST_MARK": mark}), launcher=launcher, on_event=sink)
+        made.append((hands, mark))
+        return hands, events, launcher.proxy()
+
+    try:
+        yield make
+    finally:
+        for hands, mark in made:
+            await hands.shutdown()
+            await no_process_left(mark)
+
+
+@pytest.mark.asyncio
+async def test_every_spelling_and_embedding_of_loopback_is_refused_from_the_kernel(make_session, bystander):
+    """Decimal, hex, octal and short IPv4, and IPv6 forms carrying 127.0.0.1: refused, and the 403 names the form."""
+    j = bystander.port
+    hosts = {
+        "2130706433": "resolves to 127.0.0.1, a loopback address", "0x7f000001": "resolves to 127.0.0.1, a loopback address",
+        "0177.0.0.1": "resolves to 127.0.0.1, a loopback address", "127.0.1": "resolves to 127.0.0.1, a loopback address",
+        "[::ffff:7f00:1]": "an IPv4-mapped address embedding 127.0.0.1", "[::127.0.0.1]": "an IPv4-compatible address embedding 127.0.0.1",
+        "[64:ff9b::7f00:1]": "a NAT64 address embedding 127.0.0.1", "[2002:7f00:1::]": "a 6to4 address embedding 127.0.0.1",
+        "[::ffff:0:7f00:1]": "a SIIT (IPv4-translated) address embedding 127.0.0.1", "[fec0::1]": "a site-local address",
+    }  # fmt: skip
+    hands, events, _ = await make_session({"allow": [f"{h}:{j}" for h in hosts]}, egress_denied_per_second=1000)
+    urls = {f"http://{h}:{j}/": why for h, why in hosts.items()}
+    out = json.loads(await run(hands, FETCH + f"print(json.dumps({{u: fetch(u) for u in {list(urls)!r}}}))"))
+    for url, why in urls.items():
+        status, body = out[url]
+        assert status == 403 and why in body, (url, status, body)
+    assert bystander.connections == 0
+    assert [t for t, _ in events if t.startswith("egress")] == ["egress_denied"] * len(urls)
+
+
+HOLD = """
+import os, select, socket, time
+from ipykernel import get_connection_file
+SOCK = os.path.join(os.path.dirname(get_connection_file()), "egress.sock")
+held = []
+def hold(n):
+    # open n connections straight to the proxy's socket, send nothing, keep them; what did the refused ones get?
+    for _ in range(n):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(SOCK)
+        held.append(s)
+    replies, waiting, deadline = {}, set(held), time.monotonic() + 60
+    while waiting and time.monotonic() < deadline:
+        ready, _, _ = select.select(list(waiting), [], [], 0.5)
+        for s in ready:
+            replies[s] = s.recv(4096).decode()
+            waiting.discard(s)
+        if not ready and len(replies) >= n - CAP:
+            break
+    lines = [r.split("\\r\\n")[0] for r in replies.values()]
+    return [len(lines), sorted(set(lines))]
+"""
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.asyncio
+async def test_a_connection_flood_is_capped_and_other_sessions_keep_working(make_session, upstream):
+    """Kernel code opens 400 connections to its egress socket: the server holds at most the cap."""
+    cap, n = 8, 400
+    flood, flood_events, proxy = await make_session(egress_max_connections=cap, egress_head_timeout=300)
+    allow = f"127.0.0.1:{upstream.port}"
+    other, other_events, _ = await make_session({"allow": [allow]}, egress_allow_private=allow)
+    await run(flood, "1")
+    await run(other, "1")
+    before = open_fds()
+    peak = [before]
+
+    async def sample() -> None:
+        while True:
+            peak[0] = max(peak[0], open_fds())
+            await asyncio.sleep(0.02)
+
+    sampler = asyncio.get_running_loop().create_task(sample())
+    try:
+        refused, lines = json.loads(await run(flood, HOLD.replace("CAP", str(cap)) + f"import json; print(json.dumps(hold({n})))"))
+    finally:
+        sampler.cancel()
+    during = open_fds()
+    assert proxy.open == cap
+    # the cap, as many refused ones waiting a moment for their client to close, and a handful for the kernels' bookkeeping
+    assert during - before <= 2 * cap + 8, (before, during)
+    # while the flood came in: those, and refusals accepted but not yet closed (a listen backlog of the cap at a time)
+    assert peak[0] - before <= 10 * cap + 16, (before, peak)
+    assert refused >= n - cap and len(lines) == 1 and lines[0].startswith("HTTP/1.1 503 this session already has 8 egress"), lines
+    # the flooding kernel's ordinary requests are refused too, with a reason it can act on, once the
+    # flood's refusals have stopped lingering (under a flood a refusal may close before the answer is read)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while proxy.lingering and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    busy = json.loads(await run(flood, FETCH + f"print(json.dumps(fetch('http://{allow}/')))"))
+    assert busy[0] == 503 and "egress_max_connections" in busy[1], busy
+    # ... while another session's egress works as before
+    assert json.loads(await run(other, FETCH + f"print(json.dumps(fetch('http://{allow}/ok')))")) == [200, "ok from upstream\n"]
+    await run(flood, "for s in held: s.close()\nheld.clear()")
+    deadline = loop.time() + 30
+    while proxy.open and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    assert proxy.open == 0
+    assert len([p for t, p in flood_events if t == "egress_denied"]) <= 40  # the refusals are rate-limited too
+
+
+@pytest.mark.asyncio
+async def test_a_denial_flood_writes_a_bounded_number_of_events_that_account_for_every_denial(make_session):
+    hands, events, proxy = await make_session(egress_denied_per_second=5)
+    code = textwrap.dedent("""
+        import socket
+        statuses = []
+        for i in range(300):
+            s = socket.create_connection(("127.0.0.1", 3128))
+            s.sendall(b"CONNECT blocked-%d.example.com:443 HTTP/1.1\\r\\n\\r\\n" % i)
+            statuses.append(s.recv(4096).split(b" ")[1].decode())
+            s.close()
+        print(sorted(set(statuses)))
+    """)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    assert (await run(hands, code)).strip() == "['403']"
+    elapsed = loop.time() - t0
+    written = sum(1 for t, _ in events if t == "egress_denied")
+    assert written <= 5 + 5 * elapsed + 2, (written, elapsed)
+    assert await logged_denials(events, 300) == 300 and proxy.denials.denied == 300
+    assert len(events) <= 5 + 5 * (loop.time() - t0) + 2
+
+
+@pytest.mark.asyncio
+async def test_through_the_brain_the_log_gets_few_denials_and_no_encoded_secret(log, tmp_path, monkeypatch, secret, vault_file):
+    """A real DuckDB log: 300 denials are a handful of events that add up, and re-encoded secrets are masked."""
+    from workbench.brain import Brain
+    from workbench.brain.models import ScriptedModel
+    from workbench.brain.models.scripted import Reply
+    from workbench.hands.factory import HandsFactory, HandsSettings
+
+    monkeypatch.setenv("WORKBENCH_VAULT", str(vault_file))
+    monkeypatch.setenv("WORKBENCH_EGRESS_DENIED_PER_SECOND", "3")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "echoed.txt").write_text(secret)  # as an allowlisted host that echoes headers would hand it back
+    (work / "echoed.txt").chmod(0o644)
+    flood = textwrap.dedent("""
+        import socket
+        for i in range(300):
+            s = socket.create_connection(("127.0.0.1", 3128))
+            s.sendall(b"CONNECT blocked-%d.example.com:443 HTTP/1.1\\r\\n\\r\\n" % i)
+            assert s.recv(4096).startswith(b"HTTP/1.1 403")
+            s.close()
+    """)
+    encode = textwrap.dedent("""
+        import base64, urllib.parse
+        v = open("echoed.txt").read()
+        print(v[::-1], v.encode().hex(), v.encode().hex().upper(), base64.b64encode(v.encode()).decode(),
+              base64.urlsafe_b64encode(b"{\\"k\\": \\"" + v.encode()).decode().rstrip("="), urllib.parse.quote(v, safe=""))
+    """)
+    factory = HandsFactory(HandsSettings(backend="sandbox", pool_size=0, registry_dir=str(tmp_path / "reg")))
+    model = ScriptedModel([Reply(code=[flood, encode]), Reply(text="done")])
+    brain = Brain(log, model_factory=lambda name: model, hands_factory=factory, redact=factory.redact)
+    sid = brain.create_session(model="scripted", config={"hands": {"workdir": str(work)}})["id"]
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    try:
+        await brain.run_turn(sid, "go")
+    finally:
+        await brain.close()  # closing the hands writes the denials still held back
+        await factory.close()
+    elapsed = loop.time() - t0
+    events = log.events(sid)
+    denied = [e.payload for e in events if e.type == "egress_denied"]
+    assert len(denied) <= 3 + 3 * elapsed + 2, (len(denied), elapsed)
+    assert sum(1 + d["suppressed"] for d in denied) == 300
+    results = [e.payload for e in events if e.type == "tool_result"]
+    assert [r["is_error"] for r in results] == [False, False]
+    assert results[1]["observation"]["stdout"].count("[secret example]") == 6, results[1]["observation"]["stdout"]
+    logged = json.dumps([e.payload for e in events])
+    for spelling in (secret, secret[::-1], secret.encode().hex(), secret.encode().hex().upper()):
+        assert spelling not in logged
 
 
 @pytest.mark.asyncio

@@ -9,11 +9,12 @@ metadata service or anything else on the host's side of the sandbox.
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, field
+from ipaddress import IPv6Address
 from typing import Any
 
 from ..errors import ConfigError
+from .addresses import Address, parse
 
 
 @dataclass
@@ -24,6 +25,38 @@ class EgressSettings:
     egress_allow_private: str = ""  # comma-separated ip:port pairs that are not public but may be reached
     egress_connect_timeout: float = 10.0  # seconds to connect to an upstream host
     egress_ca_file: str = ""  # CA bundle the proxy trusts for TLS upstream (default: the system's)
+    egress_max_connections: int = 32  # connections open at once per session; the excess is refused at once
+    egress_head_timeout: float = 30.0  # seconds a connection has to send its request line and headers
+    egress_idle_timeout: float = 300.0  # seconds a tunnel or request may move no byte either way before it is closed
+    egress_denied_per_second: int = 10  # egress_denied events per second per session; the rest are counted
+
+    def __post_init__(self) -> None:
+        for name in ("egress_connect_timeout", "egress_max_connections", "egress_head_timeout", "egress_idle_timeout",
+                     "egress_denied_per_second"):  # fmt: skip
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(f"{name} must be a number above 0, not {value!r} (WORKBENCH_{name.upper()})")
+        self.private = private_addresses(self.egress_allow_private)
+
+
+def private_addresses(spec: str) -> set[tuple[Address, int]]:
+    """`egress_allow_private` as (address, port) pairs; raises ConfigError on a name or a malformed entry."""
+    out = set()
+    for entry in spec.split(","):
+        if not entry.strip():
+            continue
+        host, port = split_hostport(entry)
+        try:
+            out.add((canonical(host), port))
+        except ValueError:
+            raise ConfigError(f"egress_allow_private entry {entry.strip()!r} must be an ip:port pair, e.g. 127.0.0.1:8080 or [::1]:8080") from None
+    return out
+
+
+def canonical(addr: str | Address) -> Address:
+    """An address as the proxy compares it: no zone id, an IPv4-mapped IPv6 address as its IPv4 address."""
+    ip = parse(addr)
+    return ip.ipv4_mapped or ip if isinstance(ip, IPv6Address) else ip
 
 
 def split_hostport(entry: str) -> tuple[str, int]:
@@ -38,27 +71,6 @@ def normalise_host(host: str) -> str:
     return host.strip().strip("[]").rstrip(".").lower()
 
 
-def public(addr: str) -> bool:
-    """Whether an address is globally routable (not loopback, private, link-local, metadata, ...)."""
-    ip = ipaddress.ip_address(addr.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
-
-
-def address_kind(addr: str) -> str:
-    """A word for a non-public address, for deny messages."""
-    ip = ipaddress.ip_address(addr.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if str(ip) in ("169.254.169.254", "fd00:ec2::254"):
-        return "cloud metadata"
-    for kind in ("loopback", "link_local", "private", "multicast", "unspecified", "reserved"):
-        if getattr(ip, f"is_{kind}"):
-            return kind.replace("_", "-")
-    return "non-public"
-
-
 @dataclass
 class EgressPolicy:
     """One session's egress rules: allowed host:port pairs, credentials by name, limits."""
@@ -66,7 +78,7 @@ class EgressPolicy:
     allow: list[tuple[str, int]] = field(default_factory=list)
     credentials: list[str] = field(default_factory=list)
     max_requests: int | None = None  # allowed requests per session, None: no limit
-    private: set[tuple[str, int]] = field(default_factory=set)  # from the host's settings
+    private: set[tuple[Address, int]] = field(default_factory=set)  # from the host's settings
     used: int = 0
 
     @classmethod
@@ -80,11 +92,12 @@ class EgressPolicy:
         if not isinstance(allow, list) or not isinstance(creds, list):
             raise ConfigError('egress "allow" and "credentials" must be lists of strings')
         limit = cfg.get("max_requests")
-        if limit is not None and (not isinstance(limit, int) or limit < 0):
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
             raise ConfigError('egress "max_requests" must be a non-negative integer')
+        if not all(isinstance(e, str) for e in [*allow, *creds]):
+            raise ConfigError('egress "allow" and "credentials" must be lists of strings')
         s = settings or EgressSettings()
-        private = {split_hostport(e) for e in s.egress_allow_private.split(",") if e.strip()}
-        return cls([split_hostport(e) for e in allow], [str(c) for c in creds], limit, private)
+        return cls([split_hostport(e) for e in allow], creds, limit, set(s.private))
 
     def allows(self, host: str, port: int) -> bool:
         """Whether host:port is on the allowlist (`*.example.com` matches subdomains)."""
@@ -97,4 +110,4 @@ class EgressPolicy:
 
     def private_ok(self, addr: str, port: int) -> bool:
         """Whether a non-public address was explicitly allowed by the host's settings."""
-        return (normalise_host(addr), port) in self.private
+        return (canonical(addr), port) in self.private

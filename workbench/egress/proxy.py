@@ -14,27 +14,40 @@ requests (the gateway form). `http://api.example.com:443/...` makes the proxy
 speak TLS to port 443 upstream and add the credential's header there. A
 CONNECT tunnel is opaque, so it carries no credential; we do not intercept
 TLS (that would need a CA inside the sandbox for little gain).
+
+What kernel code can make the server spend is capped per session (see
+budget.py): connections open at once (the excess is answered 503 and closed
+before anything is read), seconds to send a request head, seconds of silence
+on an open connection, and `egress_denied` events per second.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
+import re
 import socket
 import ssl
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
-from .policy import EgressPolicy, EgressSettings, address_kind, normalise_host, public, split_hostport
+from .addresses import classify
+from .budget import DenialLog, EventSink, Silence
+from .policy import EgressPolicy, EgressSettings, normalise_host, split_hostport
 from .vault import Credential, Vault
 
-EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
 HOP_BY_HOP = {"connection", "proxy-connection", "keep-alive", "proxy-authorization", "te", "trailer", "upgrade", "host"}
 MAX_HEAD = 64 * 1024
-HEAD_TIMEOUT = 30.0  # seconds a client has to send its request line and headers
+MAX_HOST = 253  # the longest DNS name
+MAX_REASON = 1000
+HOST_CHARS = re.compile(r"[a-z0-9._~%:\-]+")  # names (lowercased), IPv4 and IPv6 literals with a zone id
+CHUNK = 65536
+LINGER = 1.0  # seconds a refused connection waits for its client to close
+log = logging.getLogger("workbench.egress")
 
 
 class Denied(Exception):
@@ -59,24 +72,42 @@ class EgressProxy:
         self.settings = settings or EgressSettings()
         # fail at once (a kernel that cannot start) rather than at the first request
         self.credentials: list[Credential] = [self.vault.get(n) for n in policy.credentials]
+        self.open = 0  # connections open now, over every kernel of the session
+        self.lingering = 0  # refused connections waiting for their client to close
+        self.denials = DenialLog(self._emit, self.settings.egress_denied_per_second)
 
     async def listen(self, path: Path, uid: int | None = None, gid: int | None = None) -> "Listener":
         """Serve on a unix socket at `path`, owned by uid:gid, mode 0600."""
         listener = Listener(self, Path(path))
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            # the listener's proxy, not this one: a pooled kernel is handed to a session's proxy
+            proxy = listener.proxy
             task = asyncio.current_task()
             listener.tasks.add(task)
+            admitted = proxy.open < proxy.settings.egress_max_connections
+            if admitted:
+                proxy.open += 1
             try:
-                # the listener's proxy, not this one: a pooled kernel is handed to a session's proxy
-                await listener.proxy._serve(reader, writer)
+                if admitted:
+                    await proxy._serve(reader, writer)
+                else:
+                    await proxy._refuse(reader, writer)
             except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ValueError):
                 pass
+            except asyncio.CancelledError:
+                # Listener.close ends us; on Python 3.11 a cancelled handler is logged as an error by asyncio
+                if not listener.closing:
+                    raise
             finally:
+                if admitted:
+                    proxy.open -= 1
                 listener.tasks.discard(task)
                 writer.close()
 
-        listener.server = await asyncio.start_unix_server(handle, path=str(path), limit=MAX_HEAD)
+        # a backlog of the cap: a flood then waits in the operating system's listen queue, not as sockets accepted here
+        backlog = self.settings.egress_max_connections
+        listener.server = await asyncio.start_unix_server(handle, path=str(path), limit=MAX_HEAD, backlog=backlog)
         os.chmod(path, 0o600)
         if uid is not None:
             os.chown(path, uid, gid if gid is not None else uid)
@@ -86,10 +117,41 @@ class EgressProxy:
         if self.on_event is not None:
             await self.on_event(type, payload)
 
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Too many connections at once: answer 503 without waiting for the request, and close."""
+        cap = self.settings.egress_max_connections
+        reason = (
+            f"this session already has {cap} egress connections open (egress_max_connections); "
+            "close connections you no longer need, or open fewer at once"
+        )
+        await self._deny(writer, None, None, None, Denied(503, reason), drain=False)
+        if self.lingering >= cap:
+            return  # a flood: close at once, even if the client then loses the answer
+        # closing a socket with unread input resets it, and the client may lose the answer with it:
+        # so read (and drop) what it sends, briefly, until it closes; at most `cap` such at a time
+        self.lingering += 1
+        try:
+            writer.write_eof()
+            async with asyncio.timeout(LINGER):
+                dropped = 0
+                while dropped < MAX_HEAD and (data := await reader.read(CHUNK)):
+                    dropped += len(data)
+        except (TimeoutError, OSError):
+            pass
+        finally:
+            self.lingering -= 1
+
     # -- one connection ----------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+        try:
+            async with asyncio.timeout(self.settings.egress_head_timeout):
+                head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.LimitOverrunError:
+            return await self._deny(writer, None, None, None, Denied(431, f"the request line and headers are over {MAX_HEAD // 1024} KiB"))
+        except TimeoutError:
+            why = f"no request line and headers within {self.settings.egress_head_timeout:g} s (egress_head_timeout)"
+            return await self._deny(writer, None, None, None, Denied(408, why))
         lines = head.decode("latin-1").split("\r\n")
         method, target = (lines[0].split(" ") + ["", ""])[:2]
         headers = [(k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in lines[1:] if line)]
@@ -108,24 +170,33 @@ class EgressProxy:
                         "credentials added for an https host, request http://HOST:443/PATH and the proxy speaks TLS upstream",
                     )
                 host, port = normalise_host(url.hostname), url.port or 80
+            if len(host) > MAX_HOST:
+                raise Denied(400, f"the host name is {len(host)} characters long; a DNS name has at most {MAX_HOST}")
+            if not HOST_CHARS.fullmatch(host):
+                raise Denied(400, f"the host name {host!r} has characters no DNS name or IP address has; send its ASCII (punycode) form")
             up_r, up_w, cred = await self._open(method, host, port, tls=url is not None and port == 443)
         except (ConfigError, ValueError) as e:
-            await self._deny(writer, method, host, port, Denied(400, str(e)))
-            return
+            return await self._deny(writer, method, host, port, Denied(400, str(e)))
         except Denied as d:
-            await self._deny(writer, method, host, port, d)
-            return
+            return await self._deny(writer, method, host, port, d)
+        idle = self.settings.egress_idle_timeout
         try:
-            if url is None:
-                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                await writer.drain()
-                await asyncio.gather(_pipe(reader, up_w), _pipe(up_r, writer))
-            else:
-                await self._forward(method, url, headers, cred, reader, writer, up_r, up_w)
+            async with Silence(idle) as watch:
+                if url is None:
+                    writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    watch.answered = True
+                    await writer.drain()
+                    await asyncio.gather(_pipe(reader, up_w, watch), _pipe(up_r, writer, watch))
+                else:
+                    await self._forward(method, url, headers, cred, reader, writer, up_r, up_w, watch)
+        except TimeoutError:
+            if not watch.answered:
+                gone = Denied(504, f"the upstream host sent nothing for {idle:g} s (egress_idle_timeout)")
+                await self._deny(writer, method, host, port, gone, emit=False)
         finally:
             up_w.close()
 
-    async def _forward(self, method, url, headers, cred, reader, writer, up_r, up_w) -> None:
+    async def _forward(self, method, url, headers, cred, reader, writer, up_r, up_w, watch: Silence) -> None:
         """Send one request upstream (credential added, Host fixed) and relay the answer."""
         path = (url.path or "/") + (f"?{url.query}" if url.query else "")
         out = [f"{method} {path} HTTP/1.1", f"Host: {url.netloc.rpartition('@')[2]}"]
@@ -135,16 +206,18 @@ class EgressProxy:
             out.append(f"{cred.header}: {cred.header_value()}")
         out.append("Connection: close")
         up_w.write(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"))
-        body = asyncio.create_task(_pipe(reader, up_w))
+        body = asyncio.create_task(_pipe(reader, up_w, watch))
         try:
             resp = await up_r.readuntil(b"\r\n\r\n")
+            watch.touch()
             lines = resp.decode("latin-1").split("\r\n")
             keep = [line for line in lines[1:] if line and line.partition(":")[0].strip().lower() not in HOP_BY_HOP]
             writer.write(("\r\n".join([lines[0], *keep, "Connection: close"]) + "\r\n\r\n").encode("latin-1"))
-            await _pipe(up_r, writer)
-        except asyncio.IncompleteReadError:
-            gone = Denied(502, "the upstream host closed the connection without answering")
-            await self._deny(writer, method, url.hostname or "", url.port or 80, gone, emit=False)
+            watch.answered = True
+            await _pipe(up_r, writer, watch)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
+            why = "closed the connection without answering" if isinstance(e, asyncio.IncompleteReadError) else f"answered with headers over {MAX_HEAD // 1024} KiB"
+            await self._deny(writer, method, url.hostname or "", url.port or 80, Denied(502, f"the upstream host {why}"), emit=False)
         finally:
             body.cancel()
 
@@ -164,15 +237,22 @@ class EgressProxy:
         if p.max_requests is not None and p.used >= p.max_requests:
             raise Denied(403, f"this session's egress limit of {p.max_requests} requests is used up; ask the user to raise egress.max_requests")
         try:
-            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            async with asyncio.timeout(self.settings.egress_connect_timeout):
+                infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except socket.gaierror as e:
             raise Denied(502, f"host {host} does not resolve ({e.strerror})") from None
+        except UnicodeError as e:  # the IDNA codec refuses it, e.g. a label over 63 characters
+            raise Denied(400, f"host {host} is not a valid DNS name ({e})") from None
+        except TimeoutError:
+            raise Denied(504, f"host {host} did not resolve within {self.settings.egress_connect_timeout:g} s") from None
+        # the resolver's answer is what counts: 2130706433, 0x7f.1 and ::ffff:127.0.0.1 all come back as addresses
         addrs = list(dict.fromkeys(i[4][0] for i in infos))
         for a in addrs:
-            if not public(a) and not p.private_ok(a, port):
+            why = classify(a)
+            if why is not None and not p.private_ok(a, port):
                 raise Denied(
                     403,
-                    f"host {host} resolves to {a}, a {address_kind(a)} address; the egress proxy never connects "
+                    f"host {host} resolves to {a}, {why}; the egress proxy never connects "
                     "to loopback, private, link-local or metadata addresses",
                 )
         p.used += 1
@@ -187,19 +267,23 @@ class EgressProxy:
             raise Denied(502, f"could not connect to {host}:{port} ({e.__class__.__name__}: {e})") from None
         return r, w, cred
 
-    async def _deny(self, writer: asyncio.StreamWriter, method: str, host: str, port: int, d: Denied, emit: bool = True) -> None:
+    async def _deny(self, writer: asyncio.StreamWriter, method: str | None, host: str | None, port: int | None, d: Denied,
+                    emit: bool = True, drain: bool = True) -> None:  # fmt: skip
+        # the request's own words are kernel input: escaped and cut to size before they reach the log or the reply
+        reason = _clean(d.reason, MAX_REASON)
         if emit:
-            await self._emit("egress_denied", {"host": host, "port": port, "method": method, "reason": d.reason})
-        body = (d.reason + "\n").encode()
+            await self.denials.deny({"host": _clean(host, MAX_HOST), "port": port, "method": _clean(method, 32), "reason": reason})
+        body = (reason + "\n").encode()
         # the reason is in the status line too: for CONNECT, clients show only that line
-        phrase = d.reason.encode("ascii", "replace").decode()[:400]
+        phrase = "".join(c if " " <= c <= "~" else "?" for c in reason[:400])
         writer.write(
             f"HTTP/1.1 {d.status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n"
             f"Content-Length: {len(body)}\r\nX-Workbench-Egress: denied\r\nConnection: close\r\n\r\n".encode()
             + body
         )
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
+        if drain:
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
 
 
 class Listener:
@@ -209,8 +293,11 @@ class Listener:
         self.proxy, self.path = proxy, path
         self.server: asyncio.AbstractServer | None = None
         self.tasks: set[asyncio.Task] = set()
+        self.closing = False
 
     async def close(self) -> None:
+        """Stop listening, end open connections and write the session's held-back denials."""
+        self.closing = True
         if self.server is not None:
             self.server.close()
         pending = list(self.tasks)
@@ -219,15 +306,29 @@ class Listener:
         await asyncio.gather(*pending, return_exceptions=True)
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
+        try:
+            await self.proxy.denials.flush()
+        except Exception:  # the log may be closing too; the count must not vanish without a word
+            log.warning("egress: %d denials were not written to the log", self.proxy.denials.pending, exc_info=True)
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Copy bytes until EOF, then half-close the other side."""
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, watch: Silence) -> None:
+    """Copy bytes until EOF, then half-close the other side; every chunk resets the silence."""
     try:
-        while data := await reader.read(65536):
+        while data := await reader.read(CHUNK):
+            watch.touch()
             writer.write(data)
             await writer.drain()
+            watch.touch()
         if writer.can_write_eof():
             writer.write_eof()
     except (ConnectionError, OSError):
         pass
+
+
+def _clean(text: str | None, limit: int) -> str | None:
+    """Kernel-supplied text fit for the log: control characters escaped, at most `limit` characters."""
+    if text is None:
+        return None
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[: limit + 1])
+    return text if len(text) <= limit else text[: limit - 1] + "…"
