@@ -13,32 +13,33 @@ spelled out here.
 from __future__ import annotations
 
 import ipaddress
+from types import MappingProxyType
 from ipaddress import IPv4Address, IPv6Address, IPv6Network
 
 Address = IPv4Address | IPv6Address
 
 # Reachable only from inside a cloud, and what an SSRF goes for first (Azure's wireserver is a public address).
-METADATA = {ipaddress.ip_address(a) for a in ("169.254.169.254", "169.254.170.2", "100.100.100.200", "168.63.129.16", "fd00:ec2::254")}
+METADATA = frozenset(ipaddress.ip_address(a) for a in ("169.254.169.254", "169.254.170.2", "100.100.100.200", "168.63.129.16", "fd00:ec2::254"))
 NAT64 = IPv6Network("64:ff9b::/96")  # the well-known prefix: always /96
 NAT64_LOCAL = IPv6Network("64:ff9b:1::/48")  # local use (RFC 8215): the operator picks a prefix length of 48 to 96
 SIIT = IPv6Network("::ffff:0:0:0/96")  # IPv4-translated (RFC 2765)
 COMPATIBLE = IPv6Network("::/96")  # IPv4-compatible (deprecated), less :: and ::1
 SHARED = ipaddress.IPv4Network("100.64.0.0/10")  # carrier-grade NAT
-FORMS = {
+FORMS = MappingProxyType({
     "IPv4-mapped": "an IPv4-mapped", "IPv4-compatible": "an IPv4-compatible", "SIIT": "a SIIT (IPv4-translated)",
     "NAT64": "a NAT64", "6to4": "a 6to4", "Teredo": "a Teredo", "ISATAP": "an ISATAP",
-}  # fmt: skip
+})  # fmt: skip
 # In this order: the first that applies names the address in a deny message.
 KINDS = (
     ("loopback", "a loopback"), ("link_local", "a link-local"), ("unspecified", "an unspecified"),
     ("multicast", "a multicast"), ("site_local", "a site-local"), ("reserved", "a reserved"), ("private", "a private"),
 )  # fmt: skip
 # Not globally reachable, but some Python versions call them global.
-V6_NOT_GLOBAL = {
+V6_NOT_GLOBAL = MappingProxyType({
     IPv6Network("fec0::/10"): "site-local",
     IPv6Network("3fff::/20"): "documentation",
     IPv6Network("5f00::/16"): "SRv6 segment identifier",
-}
+})
 
 
 def classify(addr: str | Address) -> str | None:

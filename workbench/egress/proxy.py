@@ -40,7 +40,7 @@ from .budget import DenialLog, EventSink, Silence
 from .policy import EgressPolicy, EgressSettings, normalise_host, split_hostport
 from .vault import Credential, Vault
 
-HOP_BY_HOP = {"connection", "proxy-connection", "keep-alive", "proxy-authorization", "te", "trailer", "upgrade", "host"}
+HOP_BY_HOP = frozenset({"connection", "proxy-connection", "keep-alive", "proxy-authorization", "te", "trailer", "upgrade", "host"})
 MAX_HEAD = 64 * 1024
 MAX_HOST = 253  # the longest DNS name
 MAX_REASON = 1000

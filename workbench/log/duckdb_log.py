@@ -15,6 +15,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
 import duckdb
@@ -52,7 +53,7 @@ CREATE TABLE IF NOT EXISTS events (
 
 # SQL through the log reaches nothing but the database itself, draws no progress bar on the
 # server's terminal, and cannot change either: the configuration is locked before first use
-CONFIG = {"enable_external_access": False}
+CONFIG = MappingProxyType({"enable_external_access": False})
 LOCK = "SET enable_progress_bar = false; SET lock_configuration = true"
 
 
@@ -74,7 +75,7 @@ def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     if not read_only:
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        con = duckdb.connect(str(path), read_only=read_only, config=CONFIG)
+        con = duckdb.connect(str(path), read_only=read_only, config=dict(CONFIG))
     except duckdb.IOException as e:
         text = str(e)
         if "lock" in text.lower():

@@ -27,7 +27,7 @@ from .settings import LogSettings
 T = TypeVar("T")
 logger = logging.getLogger("workbench.log")
 
-STATES = {None: "new", "turn_ended": "ended", "user_message": "unfinished"}
+STATES = MappingProxyType({None: "new", "turn_ended": "ended", "user_message": "unfinished"})
 
 
 def utcnow() -> datetime:
