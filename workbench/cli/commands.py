@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..config import from_env
+from ..brain.tools import tool_named
 from ..errors import ConfigError, UnknownSession
 from ..hands.factory import HandsSettings
 from ..host import Host
@@ -45,14 +46,19 @@ def _turn(args: argparse.Namespace, ctx: Console, action: str) -> int:
                 model = log.session(sid)["model"]
                 if getattr(args, "model", None) and args.model != model:
                     raise ConfigError(f"session {sid} uses model {model!r}; a session's model cannot change")
+                if getattr(args, "tool", None):
+                    raise ConfigError(f"session {sid} exists; its tools were fixed when it was created")
             else:
                 model = args.model or host.models.default_name()
             host.models.check(model)
+            for name in getattr(args, "tool", None) or ():
+                tool_named(host.tools, name)  # an unknown tool fails before anything is written
             if action == "run" and not args.prompt.strip():
                 raise ConfigError("the prompt is empty")
             await host.start()
             if action == "run" and not exists:
-                sid = brain.create_session(sid, title=args.prompt.strip()[:60], model=model)["id"]
+                tools = ["python", *dict.fromkeys(t for t in args.tool or () if t != "python")]
+                sid = brain.create_session(sid, title=args.prompt.strip()[:60], model=model, tools=tools)["id"]
                 print(f"session {sid} (model {model})", file=sys.stderr)
             stop = ctx.follow(host, sid, thinking=getattr(args, "thinking", False))
             try:
@@ -202,6 +208,8 @@ def _configure_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--session", help="session id: created if new, continued if it exists")
     p.add_argument("--model", help="scripted[:SCRIPT], claude-..., or anthropic:NAME (default: claude-opus-5-5 with a key, else scripted)")
     p.add_argument("--thinking", action="store_true", help="also print thinking text (to stderr) as it streams")
+    p.add_argument("--tool", action="append", metavar="NAME",
+                   help="a tool a new session may use besides python (repeat it; plugins add tools)")
 
 
 def _session_id(p: argparse.ArgumentParser) -> None:
