@@ -2,17 +2,20 @@
 
 Use it inline in a notebook (`ReviewApp(source).panel()`, after
 `pn.extension(inline=True)` so nothing comes from a CDN) or served by
-`workbench review` on 127.0.0.1. Every button is a versioned change in the
-store, made as the reviewer named in the "reviewer" field.
+`workbench review` on 127.0.0.1, behind a per-launch token. Every button is a
+versioned change in the store, made as the reviewer named in the "reviewer" field.
 """
 
 from __future__ import annotations
 
+import sys
+import webbrowser
 from typing import Any
 
 import panel as pn
 
 from ..errors import WorkbenchError
+from .gate import cookie_name, new_token, require_token
 from .render import CONTEXT, STATUS_OPTIONS, context_html, memory_html, proposal_diffs, timeline_html
 from .source import MemorySource
 
@@ -164,9 +167,28 @@ class ReviewApp:
         return pn.Tabs(("Review", review), ("Dream timeline", timeline), sizing_mode="stretch_width")
 
 
+def review_url(port: int, token: str) -> str:
+    """The URL of a served review app, with the token that opens it."""
+    return f"http://127.0.0.1:{port}/review?token={token}"
+
+
 def serve_review(source: MemorySource, *, port: int = 5006, show: bool = False, actor: str = "person:reviewer",
-                 threaded: bool = False) -> Any:
-    """Serve the review app on 127.0.0.1 (blocks unless threaded); every browser tab gets its own app."""
+                 token: str | None = None, announce: bool = True) -> Any:
+    """Serve the review app on 127.0.0.1 behind a token (new each launch unless given); blocks until stopped."""
+    token = token or new_token()
     origins = [f"127.0.0.1:{port}", f"localhost:{port}"]
-    return pn.serve({"review": lambda: ReviewApp(source, actor=actor).panel()}, port=port, address="127.0.0.1",
-                    websocket_origin=origins, show=show, threaded=threaded, title="workbench memory review")
+    # Cookies and headers stay out of Bokeh's session token, which the page can read: other
+    # servers on this host (Jupyter's login cookie, say) send theirs here too.
+    server = pn.serve({"review": lambda: ReviewApp(source, actor=actor).panel()}, port=port, address="127.0.0.1",
+                      websocket_origin=origins, show=False, start=False, verbose=False, title="workbench memory review",
+                      include_cookies=[], include_headers=[])
+    # Bokeh's Server does not expose its Tornado application; the gate must sit in front of all of it.
+    require_token(server._tornado, token, cookie_name(port))
+    url = review_url(port, token)
+    if announce:
+        print(f"memory review: open {url} (the token is new at every launch)", file=sys.stderr, flush=True)
+    if show:
+        webbrowser.open(url)
+    server.start()
+    server.io_loop.start()
+    return server
