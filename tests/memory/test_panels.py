@@ -84,7 +84,7 @@ def test_review_app_driven_from_python(store, dreamed):
     app.status.value = "rejected"
     app.memories.value = proposed[2]
     app.reject_button.clicks += 1
-    assert app.message.alert_type == "danger" and "only proposed memories can be rejected" in app.message.object
+    assert app.message_kind == "danger" and "only proposed memories can be rejected" in app.message.object
 
     # filters by tag and dream; the dream's own session as a timeline
     app.status.value = "all"
@@ -120,6 +120,19 @@ def test_ipywidgets_review(store, dreamed):
     assert store.get(second)["text"] == "Edited by Bob." and store.get(second)["status"] == "accepted"
     view.buttons["reject"].click()
     assert store.get(dreamed["proposed"][2])["status"] == "rejected"
+
+
+def test_refused_actions_show_their_error_as_text(store, dreamed):
+    """An error message carries what a person typed (here the reviewer's name): it is shown as text."""
+    hostile = """<img src=x onerror="top.wbXss='actor'">"""
+    app = ReviewApp(store)
+    app.actor.value = hostile
+    app.accept_button.clicks += 1
+    assert "<img" not in app.message.object and "&lt;img src=x onerror=&quot;" in app.message.object
+    assert app.message_kind == "danger"
+    view = MemoryReview(store, actor=hostile)
+    view.buttons["accept"].click()
+    assert "&lt;img src=x onerror=&quot;" in view.message.value and "<img" not in view.message.value
 
 
 def _free_port() -> int:

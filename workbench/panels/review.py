@@ -1,9 +1,13 @@
 """The memory review panel (Panel): proposals with provenance, diffs, accept / edit / reject / merge.
 
 Use it inline in a notebook (`ReviewApp(source).panel()`, after
-`pn.extension(inline=True)` so nothing comes from a CDN) or served by
+`pn.extension(inline=True)` so Panel's code comes inline, not from a CDN) or served by
 `workbench review` on 127.0.0.1, behind a per-launch token. Every button is a
 versioned change in the store, made as the reviewer named in the "reviewer" field.
+
+Everything shown comes from sessions, kernels and dreams, so it is hostile:
+HTML panes get only what render.py escaped, and choices are plain-text widgets
+(Panel's MultiChoice renders its labels as HTML, so it is not used).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import panel as pn
 
 from ..errors import WorkbenchError
 from .gate import cookie_name, new_token, require_token
-from .render import CONTEXT, STATUS_OPTIONS, context_html, memory_html, proposal_diffs, timeline_html
+from .render import CONTEXT, STATUS_OPTIONS, context_html, esc, memory_html, message_html, proposal_diffs, timeline_html
 from .source import MemorySource
 
 
@@ -29,7 +33,7 @@ class ReviewApp:
         self.tag = pn.widgets.Select(label="tag", options=["all"], value="all", width=140)
         self.dream = pn.widgets.Select(label="dream", options={"all": ""}, value="", width=220)
         self.actor = pn.widgets.TextInput(label="reviewer", value=actor, width=200)
-        self.memories = pn.widgets.Select(label="memories", options={}, size=14, width=420)
+        self.memories = pn.widgets.Select(label="memories", options={}, size=14, width=420, css_classes=["wb-memories"])
         self.detail = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["wb-detail"])
         self.diff = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["wb-diff-pane"])
         self.provenance = pn.Column(css_classes=["wb-provenance"])
@@ -42,9 +46,10 @@ class ReviewApp:
         self.save_button = pn.widgets.Button(label="Save edit", color="default")
         self.reject_button = pn.widgets.Button(label="Reject", color="danger")
         self.retire_button = pn.widgets.Button(label="Retire", color="warning")
-        self.merge_with = pn.widgets.MultiChoice(label="merge with", options={}, sizing_mode="stretch_width")
+        self.merge_with = pn.widgets.MultiSelect(label="merge with", options={}, size=4, sizing_mode="stretch_width")
         self.merge_button = pn.widgets.Button(label="Merge", color="primary")
-        self.message = pn.pane.Alert("", alert_type="light", visible=False)
+        self.message = pn.pane.HTML("", visible=False, sizing_mode="stretch_width", css_classes=["wb-message"])
+        self.message_kind = ""
         self.timeline_dream = pn.widgets.Select(label="dream", options={}, width=320)
         self.timeline = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["wb-timeline-pane"])
 
@@ -100,8 +105,8 @@ class ReviewApp:
         for c in m["provenance"]:
             b = pn.widgets.Button(label=f"{c['session_id']} #{c['seq']}", color="light", css_classes=["wb-cite"])
             b.on_click(lambda _e, c=c: self.show_source(c))
-            quote = f"“{c['quote']}”" if c.get("quote") else ""
-            buttons.append(pn.Row(b, pn.pane.HTML(f"<small>{quote}</small>")))
+            quote = f"“{esc(c['quote'])}”" if c.get("quote") else ""
+            buttons.append(pn.Row(b, pn.pane.HTML(f"<small>{quote}</small>", css_classes=["wb-cite-quote"])))
         self.provenance.objects = buttons or [pn.pane.HTML("<i>no provenance (written by a person)</i>")]
         self.title_input.value, self.text_input.value = m["title"], m["text"]
         self.merge_with.value = []
@@ -112,9 +117,9 @@ class ReviewApp:
         try:
             events = self.source.session_events(citation["session_id"], after=max(0, seq - 1 - CONTEXT), until=seq + CONTEXT)
         except WorkbenchError as e:
-            self.source_pane.object = f"<b>cannot read session {citation['session_id']}: {e}</b>"
+            self.source_pane.object = f"<b>cannot read session {esc(citation['session_id'])}: {esc(e)}</b>"
             return
-        self.source_pane.object = (f"<h4>session {citation['session_id']}, around #{seq}</h4>"
+        self.source_pane.object = (f"<h4>session {esc(citation['session_id'])}, around #{esc(seq)}</h4>"
                                    + context_html(events, seq, citation.get("quote")))
 
     def show_timeline(self) -> None:
@@ -144,7 +149,7 @@ class ReviewApp:
         return m
 
     def _say(self, text: str, kind: str) -> None:
-        self.message.object, self.message.alert_type, self.message.visible = text, kind, True
+        self.message.object, self.message_kind, self.message.visible = message_html(text, kind), kind, True
         return None
 
     # -- layout -------------------------------------------------------------------
