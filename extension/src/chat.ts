@@ -1,6 +1,6 @@
 // The conversation of one session, drawn from its committed events plus live model deltas.
 import { IEvent } from './api';
-import { h, richText, stripAnsi } from './dom';
+import { h, imageSource, richText, stripAnsi } from './dom';
 
 /** Renders a session's events into `node`; call `event()` and `delta()` as they arrive. */
 export class ChatLog {
@@ -199,11 +199,13 @@ export class ChatLog {
   private mimeBundle(bundle: any): HTMLElement {
     const data = bundle.data || bundle;
     for (const mime of ['image/png', 'image/jpeg', 'image/gif']) {
-      if (data[mime]) {
-        return h('img', { class: 'jp-wb-image', src: `data:${mime};base64,${data[mime]}` });
+      const src = data[mime] && imageSource(mime, data[mime]);
+      if (src) {
+        return h('img', { class: 'jp-wb-image', src });
       }
     }
-    if (data['image/svg+xml']) {
+    // An SVG as an <img> is a picture only: no script of it runs, nothing of it reaches the page.
+    if (typeof data['image/svg+xml'] === 'string') {
       return h('img', {
         class: 'jp-wb-image',
         src: `data:image/svg+xml;charset=utf-8,${encodeURIComponent(data['image/svg+xml'])}`
@@ -213,11 +215,9 @@ export class ChatLog {
   }
 
   private contentBlock(block: any): HTMLElement {
-    if (block.type === 'image' && block.source?.data) {
-      return h('img', {
-        class: 'jp-wb-image',
-        src: `data:${block.source.media_type};base64,${block.source.data}`
-      });
+    const src = block.type === 'image' && imageSource(block.source?.media_type, block.source?.data);
+    if (src) {
+      return h('img', { class: 'jp-wb-image', src });
     }
     return h('pre', { class: 'jp-wb-stdout' }, block.text ?? JSON.stringify(block));
   }

@@ -1,8 +1,35 @@
 // A tiny hyperscript helper: the sidebar is plain DOM, small enough not to need React.
+//
+// Everything the sidebar shows (session titles, tool output, tracebacks, memories, quotes) comes
+// from kernels, models and dreams, so it is hostile. Text goes in as text nodes and attributes
+// through setAttribute, never through innerHTML; `h` refuses event-handler attributes given as
+// strings and image sources other than base64 data of a known image type.
 
 type Child = Node | string | null | undefined | false;
 
-/** Create an element with classes/attributes and children. */
+const IMAGE_TYPES = new Set([
+  'image/png',
+  'image/jpeg',
+  'image/gif',
+  'image/webp',
+  'image/svg+xml'
+]);
+const BASE64 = /^[A-Za-z0-9+/\s]*={0,2}\s*$/;
+
+/** A data: URL for base64 image data, or null when the type is not an image type or the data is not base64. */
+export function imageSource(mime: unknown, data: unknown): string | null {
+  if (
+    typeof mime !== 'string' ||
+    typeof data !== 'string' ||
+    !IMAGE_TYPES.has(mime) ||
+    !BASE64.test(data)
+  ) {
+    return null;
+  }
+  return `data:${mime};base64,${data.replace(/\s/g, '')}`;
+}
+
+/** Create an element with classes/attributes and children (strings become text nodes). */
 export function h<K extends keyof HTMLElementTagNameMap>(
   tag: K,
   attrs: { [key: string]: any } = {},
@@ -15,15 +42,21 @@ export function h<K extends keyof HTMLElementTagNameMap>(
     }
     if (key === 'class') {
       el.className = value;
-    } else if (key.startsWith('on') && typeof value === 'function') {
+    } else if (key.toLowerCase().startsWith('on')) {
+      // A string here would become script: only functions are handlers.
+      if (typeof value !== 'function') {
+        throw new TypeError(`h(): ${key} must be a function`);
+      }
       el.addEventListener(key.slice(2), value);
+    } else if (key === 'src' && !String(value).startsWith('data:image/')) {
+      throw new TypeError('h(): src must be an image data: URL (use imageSource)');
     } else {
       el.setAttribute(key, String(value));
     }
   }
   for (const child of children) {
     if (child !== null && child !== undefined && child !== false) {
-      el.append(child);
+      el.append(child instanceof Node ? child : String(child));
     }
   }
   return el;

@@ -1,16 +1,22 @@
-"""The review panels: driven from Python (widgets clicked, store checked), and served to headless Chromium offline."""
+"""The review panels: driven from Python (widgets clicked, store checked), and served (behind its token) to headless Chromium offline."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
+import http.client
+import os
+import queue
+import re
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
-import urllib.request
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 
@@ -78,7 +84,7 @@ def test_review_app_driven_from_python(store, dreamed):
     app.status.value = "rejected"
     app.memories.value = proposed[2]
     app.reject_button.clicks += 1
-    assert app.message.alert_type == "danger" and "only proposed memories can be rejected" in app.message.object
+    assert app.message_kind == "danger" and "only proposed memories can be rejected" in app.message.object
 
     # filters by tag and dream; the dream's own session as a timeline
     app.status.value = "all"
@@ -116,24 +122,109 @@ def test_ipywidgets_review(store, dreamed):
     assert store.get(dreamed["proposed"][2])["status"] == "rejected"
 
 
+def test_refused_actions_show_their_error_as_text(store, dreamed):
+    """An error message carries what a person typed (here the reviewer's name): it is shown as text."""
+    hostile = """<img src=x onerror="top.wbXss='actor'">"""
+    app = ReviewApp(store)
+    app.actor.value = hostile
+    app.accept_button.clicks += 1
+    assert "<img" not in app.message.object and "&lt;img src=x onerror=&quot;" in app.message.object
+    assert app.message_kind == "danger"
+    view = MemoryReview(store, actor=hostile)
+    view.buttons["accept"].click()
+    assert "&lt;img src=x onerror=&quot;" in view.message.value and "<img" not in view.message.value
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"workbench review exited: {proc.stderr.read()}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)  # polling a port that is not open yet: there is no event to await
-    raise AssertionError(f"{url} did not answer in {timeout} s")
+@contextlib.contextmanager
+def review_server(db_path: Path, port: int):
+    """`workbench review` on `port` as a subprocess; yields the URL with the token it printed."""
+    cmd = [str(Path(sys.executable).parent / "workbench"), "review", "--db", str(db_path), "--port", str(port), "--actor", "person:browser"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"workbench review printed no URL with a token in 60 s: {seen}") from None
+            seen.append(line)
+            found = re.search(r"http://127\.0\.0\.1:\d+/review\?token=[\w-]+", line)
+            if found:
+                break
+        yield found.group(0)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _request(port: int, method: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
+    """One HTTP request, redirects not followed: (status, headers, body)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request(method, path, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read().decode(errors="replace")
+    finally:
+        conn.close()
+
+
+def _ws_upgrade(port: int, path: str, headers: dict[str, str] | None = None) -> int:
+    """The status a websocket handshake to `path` gets (101: accepted)."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    status, _, _ = _request(port, "GET", path, {
+        "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": key,
+        "Sec-WebSocket-Protocol": "bokeh", "Origin": f"http://127.0.0.1:{port}", **(headers or {})})
+    return status
+
+
+def test_served_review_refuses_clients_without_its_token(store, dreamed, db_path):
+    store.log.close()
+    port = _free_port()
+    with review_server(db_path, port) as url:
+        token = parse_qs(urlparse(url).query)["token"][0]
+        assert len(token) >= 32
+        cookie = f"workbench-review-{port}"
+
+        # without the token: a plain 403 for every path, the websocket included
+        for path in ["/review", "/", "/review/autoload.js", "/review/metadata", "/static/js/bokeh.min.js", "/favicon.ico", "/nope"]:
+            status, headers, body = _request(port, "GET", path)
+            assert (status, headers["content-type"]) == (403, "text/plain; charset=utf-8"), path
+            assert "token" in body and "<" not in body
+        assert _request(port, "POST", "/review")[0] == 403
+        assert _ws_upgrade(port, "/review/ws") == 403
+
+        # a wrong, oversized, non-ASCII or malformed credential is no credential
+        for query in ["token=wrong", f"token={token[:-1]}", f"token={token}x", "token=" + "A" * 20_000, "token=%C3%A9%00",
+                      f"TOKEN={token}", f"token[]={token}"]:
+            assert _request(port, "GET", f"/review?{query}")[0] in (400, 403, 414, 431), query
+        for header in [f"{cookie}=wrong", f"{cookie}={token[:-1]}", f"workbench-review-{port + 1}={token}",
+                       f'{cookie}="{token}', f"{cookie}", "=;;;=\x7f", f"{cookie}=" + "A" * 20_000]:
+            assert _request(port, "GET", "/review", {"Cookie": header})[0] in (400, 403, 431), header
+            assert _ws_upgrade(port, "/review/ws", {"Cookie": header}) in (400, 403, 431), header
+        assert _request(port, "GET", "/review", {"Authorization": f"token {token}"})[0] == 403  # only the query or the cookie
+
+        # the token in the URL: an HttpOnly, same-site cookie, and the same page without the token
+        status, headers, _ = _request(port, "GET", f"/review?token={token}&x=1")
+        assert status == 302 and headers["location"] == "/review?x=1"
+        set_cookie = headers["set-cookie"]
+        assert set_cookie.startswith(f"{cookie}={token};") and "HttpOnly" in set_cookie and "SameSite=Strict" in set_cookie
+        # a path that reads as another host stays on this one
+        for path in ("//elsewhere.example/x", "/\\elsewhere.example/x", "/\\/elsewhere.example/x"):
+            status, headers, _ = _request(port, "GET", f"{path}?token={token}")
+            assert status == 302 and headers["location"] == "/elsewhere.example/x", path
+
+        status, _, page = _request(port, "GET", "/review", {"Cookie": f"{cookie}={token}"})
+        assert status == 200 and "workbench memory review" in page and token not in page
+        assert _ws_upgrade(port, "/review/ws", {"Cookie": f"{cookie}={token}"}) == 101
 
 
 def test_review_served_to_headless_chromium_offline(store, dreamed, db_path):
@@ -144,11 +235,8 @@ def test_review_served_to_headless_chromium_offline(store, dreamed, db_path):
     target = store.get(dreamed["proposed"][0])
     store.log.close()
     port = _free_port()
-    cmd = [str(Path(sys.executable).parent / "workbench"), "review", "--db", str(db_path), "--port", str(port), "--actor", "person:browser"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     blocked: list[str] = []
-    try:
-        _wait_http(f"http://127.0.0.1:{port}/review", proc)
+    with review_server(db_path, port) as url:
         with pytest.raises(DatabaseLocked, match="in use by another process"):
             DuckDBLog(db_path)
         with sync_playwright() as p:
@@ -167,15 +255,16 @@ def test_review_served_to_headless_chromium_offline(store, dreamed, db_path):
 
                 context.route("**/*", route)
                 page = context.new_page()
-                page.goto(f"http://127.0.0.1:{port}/review")
+                page.goto(url)
+                assert "token" not in page.url  # it went into a cookie
                 page.get_by_text(target["text"][:30]).first.wait_for(timeout=30000)
                 page.get_by_role("button", name="Accept", exact=True).click()
                 page.get_by_text(f"{target['id']} is now accepted").wait_for(timeout=30000)
+                # a reload works with the cookie alone
+                page.reload()
+                page.get_by_text("Dream timeline").wait_for(timeout=30000)
             finally:
                 browser.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
     assert blocked == [], f"the page tried to reach the network: {blocked}"
     with DuckDBLog(db_path) as log:
         from workbench.memory import MemoryStore

@@ -3,16 +3,11 @@ through Playwright; no browser download). Screenshots go to test-artifacts/ui/."
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
-from urllib.parse import urlparse
 
-import httpx
 import pytest
 
-from wbui import ARTIFACTS, JupyterProcess
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+from wbui import ARTIFACTS, CHROMIUM, JupyterProcess, dream, lab_api
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs the Debian package chromium (scripts/test.sh installs it)")
 
@@ -29,56 +24,11 @@ new MutationObserver(() => {
 """
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(
-            executable_path=CHROMIUM,
-            # Nothing but loopback resolves: an offline CDN fetch fails at once and visibly.
-            args=["--no-sandbox", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"],
-        )
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture
-def page(browser, lab: JupyterProcess):
-    context = browser.new_context(viewport={"width": 1360, "height": 860})
-    blocked: list[str] = []
-
-    def only_loopback(route):
-        host = urlparse(route.request.url).hostname
-        if host in ("127.0.0.1", "localhost"):
-            route.continue_()
-        else:
-            blocked.append(route.request.url)
-            route.abort()
-
-    context.route("**/*", only_loopback)
-    page = context.new_page()
-    page.add_init_script(WATCH_STREAMING)
-    page.blocked = blocked
-    try:
-        yield page
-    finally:
-        context.close()
-
-
 def shot(page, name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path))
     return path
-
-
-def lab_api(lab: JupyterProcess, method: str, path: str, body: dict | None = None) -> dict:
-    r = httpx.request(method, f"{lab.url}/workbench/api/{path}", json=body, headers=lab.headers, timeout=30)
-    r.raise_for_status()
-    return r.json()
 
 
 def dream_a_proposal(lab: JupyterProcess, preference: str) -> str:
@@ -88,13 +38,9 @@ def dream_a_proposal(lab: JupyterProcess, preference: str) -> str:
     client = WorkbenchClient(lab.url, lab.token)
     try:
         sid = client.ask(preference, model="scripted").session_id
-        dream_id = lab_api(lab, "POST", "dreams", {"sessions": [sid], "model": "scripted:dream"})["dream_id"]
-        # dream_read is committed after the dream's turn, in one transaction with its proposals.
-        with client.stream(dream_id, timeout=60) as stream:
-            next(m for m in stream if m["kind"] == "event" and m["event"]["type"] == "dream_read")
     finally:
         client.close()
-    proposals = lab_api(lab, "GET", f"dreams/{dream_id}")["proposals"]
+    proposals = dream(lab, [sid])
     assert len(proposals) == 1, proposals
     return proposals[0]["id"]
 
@@ -110,6 +56,7 @@ def widen_sidebar(page, dx: int) -> None:
 
 
 def test_sidebar_session_chat_hands_memories(page, lab: JupyterProcess):
+    page.add_init_script(WATCH_STREAMING)
     page.goto(f"{lab.url}/lab?token={lab.token}")
     # The sidebar's tab in the left area (the plugin adds it with id jp-workbench).
     tab = page.locator('.jp-SideBar.jp-mod-left [data-id="jp-workbench"]')

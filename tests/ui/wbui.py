@@ -4,19 +4,27 @@ with the workbench extensions, its own temp dirs, database and token."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from workbench.testing.jupyter import JupyterProcess as _Jupyter
 from workbench.testing.jupyter import free_port
 
-__all__ = ["ARTIFACTS", "REPO", "JupyterProcess", "free_port"]
+__all__ = ["ARTIFACTS", "CHROMIUM", "REPO", "JupyterProcess", "dream", "free_port", "lab_api"]
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "ui"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
-# JupyterLab settings for the test user: no news toast, no update check.
+# JupyterLab settings for the test user: no news toast, no update check, a notebook's kernel
+# started without asking, and every cell of a notebook rendered (not only those in view), so a
+# test sees, and a planted script meets, them all.
 LAB_SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false", "checkForUpdates": False},
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none", "autoStartDefaultKernel": True},
 }
 
 
@@ -57,3 +65,25 @@ class JupyterProcess(_Jupyter):
             path.write_text(json.dumps(value))
         super().start(timeout)
         return self
+
+
+def lab_api(lab: _Jupyter, method: str, path: str, body: dict | None = None) -> Any:
+    """Call the workbench REST API of a running server; raises on an error status."""
+    r = httpx.request(method, f"{lab.url}/workbench/api/{path}", json=body, headers=lab.headers, timeout=30)
+    r.raise_for_status()
+    return r.json()
+
+
+def dream(lab: _Jupyter, sessions: list[str]) -> list[dict[str, Any]]:
+    """Run the scripted dream over `sessions` on the server, wait for its commit; returns its proposals."""
+    from workbench.client import WorkbenchClient
+
+    dream_id = lab_api(lab, "POST", "dreams", {"sessions": sessions, "model": "scripted:dream"})["dream_id"]
+    client = WorkbenchClient(lab.url, lab.token)
+    try:
+        # dream_read is committed after the dream's turn, in one transaction with its proposals.
+        with client.stream(dream_id, timeout=60) as stream:
+            next(m for m in stream if m["kind"] == "event" and m["event"]["type"] == "dream_read")
+    finally:
+        client.close()
+    return lab_api(lab, "GET", f"dreams/{dream_id}")["proposals"]

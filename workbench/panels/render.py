@@ -1,4 +1,9 @@
-"""HTML pieces both review views share: a memory, a diff, source events in context, a dream's timeline."""
+"""HTML pieces both review views share: a memory, a diff, source events in context, a dream's timeline.
+
+Every value here comes from a session, a kernel, a dream or a person, so every
+one goes through `esc` (text and attribute values alike); only the constants of
+this module are markup.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,18 @@ from typing import Any
 STATUS_OPTIONS = ["all", "proposed", "accepted", "rejected", "superseded", "retired"]
 CONTEXT = 2  # events shown on each side of a cited one
 STATUS_COLORS = {"proposed": "#b26b00", "accepted": "#1a7f37", "rejected": "#a40e26", "superseded": "#6e7781", "retired": "#6e7781"}
+MESSAGE_COLORS = {"success": "#1a7f37", "danger": "#a40e26", "warning": "#b26b00"}
 
 
 def esc(s: Any) -> str:
-    return html.escape(str(s))
+    """Any value as HTML text, quotes included, so it is safe in element text and attribute values alike."""
+    return html.escape(str(s), quote=True)
+
+
+def message_html(text: str, kind: str) -> str:
+    """A one-line status message (an action's outcome or its error), escaped."""
+    color = MESSAGE_COLORS.get(kind, "#444")
+    return f'<div class="wb-message-{esc(kind)}" style="color:{color};padding:4px 0">{esc(text)}</div>'
 
 
 def badge(status: str) -> str:
@@ -23,11 +36,11 @@ def badge(status: str) -> str:
 
 def memory_html(m: dict[str, Any]) -> str:
     """A memory's title, status, kind, tags and text."""
-    what = m["proposal"] + (f" of {', '.join(m['targets'])}" if m["targets"] else "")
+    what = str(m["proposal"]) + (f" of {', '.join(map(str, m['targets']))}" if m["targets"] else "")
     tags = " ".join(f"<code>{esc(t)}</code>" for t in m["tags"])
     by = f"proposed by {esc(m['created_by'])}" + (f", last change by {esc(m['updated_by'])}" if m["updated_by"] != m["created_by"] else "")
     return (f'<div class="wb-memory"><h3 style="margin:4px 0">{esc(m["title"])}</h3>'
-            f"<div>{badge(m['status'])} <i>{esc(what)}</i> · v{m['version']} · {by} {tags}</div>"
+            f"<div>{badge(m['status'])} <i>{esc(what)}</i> · v{esc(m['version'])} · {by} {tags}</div>"
             f'<pre style="white-space:pre-wrap;background:#f6f8fa;padding:8px">{esc(m["text"])}</pre></div>')
 
 
@@ -96,10 +109,10 @@ def context_html(events: list[dict[str, Any]], seq: int, quote: str | None = Non
         text = text if len(text) <= limit else text[:limit] + " …"
         style = "border:2px solid #b26b00;" if cited else "border:1px solid #ddd;"
         rows.append(f'<div class="wb-event{" wb-cited" if cited else ""}" style="{style}padding:4px;margin:2px 0">'
-                    f"<b>#{e['seq']} {esc(e['type'])}</b>"
+                    f"<b>#{esc(e['seq'])} {esc(e['type'])}</b>"
                     f'<pre style="white-space:pre-wrap;margin:2px 0">{_mark(text, quote if cited else None)}</pre></div>')
     if not any(e["seq"] == seq for e in events):
-        rows.append(f"<div><b>event #{seq} does not exist</b></div>")
+        rows.append(f"<div><b>event #{esc(seq)} does not exist</b></div>")
     return "".join(rows)
 
 
@@ -108,7 +121,7 @@ def timeline_html(events: list[dict[str, Any]], limit: int = 300) -> str:
     rows = []
     for e in events:
         text = event_summary(e).replace("\n", " ")
-        rows.append(f"<tr><td>{e['seq']}</td><td>{esc(e['ts'][11:19])}</td><td><code>{esc(e['type'])}</code></td>"
+        rows.append(f"<tr><td>{esc(e['seq'])}</td><td>{esc(e['ts'][11:19])}</td><td><code>{esc(e['type'])}</code></td>"
                     f"<td>{esc(text[:limit])}{' …' if len(text) > limit else ''}</td></tr>")
     return ('<table class="wb-timeline"><tr><th>seq</th><th>time</th><th>type</th><th>what</th></tr>'
             + "".join(rows) + "</table>")

@@ -1,19 +1,26 @@
 """The memory review panel (Panel): proposals with provenance, diffs, accept / edit / reject / merge.
 
 Use it inline in a notebook (`ReviewApp(source).panel()`, after
-`pn.extension(inline=True)` so nothing comes from a CDN) or served by
-`workbench review` on 127.0.0.1. Every button is a versioned change in the
-store, made as the reviewer named in the "reviewer" field.
+`pn.extension(inline=True)` so Panel's code comes inline, not from a CDN) or served by
+`workbench review` on 127.0.0.1, behind a per-launch token. Every button is a
+versioned change in the store, made as the reviewer named in the "reviewer" field.
+
+Everything shown comes from sessions, kernels and dreams, so it is hostile:
+HTML panes get only what render.py escaped, and choices are plain-text widgets
+(Panel's MultiChoice renders its labels as HTML, so it is not used).
 """
 
 from __future__ import annotations
 
+import sys
+import webbrowser
 from typing import Any
 
 import panel as pn
 
 from ..errors import WorkbenchError
-from .render import CONTEXT, STATUS_OPTIONS, context_html, memory_html, proposal_diffs, timeline_html
+from .gate import cookie_name, new_token, require_token
+from .render import CONTEXT, STATUS_OPTIONS, context_html, esc, memory_html, message_html, proposal_diffs, timeline_html
 from .source import MemorySource
 
 
@@ -26,7 +33,7 @@ class ReviewApp:
         self.tag = pn.widgets.Select(label="tag", options=["all"], value="all", width=140)
         self.dream = pn.widgets.Select(label="dream", options={"all": ""}, value="", width=220)
         self.actor = pn.widgets.TextInput(label="reviewer", value=actor, width=200)
-        self.memories = pn.widgets.Select(label="memories", options={}, size=14, width=420)
+        self.memories = pn.widgets.Select(label="memories", options={}, size=14, width=420, css_classes=["wb-memories"])
         self.detail = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["wb-detail"])
         self.diff = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["wb-diff-pane"])
         self.provenance = pn.Column(css_classes=["wb-provenance"])
@@ -39,9 +46,10 @@ class ReviewApp:
         self.save_button = pn.widgets.Button(label="Save edit", color="default")
         self.reject_button = pn.widgets.Button(label="Reject", color="danger")
         self.retire_button = pn.widgets.Button(label="Retire", color="warning")
-        self.merge_with = pn.widgets.MultiChoice(label="merge with", options={}, sizing_mode="stretch_width")
+        self.merge_with = pn.widgets.MultiSelect(label="merge with", options={}, size=4, sizing_mode="stretch_width")
         self.merge_button = pn.widgets.Button(label="Merge", color="primary")
-        self.message = pn.pane.Alert("", alert_type="light", visible=False)
+        self.message = pn.pane.HTML("", visible=False, sizing_mode="stretch_width", css_classes=["wb-message"])
+        self.message_kind = ""
         self.timeline_dream = pn.widgets.Select(label="dream", options={}, width=320)
         self.timeline = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["wb-timeline-pane"])
 
@@ -97,8 +105,8 @@ class ReviewApp:
         for c in m["provenance"]:
             b = pn.widgets.Button(label=f"{c['session_id']} #{c['seq']}", color="light", css_classes=["wb-cite"])
             b.on_click(lambda _e, c=c: self.show_source(c))
-            quote = f"“{c['quote']}”" if c.get("quote") else ""
-            buttons.append(pn.Row(b, pn.pane.HTML(f"<small>{quote}</small>")))
+            quote = f"“{esc(c['quote'])}”" if c.get("quote") else ""
+            buttons.append(pn.Row(b, pn.pane.HTML(f"<small>{quote}</small>", css_classes=["wb-cite-quote"])))
         self.provenance.objects = buttons or [pn.pane.HTML("<i>no provenance (written by a person)</i>")]
         self.title_input.value, self.text_input.value = m["title"], m["text"]
         self.merge_with.value = []
@@ -109,9 +117,9 @@ class ReviewApp:
         try:
             events = self.source.session_events(citation["session_id"], after=max(0, seq - 1 - CONTEXT), until=seq + CONTEXT)
         except WorkbenchError as e:
-            self.source_pane.object = f"<b>cannot read session {citation['session_id']}: {e}</b>"
+            self.source_pane.object = f"<b>cannot read session {esc(citation['session_id'])}: {esc(e)}</b>"
             return
-        self.source_pane.object = (f"<h4>session {citation['session_id']}, around #{seq}</h4>"
+        self.source_pane.object = (f"<h4>session {esc(citation['session_id'])}, around #{esc(seq)}</h4>"
                                    + context_html(events, seq, citation.get("quote")))
 
     def show_timeline(self) -> None:
@@ -141,7 +149,7 @@ class ReviewApp:
         return m
 
     def _say(self, text: str, kind: str) -> None:
-        self.message.object, self.message.alert_type, self.message.visible = text, kind, True
+        self.message.object, self.message_kind, self.message.visible = message_html(text, kind), kind, True
         return None
 
     # -- layout -------------------------------------------------------------------
@@ -164,9 +172,28 @@ class ReviewApp:
         return pn.Tabs(("Review", review), ("Dream timeline", timeline), sizing_mode="stretch_width")
 
 
+def review_url(port: int, token: str) -> str:
+    """The URL of a served review app, with the token that opens it."""
+    return f"http://127.0.0.1:{port}/review?token={token}"
+
+
 def serve_review(source: MemorySource, *, port: int = 5006, show: bool = False, actor: str = "person:reviewer",
-                 threaded: bool = False) -> Any:
-    """Serve the review app on 127.0.0.1 (blocks unless threaded); every browser tab gets its own app."""
+                 token: str | None = None, announce: bool = True) -> Any:
+    """Serve the review app on 127.0.0.1 behind a token (new each launch unless given); blocks until stopped."""
+    token = token or new_token()
     origins = [f"127.0.0.1:{port}", f"localhost:{port}"]
-    return pn.serve({"review": lambda: ReviewApp(source, actor=actor).panel()}, port=port, address="127.0.0.1",
-                    websocket_origin=origins, show=show, threaded=threaded, title="workbench memory review")
+    # Cookies and headers stay out of Bokeh's session token, which the page can read: other
+    # servers on this host (Jupyter's login cookie, say) send theirs here too.
+    server = pn.serve({"review": lambda: ReviewApp(source, actor=actor).panel()}, port=port, address="127.0.0.1",
+                      websocket_origin=origins, show=False, start=False, verbose=False, title="workbench memory review",
+                      include_cookies=[], include_headers=[])
+    # Bokeh's Server does not expose its Tornado application; the gate must sit in front of all of it.
+    require_token(server._tornado, token, cookie_name(port))
+    url = review_url(port, token)
+    if announce:
+        print(f"memory review: open {url} (the token is new at every launch)", file=sys.stderr, flush=True)
+    if show:
+        webbrowser.open(url)
+    server.start()
+    server.io_loop.start()
+    return server

@@ -4,6 +4,9 @@
 selected memory with its diff and provenance (a button per citation shows the
 source events in context), and accept / reject / edit / merge buttons. Use
 `RestSource()` as the source in a notebook whose server holds the database.
+
+The HTML widgets get only what render.py escaped; titles, quotes and ids go into
+text-only widgets (options, button labels and tooltips are set as text).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 import ipywidgets as w
 
 from ..errors import WorkbenchError
-from .render import CONTEXT, STATUS_OPTIONS, context_html, memory_html, proposal_diffs
+from .render import CONTEXT, STATUS_OPTIONS, context_html, memory_html, message_html, proposal_diffs
 from .source import MemorySource
 
 
@@ -24,9 +27,12 @@ class MemoryReview:
         self.source, self.actor = source, actor
         self.status = w.Dropdown(options=STATUS_OPTIONS, value=status, description="status")
         self.memories = w.Select(options=[], rows=8, layout=w.Layout(width="100%"))
+        self.memories.add_class("wb-memory-list")
         self.detail = w.HTML()
         self.citations = w.HBox(layout=w.Layout(flex_flow="row wrap"))
+        self.citations.add_class("wb-citations")
         self.source_view = w.HTML()
+        self.source_view.add_class("wb-source-view")
         self.text = w.Textarea(layout=w.Layout(width="100%", height="90px"))
         self.merge_with = w.SelectMultiple(options=[], rows=3, description="merge with")
         self.message = w.HTML()
@@ -85,8 +91,8 @@ class MemoryReview:
         try:
             m = self.source.review(mid, action, self.actor, **kw)
         except WorkbenchError as e:
-            self.message.value = f"<span style='color:#a40e26'>{e}</span>"
+            self.message.value = message_html(str(e), "danger")
             return None
-        self.message.value = f"{action}: {m['id']} is now {m['status']}"
+        self.message.value = message_html(f"{action}: {m['id']} is now {m['status']}", "success")
         self.refresh()
         return m
