@@ -44,27 +44,17 @@ def assert_control_runs(page: Any) -> None:
 
 def record_and_dream(db_path: Path) -> dict[str, Any]:
     """Record the hostile session with a real kernel, run the scripted dream over it; returns the dream's result."""
-    from workbench.brain import Brain
-    from workbench.log import SessionLog
-    from workbench.memory import MemoryStore
-    from workbench.memory import dream  # noqa: F401  (registers the dream tools and scripted:dream)
-    from workbench.memory.dream import run_dream
-
-    log = SessionLog(db_path)
-    brain = Brain(log)
-    brain.extras["memory"] = MemoryStore(log)
+    from workbench.hands.factory import HandsSettings
+    from workbench.host import Host
 
     async def go() -> dict[str, Any]:
-        try:
-            sid = brain.create_session(title=TITLE, model="scripted")["id"]
-            assert await brain.run_turn(sid, MESSAGE) == "end_turn"
-            return dict(await run_dream(brain, sessions=[sid], model="scripted:dream"), session_id=sid)
-        finally:
-            await brain.close()
+        async with Host.open(db_path, hands=HandsSettings(pool_size=0, registry_dir=str(db_path.parent / "kernels"))) as host:
+            sid = host.brain.create_session(title=TITLE, model="scripted")["id"]
+            assert await host.brain.run_turn(sid, MESSAGE) == "end_turn"
+            memory = host.plugin("memory")
+            dream_id = await memory.create_dream([sid], "scripted:dream")
+            return dict(await memory.run_dream(dream_id), session_id=sid)
 
-    try:
-        result = asyncio.run(go())
-    finally:
-        log.close()
+    result = asyncio.run(go())
     assert result["stop_reason"] == "end_turn" and len(result["proposed"]) >= 2, result
     return result

@@ -89,13 +89,13 @@ def _widget_html(widget: Any) -> list[str]:
 
 def test_every_html_the_python_views_make_is_escaped(hostile_copy):
     from workbench.client.render import ChatView
-    from workbench.log import SessionLog
+    from workbench.log import DuckDBLog
     from workbench.memory import MemoryStore
     from workbench.panels.review import ReviewApp
     from workbench.panels.widgets import MemoryReview
 
     path, dreamed = hostile_copy
-    with SessionLog(path) as log:
+    with DuckDBLog(path) as log:
         store = MemoryStore(log)
         app, view = ReviewApp(store, status="all"), MemoryReview(store, status="all")
         panel_html, widget_html = [], []
@@ -172,11 +172,11 @@ def visit_widget_review(page: Any, memories: list[dict[str, Any]]) -> None:
 
 
 def test_served_review_runs_no_planted_script(hostile_copy, page):
-    from workbench.log import SessionLog
+    from workbench.log import DuckDBLog
     from workbench.memory import MemoryStore
 
     path, dreamed = hostile_copy
-    with SessionLog(path) as log:
+    with DuckDBLog(path) as log:
         memories = [MemoryStore(log).get(mid) for mid in dreamed["proposed"]]
     with review_server(path, free_port()) as url:
         page.goto(url)

@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from ..errors import RequestRefused, ServerUnavailable
 
@@ -128,8 +128,33 @@ class WorkbenchClient:
         return self._call("POST", f"/sessions/{self._sid(session_id)}/hands/restart", {})
 
     def query(self, sql: str, params: list[Any] | None = None) -> dict[str, Any]:
-        """One read-only SQL statement against the session log: {"columns", "rows"}."""
+        """One read-only SQL statement against the session log: {"columns", "rows", "truncated"}."""
         return self._call("POST", "/query", {"sql": sql, "params": params or []})
+
+    # -- memory (the memory plugin's routes) -------------------------------------------
+
+    def memories(self, *, status: str | None = None, tag: str | None = None, dream: str | None = None,
+                 search: str | None = None) -> list[dict[str, Any]]:
+        """Current memories, oldest first, filtered."""
+        params = {k: v for k, v in dict(status=status, tag=tag, dream=dream, search=search).items() if v is not None}
+        return self._call("GET", "/memories", params=params)["memories"]
+
+    def memory(self, memory_id: str) -> dict[str, Any]:
+        """One memory with its history and redactions."""
+        return self._call("GET", f"/memories/{quote(memory_id, safe='')}")
+
+    def review(self, memory_id: str, action: str, **fields: Any) -> dict[str, Any]:
+        """A review action (accept, reject, edit, merge, retire, redact) as the authenticated user."""
+        return self._call("PATCH", f"/memories/{quote(memory_id, safe='')}", {**fields, "action": action})
+
+    def dreams(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/dreams")["dreams"]
+
+    def dream(self, sessions: list[str] | None = None, model: str | None = None,
+              instructions: str | None = None) -> str:
+        """Start a dream in the server; returns its id (follow it like any session)."""
+        body = {k: v for k, v in dict(sessions=sessions, model=model, instructions=instructions).items() if v is not None}
+        return self._call("POST", "/dreams", body)["dream_id"]
 
     def _sid(self, session_id: str | None) -> str:
         sid = session_id or self.session_id

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import base64
 import html
+from types import MappingProxyType
 from typing import Any
 
-IMAGE_TYPES = {"image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif", "image/webp": "webp"}
+IMAGE_TYPES = MappingProxyType({"image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif", "image/webp": "webp"})
 PRE = "white-space: pre-wrap; font-family: var(--jp-code-font-family, monospace); font-size: 12px; margin: 0"
 
 

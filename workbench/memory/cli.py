@@ -125,7 +125,8 @@ def cmd_review(args: argparse.Namespace, ctx: CommandContext) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)  # so the log is checkpointed and closed on SIGTERM too
-    print(f"memory review on http://127.0.0.1:{args.port}/review (Ctrl-C stops it)", file=sys.stderr, flush=True)
+    print("memory review: Ctrl-C stops it; the URL below carries a token that is new at every launch",
+          file=sys.stderr, flush=True)
     try:
         serve_review(store, port=args.port, show=False, actor=args.actor)
     except KeyboardInterrupt:

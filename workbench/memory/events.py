@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from ..log import Event, SessionLog
+from ..render import event_text as said, result_text
 
 UNCITABLE = frozenset({"session_created", "memories_injected", "dream_read", "memory_proposed", "model_request", "model_retry"})
 MIN_QUOTE = 8
@@ -41,32 +42,21 @@ def event_text(e: Event) -> str:
 
 
 def render_event(e: Event) -> str:
-    """One event as a dream reads it: `#seq type`, then an indented body."""
+    """One event as a dream reads it: `#seq type`, then an indented body (workbench.render says what it says)."""
     p = e.payload
     head = f"#{e.seq} {e.type}"
-    if e.type == "user_message":
-        body = p.get("text", "")
-    elif e.type == "assistant_turn":
-        parts = []
-        for b in p.get("message", {}).get("content", []):
-            if b.get("type") == "text":
-                parts.append(b["text"])
-            elif b.get("type") == "tool_use":
-                parts.append(f"→ {b['name']} {json.dumps(b.get('input'), ensure_ascii=False)}")
-        body = "\n".join(parts)
-    elif e.type == "tool_started":
-        inp = p.get("input") or {}
-        body = inp["code"] if p.get("name") == "python" and isinstance(inp.get("code"), str) else json.dumps(inp, ensure_ascii=False)
+    if e.type == "tool_started":
         head += f" {p.get('name')}"
     elif e.type == "tool_result":
         head += f" {p.get('name')}" + (" [error]" if p.get("is_error") else "")
-        body = "\n".join(b.get("text", "") for b in p.get("content", []) if b.get("type") == "text")
+    if e.type == "tool_result":
+        body = result_text(p)  # the head says [error]
     elif e.type == "session_created":
         body = f"title: {p.get('title')}\nmodel: {p.get('model')}\n(system prompt not shown: it may hold recalled memories)"
     elif e.type == "memories_injected":
         body = "(recalled memories, not evidence: " + ", ".join(m["id"] for m in p.get("memories", [])) + ")"
     else:
-        body = json.dumps(p, ensure_ascii=False)
+        body = said(e)
     if len(body) > BODY_LIMIT:
         body = body[:BODY_LIMIT] + f"\n[... {len(body) - BODY_LIMIT} more characters; search for a phrase to see the rest]"
     return head + "\n" + "\n".join("  " + line for line in body.splitlines())

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import difflib
 import html
-import json
+from types import MappingProxyType
 from typing import Any
 
-STATUS_OPTIONS = ["all", "proposed", "accepted", "rejected", "superseded", "retired"]
+from ..render import event_text
+
+STATUS_OPTIONS = ("all", "proposed", "accepted", "rejected", "superseded", "retired")
 CONTEXT = 2  # events shown on each side of a cited one
-STATUS_COLORS = {"proposed": "#b26b00", "accepted": "#1a7f37", "rejected": "#a40e26", "superseded": "#6e7781", "retired": "#6e7781"}
-MESSAGE_COLORS = {"success": "#1a7f37", "danger": "#a40e26", "warning": "#b26b00"}
+STATUS_COLORS = MappingProxyType({"proposed": "#b26b00", "accepted": "#1a7f37", "rejected": "#a40e26", "superseded": "#6e7781",
+                                  "retired": "#6e7781"})
+MESSAGE_COLORS = MappingProxyType({"success": "#1a7f37", "danger": "#a40e26", "warning": "#b26b00"})
 
 
 def esc(s: Any) -> str:
@@ -70,28 +73,11 @@ def proposal_diffs(m: dict[str, Any], get: Any) -> str:
 
 
 def event_summary(e: dict[str, Any]) -> str:
-    """One line of text for an event."""
-    p = e["payload"]
-    if e["type"] == "user_message":
-        return p.get("text", "")
-    if e["type"] == "assistant_turn":
-        bits = []
-        for b in p.get("message", {}).get("content", []):
-            if b.get("type") == "text":
-                bits.append(b["text"])
-            elif b.get("type") == "tool_use":
-                bits.append(f"→ {b['name']} {json.dumps(b.get('input'), ensure_ascii=False)}")
-        return "\n".join(bits)
+    """The text of an event (a tool call is prefixed with its tool's name), for escaping into a panel."""
+    text = event_text(e)
     if e["type"] == "tool_started":
-        inp = p.get("input") or {}
-        return f"{p.get('name')}: " + (inp.get("code") if isinstance(inp.get("code"), str) else json.dumps(inp, ensure_ascii=False))
-    if e["type"] == "tool_result":
-        text = "\n".join(b.get("text", "") for b in p.get("content", []) if b.get("type") == "text")
-        return ("ERROR " if p.get("is_error") else "") + text
-    if e["type"] == "session_created":
-        return f"title: {p.get('title')} · model: {p.get('model')}"
-    return json.dumps(p, ensure_ascii=False)
-
+        return f"{e['payload'].get('name')}: {text}"
+    return text
 
 def _mark(text: str, quote: str | None) -> str:
     body = esc(text)

@@ -29,7 +29,7 @@ class ReviewApp:
 
     def __init__(self, source: MemorySource, actor: str = "person:reviewer", status: str = "proposed"):
         self.source = source
-        self.status = pn.widgets.Select(label="status", options=STATUS_OPTIONS, value=status, width=140)
+        self.status = pn.widgets.Select(label="status", options=list(STATUS_OPTIONS), value=status, width=140)
         self.tag = pn.widgets.Select(label="tag", options=["all"], value="all", width=140)
         self.dream = pn.widgets.Select(label="dream", options={"all": ""}, value="", width=220)
         self.actor = pn.widgets.TextInput(label="reviewer", value=actor, width=200)
