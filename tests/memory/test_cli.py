@@ -37,3 +37,50 @@ def test_dream_then_review_from_the_command_line(recorded, db_path):
     assert again.returncode == 0 and "0 proposal(s)" in again.stdout
     r = wb("memory", "nope", *db)
     assert r.returncode == 2 and "no memory 'nope'" in r.stderr
+
+
+def test_a_dream_killed_mid_way_is_resumed_from_the_command_line_and_committed_once(recorded, db_path):
+    """`workbench resume` works on a dream: its model and tools come from the memory plugin, and the
+    dream commits its proposals and read positions exactly once when the resumed turn ends."""
+    import os
+    import signal
+    import threading
+
+    import psutil
+
+    from workbench.memory.dream_script import dream_script
+    from workbench.testing import FakeMessagesAPI
+
+    held, release = threading.Event(), threading.Event()
+
+    def script(request):
+        if sum(m["role"] == "assistant" for m in request["messages"]) >= 2 and not held.is_set():
+            held.set()
+            release.wait(120)  # the dream is stuck in its third model call when its process is killed
+        return dream_script(request)
+
+    db = ["--db", str(db_path)]
+    with FakeMessagesAPI(script) as api:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "WORKBENCH_"))}
+        env.update(ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=api.url)
+        proc = subprocess.Popen([WORKBENCH, "dream", "--model", "anthropic:dreamer", "--sessions", *recorded, *db],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = proc.stderr.readline()
+        assert first.startswith("dream "), first
+        dream_id = first.split()[1]
+        assert held.wait(120), "the dream never reached its third model call"
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        psutil.wait_procs(kids, timeout=10)
+        release.set()
+        r = subprocess.run([WORKBENCH, "resume", dream_id, *db], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    memories = [json.loads(line) for line in wb("memories", "--json", "--dream", dream_id, *db).stdout.splitlines()]
+    assert len(memories) >= 4 and len({m["title"] for m in memories}) == len(memories)
+    export = [json.loads(line) for line in wb("export", dream_id, *db).stdout.splitlines()]
+    kinds = [e["type"] for e in export]
+    assert kinds.count("resumed") == 1 and kinds.count("dream_read") == 1 and kinds[-1] == "dream_read"
+    # a second dream over the same sessions finds nothing new: the resumed dream's reading was recorded
+    again = wb("dream", "--model", "scripted:dream", "--sessions", *recorded, *db)
+    assert again.returncode == 0 and "0 proposal(s)" in again.stdout
