@@ -11,8 +11,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from ..config import from_env
 from ..brain.tools import tool_named
+from ..config import from_env
 from ..errors import ConfigError, UnknownSession
 from ..hands.factory import HandsSettings
 from ..host import Host

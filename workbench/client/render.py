@@ -108,7 +108,8 @@ class ChatView:
             self.live.children = ()
             if stop != "end_turn":
                 self._note(f"[turn ended: {stop}]", "#b00020")
-            self.status.value = f'<span style="color: gray">turn ended ({html.escape(str(stop))}) · hands: {html.escape(self.hands_line or "not started")}</span>'
+            hands = html.escape(self.hands_line or "not started")
+            self.status.value = f'<span style="color: gray">turn ended ({html.escape(str(stop))}) · hands: {hands}</span>'
 
     # -- pieces --------------------------------------------------------------------
 

@@ -76,7 +76,7 @@ class EgressProxy:
         self.lingering = 0  # refused connections waiting for their client to close
         self.denials = DenialLog(self._emit, self.settings.egress_denied_per_second)
 
-    async def listen(self, path: Path, uid: int | None = None, gid: int | None = None) -> "Listener":
+    async def listen(self, path: Path, uid: int | None = None, gid: int | None = None) -> Listener:
         """Serve on a unix socket at `path`, owned by uid:gid, mode 0600."""
         listener = Listener(self, Path(path))
 
@@ -93,7 +93,7 @@ class EgressProxy:
                     await proxy._serve(reader, writer)
                 else:
                     await proxy._refuse(reader, writer)
-            except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ValueError):
+            except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
                 pass
             except asyncio.CancelledError:
                 # Listener.close ends us; on Python 3.11 a cancelled handler is logged as an error by asyncio
@@ -216,7 +216,8 @@ class EgressProxy:
             watch.answered = True
             await _pipe(up_r, writer, watch)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
-            why = "closed the connection without answering" if isinstance(e, asyncio.IncompleteReadError) else f"answered with headers over {MAX_HEAD // 1024} KiB"
+            why = ("closed the connection without answering" if isinstance(e, asyncio.IncompleteReadError)
+                   else f"answered with headers over {MAX_HEAD // 1024} KiB")
             await self._deny(writer, method, url.hostname or "", url.port or 80, Denied(502, f"the upstream host {why}"), emit=False)
         finally:
             body.cancel()
@@ -235,7 +236,8 @@ class EgressProxy:
                 f'"{host}:{port}" to the session\'s egress allow list',
             )
         if p.max_requests is not None and p.used >= p.max_requests:
-            raise Denied(403, f"this session's egress limit of {p.max_requests} requests is used up; ask the user to raise egress.max_requests")
+            raise Denied(403, f"this session's egress limit of {p.max_requests} requests is used up; "
+                              "ask the user to raise egress.max_requests")
         try:
             async with asyncio.timeout(self.settings.egress_connect_timeout):
                 infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -263,7 +265,7 @@ class EgressProxy:
                 asyncio.open_connection(addrs[0], port, ssl=ctx, server_hostname=host if tls else None),
                 self.settings.egress_connect_timeout,
             )
-        except (OSError, asyncio.TimeoutError, ssl.SSLError) as e:
+        except (TimeoutError, OSError, ssl.SSLError) as e:
             raise Denied(502, f"could not connect to {host}:{port} ({e.__class__.__name__}: {e})") from None
         return r, w, cred
 

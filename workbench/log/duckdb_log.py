@@ -13,10 +13,11 @@ import os
 import re
 import threading
 import time
-from datetime import datetime, timezone
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import duckdb
 
@@ -100,7 +101,7 @@ def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
 
 def event_from_row(row: tuple) -> Event:
     """An `events` row (session_id, seq, ts, type, payload) as an Event: the one place rows are decoded."""
-    return Event(row[0], row[1], row[2].replace(tzinfo=timezone.utc), row[3], decode_payload(row[4]))
+    return Event(row[0], row[1], row[2].replace(tzinfo=UTC), row[3], decode_payload(row[4]))
 
 
 def select_events(con: duckdb.DuckDBPyConnection, session_id: str, after: int | None, until: int | None,
@@ -127,7 +128,7 @@ def select_events(con: duckdb.DuckDBPyConnection, session_id: str, after: int | 
 class Tx(WriterTx):
     """A DuckDB write transaction; `execute` runs SQL of its own (the memory store's tables)."""
 
-    def __init__(self, log: "DuckDBLog", con: duckdb.DuckDBPyConnection):
+    def __init__(self, log: DuckDBLog, con: duckdb.DuckDBPyConnection):
         super().__init__(log)
         self.con = con
         self.raw = False  # whether SQL of the caller ran: it may have written events behind the seq cache
@@ -226,7 +227,7 @@ class DuckDBLog(WriterLog):
                     raise
                 time.sleep(0.05)
 
-    def __enter__(self) -> "DuckDBLog":
+    def __enter__(self) -> DuckDBLog:
         return self
 
     # -- writing -----------------------------------------------------------

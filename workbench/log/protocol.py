@@ -14,8 +14,9 @@ for fast tests. Both pass one conformance suite (tests/log/test_conformance.py):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .events import Event
 

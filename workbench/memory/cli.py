@@ -76,7 +76,8 @@ def cmd_memories(args: argparse.Namespace, ctx: CommandContext) -> int:
             print(json.dumps(r, ensure_ascii=False))
         return EXIT_OK
     if not rows:
-        print("no memories" + (f" with status {args.status}" if args.status else "") + ": start a dream with `workbench dream`", file=sys.stderr)
+        with_status = f" with status {args.status}" if args.status else ""
+        print(f"no memories{with_status}: start a dream with `workbench dream`", file=sys.stderr)
         return EXIT_OK
     print(table([(m["id"], m["status"], m["proposal"], m["version"], ",".join(m["tags"]), m["title"]) for m in rows],
                 ("id", "status", "kind", "v", "tags", "title"), (12, 10, 7, 2, 20)))
@@ -100,7 +101,8 @@ def cmd_memory(args: argparse.Namespace, ctx: CommandContext) -> int:
     if args.json:
         print(json.dumps(m, ensure_ascii=False, indent=1))
         return EXIT_OK
-    print(f"{m['id']}  {m['status']}  ({m['proposal']}{' of ' + ', '.join(m['targets']) if m['targets'] else ''})  tags: {', '.join(m['tags'])}")
+    of = " of " + ", ".join(m["targets"]) if m["targets"] else ""
+    print(f"{m['id']}  {m['status']}  ({m['proposal']}{of})  tags: {', '.join(m['tags'])}")
     print(f"title: {m['title']}\n\n{m['text']}\n\nprovenance:")
     if not m["provenance"]:
         print("  (none)")
@@ -109,7 +111,8 @@ def cmd_memory(args: argparse.Namespace, ctx: CommandContext) -> int:
         print(f"  {c['session_id']} #{c['seq']} ({quotes[(c['session_id'], c['seq'])]}){quote}")
     print("\nhistory:")
     for v in m["history"]:
-        print(f"  v{v['version']} {v['ts'][:19]} {v['actor']:<24} {v['action']:<9} -> {v['status']}" + (f"  ({v['note']})" if v["note"] else ""))
+        note = f"  ({v['note']})" if v["note"] else ""
+        print(f"  v{v['version']} {v['ts'][:19]} {v['actor']:<24} {v['action']:<9} -> {v['status']}{note}")
     for r in m["redactions"]:
         print(f"  redacted versions {r['versions']} at {r['ts'][:19]} by {r['actor']}: {r['reason']}")
     return EXIT_OK

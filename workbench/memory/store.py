@@ -13,7 +13,7 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import ConfigError, MemoryConflict, UnknownMemory
@@ -84,11 +84,11 @@ class MemorySettings:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def _iso(ts: datetime) -> str:
-    return ts.replace(tzinfo=timezone.utc).isoformat()
+    return ts.replace(tzinfo=UTC).isoformat()
 
 
 def check_actor(actor: str) -> str:
@@ -122,7 +122,8 @@ def _version_row(r: tuple) -> dict[str, Any]:
     }
 
 
-MEMORY_COLS = "id, title, text, tags, status, version, proposal, targets, dream_id, created_at, created_by, updated_at, updated_by, provenance"
+MEMORY_COLS = ("id, title, text, tags, status, version, proposal, targets, dream_id, "
+               "created_at, created_by, updated_at, updated_by, provenance")
 
 
 def _memory_row(r: tuple) -> dict[str, Any]:
@@ -184,7 +185,8 @@ class MemoryStore:
             f"SELECT {VERSION_COLS} FROM memory_versions WHERE memory_id = ? ORDER BY version", [memory_id])]
         m["redactions"] = [
             {"version": r[0], "ts": _iso(r[1]), "actor": r[2], "reason": r[3], "versions": list(r[4])}
-            for r in self._rows("SELECT version, ts, actor, reason, versions FROM memory_redactions WHERE memory_id = ? ORDER BY ts", [memory_id])
+            for r in self._rows(
+                "SELECT version, ts, actor, reason, versions FROM memory_redactions WHERE memory_id = ? ORDER BY ts", [memory_id])
         ]
         return m
 
@@ -354,7 +356,8 @@ class MemoryStore:
                 title: str | None = None, **_: Any) -> str:
         m = self._current(tx, memory_id)
         reason = _text(reason or note, "reason")
-        versions = [r[0] for r in tx.execute("SELECT version FROM memory_versions WHERE memory_id = ? ORDER BY version", [memory_id]).fetchall()]
+        versions = [r[0] for r in tx.execute(
+            "SELECT version FROM memory_versions WHERE memory_id = ? ORDER BY version", [memory_id]).fetchall()]
         # the one in-place change: the text goes from every version; the record of the redaction stays
         tx.execute("UPDATE memory_versions SET text = ? WHERE memory_id = ?", [REDACTED, memory_id])
         # quotes copied from the source events may hold the same secret

@@ -204,19 +204,24 @@ CITATIONS = MappingProxyType({
 TAGS = MappingProxyType({"type": "array", "items": {"type": "string"}})
 
 SPECS: tuple[tuple[str, str, dict[str, Any], Callable[..., ToolOutput]], ...] = (
-    ("list_sessions", "List the sessions this dream may read, with how far earlier dreams read each (read_until) and how many events are unread.",
+    ("list_sessions", "List the sessions this dream may read, with how far earlier dreams read each (read_until) "
+                      "and how many events are unread.",
          {"type": "object", "properties": {"since": {"type": "string", "description": "ISO date: only sessions active since"},
                                            "until": {"type": "string", "description": "ISO date: only sessions created before"},
                                            "title": {"type": "string", "description": "text the title contains"},
                                            "tag": {"type": "string", "description": "a tag in the session's config.tags"},
                                            "limit": {"type": "integer"}}}, list_sessions),
-    ("read_events", "Read a session's events in seq order: by default the ones no dream has read yet. Use after/until for a slice, search for text.",
+    ("read_events", "Read a session's events in seq order: by default the ones no dream has read yet. "
+                    "Use after/until for a slice, search for text.",
          {"type": "object", "properties": {"session_id": {"type": "string"}, "after": {"type": "integer"}, "until": {"type": "integer"},
-                                           "search": {"type": "string"}, "limit": {"type": "integer", "description": f"at most {MAX_EVENTS}"}},
+                                           "search": {"type": "string"},
+                                           "limit": {"type": "integer", "description": f"at most {MAX_EVENTS}"}},
           "required": ["session_id"]}, read_events),
     ("read_memories", "Read the current memories (all statuses unless filtered). Never propose one of these again as new.",
-         {"type": "object", "properties": {"status": {"type": "string"}, "tag": {"type": "string"}, "search": {"type": "string"}}}, read_memories),
-    ("propose_memory", "Propose a new memory: a durable, checked fact worth knowing in future sessions (not a guess, not a dead end). A person reviews it.",
+         {"type": "object", "properties": {"status": {"type": "string"}, "tag": {"type": "string"}, "search": {"type": "string"}}},
+         read_memories),
+    ("propose_memory", "Propose a new memory: a durable, checked fact worth knowing in future sessions "
+                       "(not a guess, not a dead end). A person reviews it.",
          {"type": "object", "properties": {"title": {"type": "string"}, "text": {"type": "string"}, "tags": TAGS, "provenance": CITATIONS},
           "required": ["title", "text", "provenance"]}, propose_memory),
     ("propose_edit", "Propose a new version of an existing memory (it replaces the old one when accepted).",
