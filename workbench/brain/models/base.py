@@ -55,13 +55,19 @@ class MessageBuilder:
         if t == "message_start":
             self.message = dict(ev["message"])
             self.message["content"] = list(self.message.get("content") or [])
-        elif t == "content_block_start":
-            blocks = self.message["content"]
+            return
+        if t not in ("content_block_start", "content_block_delta", "content_block_stop", "message_delta"):
+            return  # ping, message_stop and event types added later carry nothing to keep
+        if self.message is None:  # a broken stream is the model's failure, as in result()
+            raise FatalModelError(f"the model's stream sent {t} before message_start")
+        message = self.message
+        if t == "content_block_start":
+            blocks = message["content"]
             while len(blocks) <= ev["index"]:
                 blocks.append(None)
             blocks[ev["index"]] = dict(ev["content_block"])
         elif t == "content_block_delta":
-            block, d = self.message["content"][ev["index"]], ev["delta"]
+            block, d = message["content"][ev["index"]], ev["delta"]
             dt = d.get("type")
             if dt == "text_delta":
                 block["text"] = block.get("text", "") + d["text"]
@@ -77,14 +83,14 @@ class MessageBuilder:
             i = ev["index"]
             if i in self._json:
                 raw = self._json.pop(i)
-                self.message["content"][i]["input"] = json.loads(raw) if raw.strip() else {}
+                message["content"][i]["input"] = json.loads(raw) if raw.strip() else {}
         elif t == "message_delta":
             for k, v in (ev.get("delta") or {}).items():
-                self.message[k] = v
+                message[k] = v
             if ev.get("usage"):
-                usage = dict(self.message.get("usage") or {})
+                usage = dict(message.get("usage") or {})
                 usage.update({k: v for k, v in ev["usage"].items() if v is not None})
-                self.message["usage"] = usage
+                message["usage"] = usage
 
     def result(self) -> dict[str, Any]:
         if self.message is None:
