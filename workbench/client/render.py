@@ -152,7 +152,7 @@ class ChatView:
                 src = b.get("source", {})
                 fmt = IMAGE_TYPES.get(src.get("media_type", ""), "png")
                 parts.append(w.Image(value=base64.b64decode(src.get("data", "")), format=fmt))
-        out = self._calls.get(p.get("tool_use_id"))
+        out = self._calls.get(p.get("tool_use_id", ""))
         if out is not None:
             out.children = tuple(parts)
         else:
