@@ -91,12 +91,19 @@ def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
         raise DatabaseUnreadable(f"cannot open {path}: {str(e).splitlines()[0]}") from None
     try:
         # another log of this process may hold the same database, already locked
-        if not con.execute("SELECT current_setting('lock_configuration')").fetchone()[0]:
+        if not one_row(con, "SELECT current_setting('lock_configuration')")[0]:
             con.execute(LOCK)
     except duckdb.Error as e:
         con.close()
         raise DatabaseUnreadable(f"cannot configure {path}: {str(e).splitlines()[0]}") from None
     return con
+
+
+def one_row(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> tuple[Any, ...]:
+    """The row of a query that always returns exactly one (an aggregate, a setting)."""
+    row = con.execute(sql, params).fetchone()
+    assert row is not None, f"no row from {sql!r}"
+    return row
 
 
 def event_from_row(row: tuple) -> Event:
@@ -128,6 +135,8 @@ def select_events(con: duckdb.DuckDBPyConnection, session_id: str, after: int | 
 class Tx(WriterTx):
     """A DuckDB write transaction; `execute` runs SQL of its own (the memory store's tables)."""
 
+    _log: DuckDBLog
+
     def __init__(self, log: DuckDBLog, con: duckdb.DuckDBPyConnection):
         super().__init__(log)
         self.con = con
@@ -142,10 +151,11 @@ class Tx(WriterTx):
         cached = None if self.raw else self._log._seqs.get(session_id)
         if cached is not None:
             return cached
-        row = self.con.execute(
+        row = one_row(
+            self.con,
             "SELECT (SELECT count(*) FROM sessions WHERE id = ?), coalesce(max(seq), 0) FROM events WHERE session_id = ?",
             [session_id, session_id],
-        ).fetchone()
+        )
         if not row[0]:
             raise UnknownSession(f"no session {session_id!r:.80}")
         return row[1]
@@ -161,7 +171,7 @@ class Tx(WriterTx):
         return select_events(self.con, session_id, after, until, types, limit)
 
     def _exists(self, session_id: str) -> bool:
-        return bool(self.con.execute("SELECT count(*) FROM sessions WHERE id = ?", [session_id]).fetchone()[0])
+        return bool(one_row(self.con, "SELECT count(*) FROM sessions WHERE id = ?", [session_id])[0])
 
     def _insert_session(self, session_id: str, created: datetime, title: str | None, model: str | None, kind: str) -> None:
         self.con.execute(
@@ -272,7 +282,8 @@ class DuckDBLog(WriterLog):
         return bool(self._read("SELECT count(*) FROM sessions WHERE id = ?", [session_id])[0][0])
 
     def _sessions(self, ids: list[str] | None, kind: str | None) -> list[dict[str, Any]]:
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         if ids is not None:
             where.append("s.id IN (SELECT unnest(?::VARCHAR[]))")
             params.append(ids)

@@ -60,6 +60,8 @@ def _start(after: int | None) -> int:
 class MemoryTx(WriterTx):
     """A transaction that stages sessions and rows until commit."""
 
+    _log: MemoryLog
+
     def __init__(self, log: MemoryLog):
         super().__init__(log)
         self.sessions: dict[str, _Session] = {}

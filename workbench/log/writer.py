@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -247,7 +247,7 @@ class WriterLog:
         model: str | None,
         kind: str = "chat",
         payload: dict[str, Any],
-        then: list[tuple[str, dict[str, Any]]] = (),
+        then: Sequence[tuple[str, dict[str, Any]]] = (),
     ) -> Event:
         """Create a session, its `session_created` event and any `then` events in one transaction."""
         for name, value, optional in (("id", session_id, False), ("title", title, True),

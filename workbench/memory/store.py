@@ -9,6 +9,8 @@ cursor of their own.
 
 from __future__ import annotations
 
+# MemoryStore has a method named `list`; below it, the class's annotations reach the builtin as builtins.list
+import builtins
 import json
 import re
 import uuid
@@ -18,6 +20,7 @@ from typing import Any
 
 from ..errors import ConfigError, MemoryConflict, UnknownMemory
 from ..log import DuckDBLog
+from ..log.duckdb_log import one_row
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memory_items (
@@ -148,7 +151,7 @@ class MemoryStore:
     def _rows(self, sql: str, params: list[Any] | None = None) -> list[tuple]:
         cur = self.log.cursor()
         try:
-            if not cur.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'memory_items'").fetchone()[0]:
+            if not one_row(cur, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'memory_items'")[0]:
                 return []  # a read-only log that never held a memory
             return cur.execute(sql, params or []).fetchall()
         finally:
@@ -194,7 +197,7 @@ class MemoryStore:
         """For each session, the last seq any finished dream has read."""
         return dict(self._rows("SELECT session_id, max(last_seq) FROM dream_reads GROUP BY session_id"))
 
-    def dreams(self) -> list[dict[str, Any]]:
+    def dreams(self) -> builtins.list[dict[str, Any]]:
         """Dream sessions, oldest first, with how many memories each proposed."""
         out = []
         for s in self.log.sessions(kind="dream"):
@@ -203,11 +206,11 @@ class MemoryStore:
             out.append(dict(s, proposals=n[0][0] if n else 0, sessions_read=done[0][0] if done else 0))
         return out
 
-    def session_events(self, session_id: str, after: int | None = None, until: int | None = None) -> list[dict[str, Any]]:
+    def session_events(self, session_id: str, after: int | None = None, until: int | None = None) -> builtins.list[dict[str, Any]]:
         """A slice of a session's events as JSON (what the review panels show as context)."""
         return [e.to_json() for e in self.log.events(session_id, after=after, until=until)]
 
-    def prompt_memories(self) -> tuple[str, list[dict[str, Any]]]:
+    def prompt_memories(self) -> tuple[str, builtins.list[dict[str, Any]]]:
         """The memory preamble for a new session's system prompt, and what it holds."""
         accepted = self.list(status="accepted")
         if not accepted or not self.settings.inject:
@@ -228,17 +231,17 @@ class MemoryStore:
 
     # -- writing (each on the log's writer thread, in one transaction) ------------
 
-    def create(self, *, title: str, text: str, actor: str, provenance: list[dict[str, Any]],
-               tags: list[str] | None = None, status: str = "proposed", proposal: str = "create",
-               targets: list[str] | None = None, dream_id: str | None = None, note: str | None = None) -> str:
+    def create(self, *, title: str, text: str, actor: str, provenance: builtins.list[dict[str, Any]],
+               tags: builtins.list[str] | None = None, status: str = "proposed", proposal: str = "create",
+               targets: builtins.list[str] | None = None, dream_id: str | None = None, note: str | None = None) -> str:
         """Add a memory (a proposal unless status says otherwise); returns its id."""
         return self.log.write(lambda tx: self.tx_create(
             tx, title=title, text=text, actor=actor, provenance=provenance, tags=tags, status=status,
             proposal=proposal, targets=targets, dream_id=dream_id, note=note)).result()
 
-    def tx_create(self, tx: Any, *, title: str, text: str, actor: str, provenance: list[dict[str, Any]],
-                  tags: list[str] | None = None, status: str = "proposed", proposal: str = "create",
-                  targets: list[str] | None = None, dream_id: str | None = None, note: str | None = None,
+    def tx_create(self, tx: Any, *, title: str, text: str, actor: str, provenance: builtins.list[dict[str, Any]],
+                  tags: builtins.list[str] | None = None, status: str = "proposed", proposal: str = "create",
+                  targets: builtins.list[str] | None = None, dream_id: str | None = None, note: str | None = None,
                   memory_id: str | None = None) -> str:
         """`create` inside a transaction the caller owns (a dream commits many at once)."""
         check_actor(actor)
@@ -253,7 +256,7 @@ class MemoryStore:
         return memory_id
 
     def _version(self, tx: Any, memory_id: str, version: int, actor: str, action: str, title: str, text: str,
-                 tags: list[str], status: str, provenance: list[dict[str, Any]], note: str | None) -> None:
+                 tags: builtins.list[str], status: str, provenance: builtins.list[dict[str, Any]], note: str | None) -> None:
         tx.execute(f"INSERT INTO memory_versions ({VERSION_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    [memory_id, version, _now(), actor, action, title, text, tags, status, json.dumps(provenance), note])
 
