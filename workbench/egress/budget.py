@@ -101,9 +101,9 @@ class Silence:
         self._check = self._loop.call_at(self.last + self.seconds, self._expire)
         return self
 
-    async def __aexit__(self, *exc: Any) -> bool | None:
+    async def __aexit__(self, *exc: Any) -> None:
         self._check.cancel()
-        return await self._timeout.__aexit__(*exc)
+        await self._timeout.__aexit__(*exc)  # never suppresses: it raises TimeoutError when the silence ran out
 
     def touch(self) -> None:
         """Bytes moved: the silence starts again."""

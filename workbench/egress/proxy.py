@@ -31,7 +31,7 @@ import re
 import socket
 import ssl
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
@@ -84,6 +84,7 @@ class EgressProxy:
             # the listener's proxy, not this one: a pooled kernel is handed to a session's proxy
             proxy = listener.proxy
             task = asyncio.current_task()
+            assert task is not None, "asyncio runs each connection's handler as a task"
             listener.tasks.add(task)
             admitted = proxy.open < proxy.settings.egress_max_connections
             if admitted:
@@ -248,7 +249,7 @@ class EgressProxy:
         except TimeoutError:
             raise Denied(504, f"host {host} did not resolve within {self.settings.egress_connect_timeout:g} s") from None
         # the resolver's answer is what counts: 2130706433, 0x7f.1 and ::ffff:127.0.0.1 all come back as addresses
-        addrs = list(dict.fromkeys(i[4][0] for i in infos))
+        addrs = list(dict.fromkeys(str(i[4][0]) for i in infos))  # an IPv4 or IPv6 sockaddr starts with the address text
         for a in addrs:
             why = classify(a)
             if why is not None and not p.private_ok(a, port):
@@ -328,6 +329,10 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, watc
         pass
 
 
+@overload
+def _clean(text: str, limit: int) -> str: ...
+@overload
+def _clean(text: str | None, limit: int) -> str | None: ...
 def _clean(text: str | None, limit: int) -> str | None:
     """Kernel-supplied text fit for the log: control characters escaped, at most `limit` characters."""
     if text is None:
