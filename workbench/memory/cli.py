@@ -7,24 +7,33 @@ import json
 import os
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..plugins import Command, CommandContext
 from ..render import one_line, table
 from .store import REVIEW_ACTIONS, STATUSES
 
+if TYPE_CHECKING:  # the plugin imports this module for its commands
+    from ..host import Host
+    from .plugin import MemoryPlugin
+
 EXIT_OK = 0
 
 
-def _read_only(args: argparse.Namespace, ctx: CommandContext) -> Any:
+def memory_plugin(host: Host) -> MemoryPlugin:
+    """The host's memory plugin, the one whose commands these are (plugin and command names are unique)."""
+    return cast("MemoryPlugin", host.plugin("memory"))
+
+
+def _read_only(args: argparse.Namespace, ctx: CommandContext) -> tuple[Host, MemoryPlugin]:
     """A host that runs no code, over --db, read-only: (host, its memory plugin)."""
     host = ctx.build_host(args, read_only=True, hands=False)
-    return host, host.plugin("memory")
+    return host, memory_plugin(host)
 
 
 def cmd_dream(args: argparse.Namespace, ctx: CommandContext) -> int:
     host = ctx.build_host(args)
-    plugin: Any = host.plugin("memory")
+    plugin = memory_plugin(host)
     dream_id: str | None = None
 
     async def go() -> dict[str, Any]:
@@ -87,7 +96,7 @@ def cmd_memories(args: argparse.Namespace, ctx: CommandContext) -> int:
 def cmd_memory(args: argparse.Namespace, ctx: CommandContext) -> int:
     host = ctx.build_host(args, read_only=args.action is None, hands=False)
     try:
-        store = host.plugin("memory").require_store()
+        store = memory_plugin(host).require_store()
         if args.action:
             extra = {"reason": args.note} if args.action == "redact" else {"note": args.note}
             store.review(args.id, args.action, args.actor, **extra)
@@ -122,7 +131,7 @@ def cmd_review(args: argparse.Namespace, ctx: CommandContext) -> int:
     from ..panels.review import serve_review
 
     host = ctx.build_host(args, hands=False)  # DatabaseLocked (a clear message) when a server holds the file
-    store = host.plugin("memory").require_store()
+    store = memory_plugin(host).require_store()
 
     def stop(*_: Any) -> None:
         raise KeyboardInterrupt
