@@ -223,7 +223,8 @@ class _MessagesHandler(tornado.web.RequestHandler):
         message = self.api.answer(req)
         if not req.get("stream"):
             self.set_header("content-type", "application/json")
-            return self.finish(message)
+            self.finish(message)
+            return
         self.set_header("content-type", "text/event-stream")
         self.set_header("cache-control", "no-cache")
         events = message_events(message)
