@@ -16,4 +16,10 @@ node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+# lint and types first (seconds; mypy's first run about a minute): both read pyproject.toml, and mypy
+# runs from .venv so it checks against the dependencies installed above
+.venv/bin/python -m ruff check workbench || {
+  echo "scripts/test.sh: ruff check workbench failed (above); many are fixed by .venv/bin/ruff check --fix workbench" >&2; exit 1; }
+.venv/bin/python -m mypy workbench || {
+  echo "scripts/test.sh: mypy workbench failed: the type errors are listed above" >&2; exit 1; }
 exec .venv/bin/python -m pytest "$@"

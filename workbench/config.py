@@ -13,18 +13,21 @@ import dataclasses
 import math
 import os
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import ConfigError
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance  # the protocol dataclasses.fields() takes; only type checkers have it
+
 ENV_PREFIX = "WORKBENCH_"
 
-T = TypeVar("T")
+T = TypeVar("T", bound="DataclassInstance")  # config objects are dataclasses
 
 
 def from_env(cls: type[T], prefix: str = ENV_PREFIX, **overrides: Any) -> T:
     """An instance of a config dataclass, fields read from <prefix><FIELD> when set, then `overrides`."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     values: dict[str, Any] = {}
     for name, f in fields.items():
         raw = os.environ.get(prefix + name.upper())

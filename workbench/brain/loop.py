@@ -182,7 +182,7 @@ class Brain:
         if not isinstance(text, str) or not text.strip():
             raise ConfigError("the message is empty")
         events = await self._require(session_id)
-        model = events[0].payload.get("model")
+        model: str = events[0].payload["model"]  # session_payload always writes it; build_request reads it so too
         if model not in self._models:  # an SDK import and client take seconds: not on the event loop
             await asyncio.to_thread(self.model, model)
         busy = f"a turn is already running in session {session_id}; wait for it or interrupt it"

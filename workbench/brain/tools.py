@@ -9,10 +9,10 @@ the plugin's state): there is no global registry.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from ..errors import ConfigError
 from ..hands import Hands, Observation

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ..errors import TurnBusy, WorkbenchError
@@ -44,13 +44,13 @@ class Turns:
         """Sessions with a turn running now."""
         return [sid for sid, t in list(self._tasks.items()) if not t.done()]
 
-    def spawn(self, session_id: str, make: Callable[[], Awaitable[Any]]) -> asyncio.Task:
+    def spawn(self, session_id: str, make: Callable[[], Coroutine[Any, Any, Any]]) -> asyncio.Task:
         """Run `make()` as this session's turn (the caller holds the session's lock and checked none runs)."""
         if self._closed:
             raise TurnBusy("the workbench is shutting down; no new turns start")
         if self.running(session_id):
             raise TurnBusy(f"a turn is already running in session {session_id}; wait for it or interrupt it")
-        task = asyncio.get_running_loop().create_task(make(), name=f"workbench-turn-{session_id}")  # type: ignore[arg-type]
+        task = asyncio.get_running_loop().create_task(make(), name=f"workbench-turn-{session_id}")
         self._tasks[session_id] = task
         task.add_done_callback(lambda t: self._done(session_id, t))
         return task

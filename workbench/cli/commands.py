@@ -11,12 +11,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from ..config import from_env
 from ..brain.tools import tool_named
+from ..config import from_env
 from ..errors import ConfigError, UnknownSession
 from ..hands.factory import HandsSettings
 from ..host import Host
-from ..plugins import Command
+from ..plugins import Command, CommandContext
 from ..render import assistant_meta, event_text, table
 from .console import EXIT_INTERRUPTED, EXIT_OK, EXIT_STOPPED, Console
 
@@ -30,9 +30,9 @@ STOP_REASONS = MappingProxyType({
 })
 
 
-def _turn(args: argparse.Namespace, ctx: Console, action: str) -> int:
+def _turn(args: argparse.Namespace, ctx: CommandContext, action: str) -> int:
     """Run (or resume) one turn with live output; the exit code says how it ended."""
-    host = Host.build(args.db, plugins=ctx.plugins)  # nothing runs yet: bad input exits before a kernel starts
+    host = ctx.build_host(args)  # nothing runs yet: bad input exits before a kernel starts
     sid: str | None = args.session
 
     async def go() -> str | None:
@@ -60,6 +60,7 @@ def _turn(args: argparse.Namespace, ctx: Console, action: str) -> int:
                 tools = ["python", *dict.fromkeys(t for t in args.tool or () if t != "python")]
                 sid = brain.create_session(sid, title=args.prompt.strip()[:60], model=model, tools=tools)["id"]
                 print(f"session {sid} (model {model})", file=sys.stderr)
+            assert sid is not None, "resume needs an existing session; run made one if there was none"
             stop = ctx.follow(host, sid, thinking=getattr(args, "thinking", False))
             try:
                 return await (brain.run_turn(sid, args.prompt) if action == "run" else brain.resume(sid))
@@ -82,24 +83,24 @@ def _turn(args: argparse.Namespace, ctx: Console, action: str) -> int:
     return EXIT_STOPPED
 
 
-def cmd_run(args: argparse.Namespace, ctx: Console) -> int:
+def cmd_run(args: argparse.Namespace, ctx: CommandContext) -> int:
     return _turn(args, ctx, "run")
 
 
-def cmd_resume(args: argparse.Namespace, ctx: Console) -> int:
+def cmd_resume(args: argparse.Namespace, ctx: CommandContext) -> int:
     args.session = args.id
     return _turn(args, ctx, "resume")
 
 
-def _read_only(args: argparse.Namespace, ctx: Console) -> Host:
-    return Host.build(args.db, read_only=True, hands=False, plugins=ctx.plugins)
+def _read_only(args: argparse.Namespace, ctx: CommandContext) -> Host:
+    return ctx.build_host(args, read_only=True, hands=False)
 
 
-def _close(host: Host, ctx: Console) -> None:
+def _close(host: Host, ctx: CommandContext) -> None:
     ctx.run(host.close)
 
 
-def cmd_sessions(args: argparse.Namespace, ctx: Console) -> int:
+def cmd_sessions(args: argparse.Namespace, ctx: CommandContext) -> int:
     host = _read_only(args, ctx)
     try:
         rows = host.log.sessions()
@@ -117,7 +118,7 @@ def cmd_sessions(args: argparse.Namespace, ctx: Console) -> int:
     return EXIT_OK
 
 
-def cmd_show(args: argparse.Namespace, ctx: Console) -> int:
+def cmd_show(args: argparse.Namespace, ctx: CommandContext) -> int:
     host = _read_only(args, ctx)
     try:
         host.log.session(args.id)
@@ -138,7 +139,7 @@ def cmd_show(args: argparse.Namespace, ctx: Console) -> int:
     return EXIT_OK
 
 
-def cmd_export(args: argparse.Namespace, ctx: Console) -> int:
+def cmd_export(args: argparse.Namespace, ctx: CommandContext) -> int:
     host = _read_only(args, ctx)
     try:
         host.log.session(args.id)
@@ -174,7 +175,9 @@ def demo_hands() -> HandsSettings:
     return settings
 
 
-def cmd_demo(args: argparse.Namespace, ctx: Console) -> int:
+def cmd_demo(args: argparse.Namespace, ctx: CommandContext) -> int:
+    # more than a plugin's command gets: its own hands settings, and hands lines printed beside the turn
+    assert isinstance(ctx, Console), "the demo runs only from the workbench command, whose context is its Console"
     if args.db is None:
         args.db = str(Path(tempfile.mkdtemp(prefix="workbench-demo-")) / "demo.duckdb")
     print("workbench demo: an agent whose brain (here the offline scripted model) runs in this process,")

@@ -82,7 +82,8 @@ class Console:
 
         async def main() -> Any:
             task = asyncio.current_task()
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)  # type: ignore[union-attr]
+            assert task is not None, "asyncio.run runs main() as a task"
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
             return await coro_fn()
 
         try:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote, urlencode
 
 from ..errors import RequestRefused, ServerUnavailable
@@ -164,7 +165,7 @@ class WorkbenchClient:
 
     # -- the stream ------------------------------------------------------------------
 
-    def stream(self, session_id: str, after: int = 0, timeout: float | None = None) -> "Stream":
+    def stream(self, session_id: str, after: int = 0, timeout: float | None = None) -> Stream:
         """The session's websocket, connected now: iterate for {"kind": "event"|"delta", ...}."""
         return Stream(self, session_id, after, timeout)
 
@@ -220,7 +221,7 @@ class Stream:
     def close(self) -> None:
         self.ws.close()
 
-    def __enter__(self) -> "Stream":
+    def __enter__(self) -> Stream:
         return self
 
     def __exit__(self, *exc: object) -> None:

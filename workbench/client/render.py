@@ -108,7 +108,8 @@ class ChatView:
             self.live.children = ()
             if stop != "end_turn":
                 self._note(f"[turn ended: {stop}]", "#b00020")
-            self.status.value = f'<span style="color: gray">turn ended ({html.escape(str(stop))}) · hands: {html.escape(self.hands_line or "not started")}</span>'
+            hands = html.escape(self.hands_line or "not started")
+            self.status.value = f'<span style="color: gray">turn ended ({html.escape(str(stop))}) · hands: {hands}</span>'
 
     # -- pieces --------------------------------------------------------------------
 
@@ -151,7 +152,7 @@ class ChatView:
                 src = b.get("source", {})
                 fmt = IMAGE_TYPES.get(src.get("media_type", ""), "png")
                 parts.append(w.Image(value=base64.b64decode(src.get("data", "")), format=fmt))
-        out = self._calls.get(p.get("tool_use_id"))
+        out = self._calls.get(p.get("tool_use_id", ""))
         if out is not None:
             out.children = tuple(parts)
         else:

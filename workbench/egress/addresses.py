@@ -13,13 +13,14 @@ spelled out here.
 from __future__ import annotations
 
 import ipaddress
-from types import MappingProxyType
 from ipaddress import IPv4Address, IPv6Address, IPv6Network
+from types import MappingProxyType
 
 Address = IPv4Address | IPv6Address
 
 # Reachable only from inside a cloud, and what an SSRF goes for first (Azure's wireserver is a public address).
-METADATA = frozenset(ipaddress.ip_address(a) for a in ("169.254.169.254", "169.254.170.2", "100.100.100.200", "168.63.129.16", "fd00:ec2::254"))
+METADATA = frozenset(ipaddress.ip_address(a)
+                     for a in ("169.254.169.254", "169.254.170.2", "100.100.100.200", "168.63.129.16", "fd00:ec2::254"))
 NAT64 = IPv6Network("64:ff9b::/96")  # the well-known prefix: always /96
 NAT64_LOCAL = IPv6Network("64:ff9b:1::/48")  # local use (RFC 8215): the operator picks a prefix length of 48 to 96
 SIIT = IPv6Network("::ffff:0:0:0/96")  # IPv4-translated (RFC 2765)

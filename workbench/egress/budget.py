@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
 log = logging.getLogger("workbench.egress")
@@ -93,16 +94,16 @@ class Silence:
         self.answered = False  # a response head went to the client: a timeout can no longer answer it
         self._timeout = asyncio.timeout(None)
 
-    async def __aenter__(self) -> "Silence":
+    async def __aenter__(self) -> Silence:
         self._loop = asyncio.get_running_loop()
         await self._timeout.__aenter__()
         self.touch()
         self._check = self._loop.call_at(self.last + self.seconds, self._expire)
         return self
 
-    async def __aexit__(self, *exc: Any) -> bool | None:
+    async def __aexit__(self, *exc: Any) -> None:
         self._check.cancel()
-        return await self._timeout.__aexit__(*exc)
+        await self._timeout.__aexit__(*exc)  # never suppresses: it raises TimeoutError when the silence ran out
 
     def touch(self) -> None:
         """Bytes moved: the silence starts again."""

@@ -49,7 +49,8 @@ def private_addresses(spec: str) -> set[tuple[Address, int]]:
         try:
             out.add((canonical(host), port))
         except ValueError:
-            raise ConfigError(f"egress_allow_private entry {entry.strip()!r} must be an ip:port pair, e.g. 127.0.0.1:8080 or [::1]:8080") from None
+            raise ConfigError(f"egress_allow_private entry {entry.strip()!r} must be an ip:port pair, "
+                              "e.g. 127.0.0.1:8080 or [::1]:8080") from None
     return out
 
 
@@ -82,7 +83,7 @@ class EgressPolicy:
     used: int = 0
 
     @classmethod
-    def from_config(cls, config: dict[str, Any] | None, settings: EgressSettings | None = None) -> "EgressPolicy":
+    def from_config(cls, config: dict[str, Any] | None, settings: EgressSettings | None = None) -> EgressPolicy:
         """The policy of a session from its `config["egress"]` and the host's settings."""
         cfg = dict(config or {})
         unknown = set(cfg) - {"allow", "credentials", "max_requests"}

@@ -31,7 +31,7 @@ import re
 import socket
 import ssl
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
@@ -76,7 +76,7 @@ class EgressProxy:
         self.lingering = 0  # refused connections waiting for their client to close
         self.denials = DenialLog(self._emit, self.settings.egress_denied_per_second)
 
-    async def listen(self, path: Path, uid: int | None = None, gid: int | None = None) -> "Listener":
+    async def listen(self, path: Path, uid: int | None = None, gid: int | None = None) -> Listener:
         """Serve on a unix socket at `path`, owned by uid:gid, mode 0600."""
         listener = Listener(self, Path(path))
 
@@ -84,6 +84,7 @@ class EgressProxy:
             # the listener's proxy, not this one: a pooled kernel is handed to a session's proxy
             proxy = listener.proxy
             task = asyncio.current_task()
+            assert task is not None, "asyncio runs each connection's handler as a task"
             listener.tasks.add(task)
             admitted = proxy.open < proxy.settings.egress_max_connections
             if admitted:
@@ -93,7 +94,7 @@ class EgressProxy:
                     await proxy._serve(reader, writer)
                 else:
                     await proxy._refuse(reader, writer)
-            except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ValueError):
+            except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
                 pass
             except asyncio.CancelledError:
                 # Listener.close ends us; on Python 3.11 a cancelled handler is logged as an error by asyncio
@@ -216,7 +217,8 @@ class EgressProxy:
             watch.answered = True
             await _pipe(up_r, writer, watch)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
-            why = "closed the connection without answering" if isinstance(e, asyncio.IncompleteReadError) else f"answered with headers over {MAX_HEAD // 1024} KiB"
+            why = ("closed the connection without answering" if isinstance(e, asyncio.IncompleteReadError)
+                   else f"answered with headers over {MAX_HEAD // 1024} KiB")
             await self._deny(writer, method, url.hostname or "", url.port or 80, Denied(502, f"the upstream host {why}"), emit=False)
         finally:
             body.cancel()
@@ -235,7 +237,8 @@ class EgressProxy:
                 f'"{host}:{port}" to the session\'s egress allow list',
             )
         if p.max_requests is not None and p.used >= p.max_requests:
-            raise Denied(403, f"this session's egress limit of {p.max_requests} requests is used up; ask the user to raise egress.max_requests")
+            raise Denied(403, f"this session's egress limit of {p.max_requests} requests is used up; "
+                              "ask the user to raise egress.max_requests")
         try:
             async with asyncio.timeout(self.settings.egress_connect_timeout):
                 infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -246,7 +249,7 @@ class EgressProxy:
         except TimeoutError:
             raise Denied(504, f"host {host} did not resolve within {self.settings.egress_connect_timeout:g} s") from None
         # the resolver's answer is what counts: 2130706433, 0x7f.1 and ::ffff:127.0.0.1 all come back as addresses
-        addrs = list(dict.fromkeys(i[4][0] for i in infos))
+        addrs = list(dict.fromkeys(str(i[4][0]) for i in infos))  # an IPv4 or IPv6 sockaddr starts with the address text
         for a in addrs:
             why = classify(a)
             if why is not None and not p.private_ok(a, port):
@@ -263,7 +266,7 @@ class EgressProxy:
                 asyncio.open_connection(addrs[0], port, ssl=ctx, server_hostname=host if tls else None),
                 self.settings.egress_connect_timeout,
             )
-        except (OSError, asyncio.TimeoutError, ssl.SSLError) as e:
+        except (TimeoutError, OSError, ssl.SSLError) as e:
             raise Denied(502, f"could not connect to {host}:{port} ({e.__class__.__name__}: {e})") from None
         return r, w, cred
 
@@ -326,6 +329,10 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, watc
         pass
 
 
+@overload
+def _clean(text: str, limit: int) -> str: ...
+@overload
+def _clean(text: str | None, limit: int) -> str | None: ...
 def _clean(text: str | None, limit: int) -> str | None:
     """Kernel-supplied text fit for the log: control characters escaped, at most `limit` characters."""
     if text is None:

@@ -66,7 +66,7 @@ class Vault:
             self._pattern = re.compile("|".join(sorted(alts, key=lambda p: -len(alts[p]))))
 
     @classmethod
-    def load(cls, path: str | os.PathLike | None, environ: dict[str, str] | None = None) -> "Vault":
+    def load(cls, path: str | os.PathLike | None, environ: dict[str, str] | None = None) -> Vault:
         """Read a vault file; an empty path gives an empty vault."""
         if not path:
             return cls()
@@ -85,7 +85,7 @@ class Vault:
         return cls.from_dict(data, environ)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], environ: dict[str, str] | None = None) -> "Vault":
+    def from_dict(cls, data: dict[str, Any], environ: dict[str, str] | None = None) -> Vault:
         env = os.environ if environ is None else environ
         creds: dict[str, Credential] = {}
         for name, d in (data.get("credentials") or {}).items():

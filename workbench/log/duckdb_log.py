@@ -13,10 +13,11 @@ import os
 import re
 import threading
 import time
-from datetime import datetime, timezone
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import duckdb
 
@@ -90,7 +91,7 @@ def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
         raise DatabaseUnreadable(f"cannot open {path}: {str(e).splitlines()[0]}") from None
     try:
         # another log of this process may hold the same database, already locked
-        if not con.execute("SELECT current_setting('lock_configuration')").fetchone()[0]:
+        if not one_row(con, "SELECT current_setting('lock_configuration')")[0]:
             con.execute(LOCK)
     except duckdb.Error as e:
         con.close()
@@ -98,9 +99,16 @@ def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def one_row(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> tuple[Any, ...]:
+    """The row of a query that always returns exactly one (an aggregate, a setting)."""
+    row = con.execute(sql, params).fetchone()
+    assert row is not None, f"no row from {sql!r}"
+    return row
+
+
 def event_from_row(row: tuple) -> Event:
     """An `events` row (session_id, seq, ts, type, payload) as an Event: the one place rows are decoded."""
-    return Event(row[0], row[1], row[2].replace(tzinfo=timezone.utc), row[3], decode_payload(row[4]))
+    return Event(row[0], row[1], row[2].replace(tzinfo=UTC), row[3], decode_payload(row[4]))
 
 
 def select_events(con: duckdb.DuckDBPyConnection, session_id: str, after: int | None, until: int | None,
@@ -127,7 +135,9 @@ def select_events(con: duckdb.DuckDBPyConnection, session_id: str, after: int | 
 class Tx(WriterTx):
     """A DuckDB write transaction; `execute` runs SQL of its own (the memory store's tables)."""
 
-    def __init__(self, log: "DuckDBLog", con: duckdb.DuckDBPyConnection):
+    _log: DuckDBLog
+
+    def __init__(self, log: DuckDBLog, con: duckdb.DuckDBPyConnection):
         super().__init__(log)
         self.con = con
         self.raw = False  # whether SQL of the caller ran: it may have written events behind the seq cache
@@ -141,10 +151,11 @@ class Tx(WriterTx):
         cached = None if self.raw else self._log._seqs.get(session_id)
         if cached is not None:
             return cached
-        row = self.con.execute(
+        row = one_row(
+            self.con,
             "SELECT (SELECT count(*) FROM sessions WHERE id = ?), coalesce(max(seq), 0) FROM events WHERE session_id = ?",
             [session_id, session_id],
-        ).fetchone()
+        )
         if not row[0]:
             raise UnknownSession(f"no session {session_id!r:.80}")
         return row[1]
@@ -160,7 +171,7 @@ class Tx(WriterTx):
         return select_events(self.con, session_id, after, until, types, limit)
 
     def _exists(self, session_id: str) -> bool:
-        return bool(self.con.execute("SELECT count(*) FROM sessions WHERE id = ?", [session_id]).fetchone()[0])
+        return bool(one_row(self.con, "SELECT count(*) FROM sessions WHERE id = ?", [session_id])[0])
 
     def _insert_session(self, session_id: str, created: datetime, title: str | None, model: str | None, kind: str) -> None:
         self.con.execute(
@@ -226,7 +237,7 @@ class DuckDBLog(WriterLog):
                     raise
                 time.sleep(0.05)
 
-    def __enter__(self) -> "DuckDBLog":
+    def __enter__(self) -> DuckDBLog:
         return self
 
     # -- writing -----------------------------------------------------------
@@ -271,7 +282,8 @@ class DuckDBLog(WriterLog):
         return bool(self._read("SELECT count(*) FROM sessions WHERE id = ?", [session_id])[0][0])
 
     def _sessions(self, ids: list[str] | None, kind: str | None) -> list[dict[str, Any]]:
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         if ids is not None:
             where.append("s.id IN (SELECT unnest(?::VARCHAR[]))")
             params.append(ids)

@@ -10,10 +10,11 @@ documents them); EVENT_TYPES itself is read-only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 EVENT_TYPES: Mapping[str, str] = MappingProxyType({
     # conversation

@@ -10,9 +10,10 @@ committed events, under a lock.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, TypeVar
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 from ..errors import UnknownSession
 from .events import EVENT_TYPES, Event
@@ -46,7 +47,7 @@ def select(session_id: str, rows: list[Row], until: int | None, types: list[str]
             break
         if types is not None and type_ not in types:
             continue
-        out.append(Event(session_id, seq, ts.replace(tzinfo=timezone.utc), type_, decode_payload(data)))
+        out.append(Event(session_id, seq, ts.replace(tzinfo=UTC), type_, decode_payload(data)))
         if limit is not None and len(out) >= limit:
             break
     return out
@@ -59,7 +60,9 @@ def _start(after: int | None) -> int:
 class MemoryTx(WriterTx):
     """A transaction that stages sessions and rows until commit."""
 
-    def __init__(self, log: "MemoryLog"):
+    _log: MemoryLog
+
+    def __init__(self, log: MemoryLog):
         super().__init__(log)
         self.sessions: dict[str, _Session] = {}
         self.rows: dict[str, list[Row]] = {}
@@ -100,7 +103,7 @@ class MemoryLog(WriterLog):
         self._lock = threading.Lock()
         self._store: dict[str, _Session] = {}
 
-    def __enter__(self) -> "MemoryLog":
+    def __enter__(self) -> MemoryLog:
         return self
 
     # -- writing -------------------------------------------------------------

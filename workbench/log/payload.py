@@ -71,7 +71,8 @@ def _check_tree(root: dict[str, Any], max_depth: int, what: str) -> None:
                 continue
             if isinstance(value, int):
                 if not _INT_MIN <= value <= _INT_MAX:
-                    raise InvalidPayload(f"the payload of {what} has an integer outside 64 bits at {_where((path, key))}; store it as a string")
+                    raise InvalidPayload(
+                        f"the payload of {what} has an integer outside 64 bits at {_where((path, key))}; store it as a string")
                 continue
             if isinstance(value, float):
                 if not math.isfinite(value):

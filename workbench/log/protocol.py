@@ -14,8 +14,9 @@ for fast tests. Both pass one conformance suite (tests/log/test_conformance.py):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .events import Event
 
@@ -56,7 +57,7 @@ class SessionLog(Protocol):
         model: str | None,
         kind: str = "chat",
         payload: dict[str, Any],
-        then: list[tuple[str, dict[str, Any]]] = (),
+        then: Sequence[tuple[str, dict[str, Any]]] = (),
     ) -> Event:
         """Create a session, its `session_created` event and any `then` events in one transaction."""
         ...

@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 
@@ -32,7 +33,7 @@ STATES = MappingProxyType({None: "new", "turn_ended": "ended", "user_message": "
 
 def utcnow() -> datetime:
     """Now in UTC, naive, as the log stores it."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def session_row(sid: str, created: datetime, title: str | None, model: str | None, kind: str, n: int,
@@ -40,8 +41,8 @@ def session_row(sid: str, created: datetime, title: str | None, model: str | Non
     """One row of `sessions()`, the same from every log."""
     return {
         "id": sid,
-        "created_at": created.replace(tzinfo=timezone.utc).isoformat(),
-        "updated_at": (updated or created).replace(tzinfo=timezone.utc).isoformat(),
+        "created_at": created.replace(tzinfo=UTC).isoformat(),
+        "updated_at": (updated or created).replace(tzinfo=UTC).isoformat(),
         "title": title,
         "model": model,
         "kind": kind,
@@ -77,7 +78,7 @@ def valid_id(value: Any) -> bool:
 class WriterTx:
     """The part of a transaction every log shares; used only on the writer thread."""
 
-    def __init__(self, log: "WriterLog"):
+    def __init__(self, log: WriterLog):
         self._log = log
         self.appended: list[Event] = []
         self.last: dict[str, int] = {}  # the last seq this transaction gave each session
@@ -98,7 +99,7 @@ class WriterTx:
         self._insert(session_id, seq, ts, type, data)
         self.last[session_id] = seq
         # what a reader will get back: canonical JSON, and never the caller's own objects
-        event = Event(session_id, seq, ts.replace(tzinfo=timezone.utc), type, orjson.loads(data))
+        event = Event(session_id, seq, ts.replace(tzinfo=UTC), type, orjson.loads(data))
         self.appended.append(event)
         return event
 
@@ -190,7 +191,7 @@ class WriterLog:
         finally:
             self._writer.shutdown(wait=True)
 
-    def __enter__(self) -> "WriterLog":
+    def __enter__(self) -> WriterLog:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -220,7 +221,7 @@ class WriterLog:
                 logger.exception("a subscriber of the session log failed on event %s %d (%s); the event is committed",
                                  event.session_id, event.seq, event.type)
 
-    def write(self, fn: Callable[[Any], T]) -> "Future[T]":
+    def write(self, fn: Callable[[Any], T]) -> Future[T]:
         """Run fn(tx) in one transaction on the writer thread; a Future of its result."""
         with self._submit_lock:
             self._check_open()
@@ -246,7 +247,7 @@ class WriterLog:
         model: str | None,
         kind: str = "chat",
         payload: dict[str, Any],
-        then: list[tuple[str, dict[str, Any]]] = (),
+        then: Sequence[tuple[str, dict[str, Any]]] = (),
     ) -> Event:
         """Create a session, its `session_created` event and any `then` events in one transaction."""
         for name, value, optional in (("id", session_id, False), ("title", title, True),

@@ -7,24 +7,33 @@ import json
 import os
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..plugins import Command, CommandContext
 from ..render import one_line, table
 from .store import REVIEW_ACTIONS, STATUSES
 
+if TYPE_CHECKING:  # the plugin imports this module for its commands
+    from ..host import Host
+    from .plugin import MemoryPlugin
+
 EXIT_OK = 0
 
 
-def _read_only(args: argparse.Namespace, ctx: CommandContext) -> Any:
+def memory_plugin(host: Host) -> MemoryPlugin:
+    """The host's memory plugin, the one whose commands these are (plugin and command names are unique)."""
+    return cast("MemoryPlugin", host.plugin("memory"))
+
+
+def _read_only(args: argparse.Namespace, ctx: CommandContext) -> tuple[Host, MemoryPlugin]:
     """A host that runs no code, over --db, read-only: (host, its memory plugin)."""
     host = ctx.build_host(args, read_only=True, hands=False)
-    return host, host.plugin("memory")
+    return host, memory_plugin(host)
 
 
 def cmd_dream(args: argparse.Namespace, ctx: CommandContext) -> int:
     host = ctx.build_host(args)
-    plugin: Any = host.plugin("memory")
+    plugin = memory_plugin(host)
     dream_id: str | None = None
 
     async def go() -> dict[str, Any]:
@@ -76,7 +85,8 @@ def cmd_memories(args: argparse.Namespace, ctx: CommandContext) -> int:
             print(json.dumps(r, ensure_ascii=False))
         return EXIT_OK
     if not rows:
-        print("no memories" + (f" with status {args.status}" if args.status else "") + ": start a dream with `workbench dream`", file=sys.stderr)
+        with_status = f" with status {args.status}" if args.status else ""
+        print(f"no memories{with_status}: start a dream with `workbench dream`", file=sys.stderr)
         return EXIT_OK
     print(table([(m["id"], m["status"], m["proposal"], m["version"], ",".join(m["tags"]), m["title"]) for m in rows],
                 ("id", "status", "kind", "v", "tags", "title"), (12, 10, 7, 2, 20)))
@@ -86,7 +96,7 @@ def cmd_memories(args: argparse.Namespace, ctx: CommandContext) -> int:
 def cmd_memory(args: argparse.Namespace, ctx: CommandContext) -> int:
     host = ctx.build_host(args, read_only=args.action is None, hands=False)
     try:
-        store = host.plugin("memory").require_store()
+        store = memory_plugin(host).require_store()
         if args.action:
             extra = {"reason": args.note} if args.action == "redact" else {"note": args.note}
             store.review(args.id, args.action, args.actor, **extra)
@@ -100,7 +110,8 @@ def cmd_memory(args: argparse.Namespace, ctx: CommandContext) -> int:
     if args.json:
         print(json.dumps(m, ensure_ascii=False, indent=1))
         return EXIT_OK
-    print(f"{m['id']}  {m['status']}  ({m['proposal']}{' of ' + ', '.join(m['targets']) if m['targets'] else ''})  tags: {', '.join(m['tags'])}")
+    of = " of " + ", ".join(m["targets"]) if m["targets"] else ""
+    print(f"{m['id']}  {m['status']}  ({m['proposal']}{of})  tags: {', '.join(m['tags'])}")
     print(f"title: {m['title']}\n\n{m['text']}\n\nprovenance:")
     if not m["provenance"]:
         print("  (none)")
@@ -109,7 +120,8 @@ def cmd_memory(args: argparse.Namespace, ctx: CommandContext) -> int:
         print(f"  {c['session_id']} #{c['seq']} ({quotes[(c['session_id'], c['seq'])]}){quote}")
     print("\nhistory:")
     for v in m["history"]:
-        print(f"  v{v['version']} {v['ts'][:19]} {v['actor']:<24} {v['action']:<9} -> {v['status']}" + (f"  ({v['note']})" if v["note"] else ""))
+        note = f"  ({v['note']})" if v["note"] else ""
+        print(f"  v{v['version']} {v['ts'][:19]} {v['actor']:<24} {v['action']:<9} -> {v['status']}{note}")
     for r in m["redactions"]:
         print(f"  redacted versions {r['versions']} at {r['ts'][:19]} by {r['actor']}: {r['reason']}")
     return EXIT_OK
@@ -119,7 +131,7 @@ def cmd_review(args: argparse.Namespace, ctx: CommandContext) -> int:
     from ..panels.review import serve_review
 
     host = ctx.build_host(args, hands=False)  # DatabaseLocked (a clear message) when a server holds the file
-    store = host.plugin("memory").require_store()
+    store = memory_plugin(host).require_store()
 
     def stop(*_: Any) -> None:
         raise KeyboardInterrupt

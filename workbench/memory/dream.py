@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from ..brain import Brain
 from ..brain.models import default_model_name
@@ -24,12 +25,15 @@ from .tools import DREAM_TOOL_NAMES, staged
 
 log_ = logging.getLogger(__name__)
 
+# a trailing backslash only wraps the source: the model reads each paragraph as one line
 DREAM_SYSTEM = """You are dreaming: reading other agents' past sessions in this workbench and proposing memories for future sessions.
 
-A memory is a short, durable, checked fact that would save a future session time: an error and the fix that worked, a library or file that a task needs, a preference the user stated. Not a guess, not a dead end, not a restatement of a system prompt.
+A memory is a short, durable, checked fact that would save a future session time: an error and the fix that worked, \
+a library or file that a task needs, a preference the user stated. Not a guess, not a dead end, not a restatement of a system prompt.
 
 1. list_sessions, then read_events for the sessions with unread events (and read_memories to see what is known).
-2. propose_memory for each new fact, citing the events that show it: session_id, seq and a quote copied exactly from that event. If a tool refuses a proposal, read its reason and fix the proposal or drop it.
+2. propose_memory for each new fact, citing the events that show it: session_id, seq and a quote copied exactly from that event. \
+If a tool refuses a proposal, read its reason and fix the proposal or drop it.
 3. propose_edit / propose_merge / propose_retire when an existing memory is wrong, overlapping or out of date.
 4. End with a short summary of what you proposed and why. People review every proposal."""
 
@@ -63,17 +67,18 @@ def commit_dream(store: MemoryStore, dream_id: str) -> dict[str, Any]:
         events = tx.events(dream_id)
         done = [e for e in events if e.type == "dream_read"]
         if done:
-            return {"dream_id": dream_id, "proposed": done[-1].payload.get("proposals", []), "read": done[-1].payload["sessions"], "committed_before": True}
+            return {"dream_id": dream_id, "proposed": done[-1].payload.get("proposals", []), "read": done[-1].payload["sessions"],
+                    "committed_before": True}
         proposed = []
         for p in staged(events):
             store.tx_create(tx, title=p["title"], text=p["text"], tags=p["tags"], actor=actor, provenance=p["provenance"],
                             proposal=p["proposal"], targets=p["targets"], dream_id=dream_id, note=p.get("note"), memory_id=p["memory_id"])
+            cited = [{"session_id": c["session_id"], "seq": c["seq"]} for c in p["provenance"]]
             tx.append(dream_id, "memory_proposed", {"memory_id": p["memory_id"], "action": p["proposal"], "title": p["title"],
-                                                    "targets": p["targets"],
-                                                    "provenance": [{"session_id": c["session_id"], "seq": c["seq"]} for c in p["provenance"]]})
+                                                    "targets": p["targets"], "provenance": cited})
             proposed.append(p["memory_id"])
         read = read_positions(events, marks)
-        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        now = datetime.now(UTC).replace(tzinfo=None)
         for sid, seq in read.items():
             tx.execute("INSERT INTO dream_reads VALUES (?, ?, ?, ?)", [dream_id, sid, seq, now])
         tx.append(dream_id, "dream_read", {"sessions": read, "proposals": proposed})

@@ -114,7 +114,8 @@ def find_libraries(reads: list[tuple[str, str, list[dict[str, Any]]]]) -> dict[s
                         seen[m.group(1)] = (sid, title, e["seq"], line.strip())
     if not seen:
         return None
-    text = "Third-party libraries past sessions used:\n" + "\n".join(f"- {lib} (session \"{t}\")" for lib, (_, t, _, _) in sorted(seen.items()))
+    text = "Third-party libraries past sessions used:\n" + "\n".join(
+        f"- {lib} (session \"{t}\")" for lib, (_, t, _, _) in sorted(seen.items()))
     return {"title": "Libraries used: " + ", ".join(sorted(seen))[:60], "text": text, "tags": ["libraries"],
             "provenance": [_cite(sid, seq, line) for sid, _, seq, line in seen.values()]}
 

@@ -8,7 +8,6 @@ so a memory is never re-extracted from its own recall.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -91,11 +90,13 @@ def check_citations(log: SessionLog, items: Any, *, scope: list[str] | None, req
             continue
         e = found[0]
         if e.type in UNCITABLE:
-            problems.append(f"{where}: event {sid} #{seq} is a {e.type} event, which is not evidence; cite what happened in the session (messages, tool calls, results)")
+            problems.append(f"{where}: event {sid} #{seq} is a {e.type} event, which is not evidence; "
+                            "cite what happened in the session (messages, tool calls, results)")
             continue
         if not isinstance(quote, str) or len(normalize(quote)) < MIN_QUOTE:
             problems.append(f"{where}: quote must be at least {MIN_QUOTE} characters copied exactly from event {sid} #{seq}")
             continue
         if normalize(quote) not in normalize(event_text(e)):
-            problems.append(f"{where}: the quote {quote[:80]!r} does not appear in event {sid} #{seq} ({e.type}); copy it exactly from read_events output")
+            problems.append(f"{where}: the quote {quote[:80]!r} does not appear in event {sid} #{seq} ({e.type}); "
+                            "copy it exactly from read_events output")
     return problems

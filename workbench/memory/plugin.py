@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import from_env
 from ..errors import ConfigError, TurnBusy
@@ -23,6 +23,9 @@ from .dream import DEFAULT_INSTRUCTIONS, DreamScheduler, commit_dream, commit_fi
 from .dream_script import dream_script
 from .store import MemorySettings, MemoryStore
 from .tools import dream_tools
+
+if TYPE_CHECKING:  # the host imports its plugins
+    from ..host import Host
 
 
 @dataclass
@@ -52,7 +55,7 @@ class MemoryPlugin(Plugin):
 
     # -- bound to a host -------------------------------------------------------------
 
-    def attach(self, host: Any) -> None:
+    def attach(self, host: Host) -> None:
         super().attach(host)
         # the store's tables live in the log's own DuckDB file; a log without SQL (the in-memory
         # twin of fast tests) has no memory, and sessions simply get none
@@ -76,7 +79,7 @@ class MemoryPlugin(Plugin):
     async def startup(self) -> None:
         if self.store is None or self.store.log.read_only:
             return
-        host, loop = self.host, asyncio.get_running_loop()
+        host, loop = self._host(), asyncio.get_running_loop()
         # a dream whose turn ended just before its process stopped is committed now (idempotent)
         await asyncio.to_thread(commit_finished_dreams, self.store)
 
@@ -99,6 +102,10 @@ class MemoryPlugin(Plugin):
         if self.store is not None and self.store.log.session(session_id)["kind"] == "dream":
             commit_dream(self.store, session_id)
 
+    def _host(self) -> Host:
+        assert self.host is not None, "the host attaches its plugins before it starts them or serves their routes"
+        return self.host
+
     # -- what the routes and commands use ---------------------------------------------------
 
     def require_store(self) -> MemoryStore:
@@ -109,11 +116,11 @@ class MemoryPlugin(Plugin):
 
     def dream_model(self, model: str | None) -> str:
         """The model a dream uses: the one asked for, else `dream_model`, else the host's default."""
-        return model or self.settings.dream_model or self.host.models.default_name()
+        return model or self.settings.dream_model or self._host().models.default_name()
 
     async def running_dream(self) -> str | None:
         """The id of a dream whose turn runs in this host, if any."""
-        running = self.host.brain.turns.sessions()
+        running = self._host().brain.turns.sessions()
         if not running:
             return None
         rows = await asyncio.to_thread(self.require_store().log.sessions, ids=running)
@@ -121,9 +128,9 @@ class MemoryPlugin(Plugin):
 
     async def create_dream(self, sessions: list[str] | None = None, model: str | None = None) -> str:
         """Create a dream session (checked: its sessions exist and are chats, its model can be made)."""
-        store, brain = self.require_store(), self.host.brain
+        store, brain = self.require_store(), self._host().brain
         model = self.dream_model(model)
-        await asyncio.to_thread(self.host.models.check, model)
+        await asyncio.to_thread(self._host().models.check, model)
         return await asyncio.to_thread(lambda: create_dream(brain, store, sessions=sessions, model=model))
 
     async def start_dream(self, sessions: list[str] | None = None, model: str | None = None,
@@ -134,9 +141,9 @@ class MemoryPlugin(Plugin):
             # two dreams over the same sessions would each propose the same facts
             raise TurnBusy(f"dream {running} is still running; wait for it (GET /workbench/api/dreams/{running})")
         dream_id = await self.create_dream(sessions, model)
-        await self.host.brain.start_turn(dream_id, instructions or DEFAULT_INSTRUCTIONS)
+        await self._host().brain.start_turn(dream_id, instructions or DEFAULT_INSTRUCTIONS)
         return dream_id
 
     async def run_dream(self, dream_id: str, instructions: str | None = None) -> dict[str, Any]:
         """Run a created dream to its end and commit it; the commit summary with the stop reason."""
-        return await run_dream(self.host.brain, self.require_store(), dream_id, instructions)
+        return await run_dream(self._host().brain, self.require_store(), dream_id, instructions)

@@ -9,15 +9,18 @@ cursor of their own.
 
 from __future__ import annotations
 
+# MemoryStore has a method named `list`; below it, the class's annotations reach the builtin as builtins.list
+import builtins
 import json
 import re
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import ConfigError, MemoryConflict, UnknownMemory
 from ..log import DuckDBLog
+from ..log.duckdb_log import one_row
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memory_items (
@@ -84,11 +87,11 @@ class MemorySettings:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def _iso(ts: datetime) -> str:
-    return ts.replace(tzinfo=timezone.utc).isoformat()
+    return ts.replace(tzinfo=UTC).isoformat()
 
 
 def check_actor(actor: str) -> str:
@@ -122,7 +125,8 @@ def _version_row(r: tuple) -> dict[str, Any]:
     }
 
 
-MEMORY_COLS = "id, title, text, tags, status, version, proposal, targets, dream_id, created_at, created_by, updated_at, updated_by, provenance"
+MEMORY_COLS = ("id, title, text, tags, status, version, proposal, targets, dream_id, "
+               "created_at, created_by, updated_at, updated_by, provenance")
 
 
 def _memory_row(r: tuple) -> dict[str, Any]:
@@ -147,7 +151,7 @@ class MemoryStore:
     def _rows(self, sql: str, params: list[Any] | None = None) -> list[tuple]:
         cur = self.log.cursor()
         try:
-            if not cur.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'memory_items'").fetchone()[0]:
+            if not one_row(cur, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'memory_items'")[0]:
                 return []  # a read-only log that never held a memory
             return cur.execute(sql, params or []).fetchall()
         finally:
@@ -184,7 +188,8 @@ class MemoryStore:
             f"SELECT {VERSION_COLS} FROM memory_versions WHERE memory_id = ? ORDER BY version", [memory_id])]
         m["redactions"] = [
             {"version": r[0], "ts": _iso(r[1]), "actor": r[2], "reason": r[3], "versions": list(r[4])}
-            for r in self._rows("SELECT version, ts, actor, reason, versions FROM memory_redactions WHERE memory_id = ? ORDER BY ts", [memory_id])
+            for r in self._rows(
+                "SELECT version, ts, actor, reason, versions FROM memory_redactions WHERE memory_id = ? ORDER BY ts", [memory_id])
         ]
         return m
 
@@ -192,7 +197,7 @@ class MemoryStore:
         """For each session, the last seq any finished dream has read."""
         return dict(self._rows("SELECT session_id, max(last_seq) FROM dream_reads GROUP BY session_id"))
 
-    def dreams(self) -> list[dict[str, Any]]:
+    def dreams(self) -> builtins.list[dict[str, Any]]:
         """Dream sessions, oldest first, with how many memories each proposed."""
         out = []
         for s in self.log.sessions(kind="dream"):
@@ -201,11 +206,11 @@ class MemoryStore:
             out.append(dict(s, proposals=n[0][0] if n else 0, sessions_read=done[0][0] if done else 0))
         return out
 
-    def session_events(self, session_id: str, after: int | None = None, until: int | None = None) -> list[dict[str, Any]]:
+    def session_events(self, session_id: str, after: int | None = None, until: int | None = None) -> builtins.list[dict[str, Any]]:
         """A slice of a session's events as JSON (what the review panels show as context)."""
         return [e.to_json() for e in self.log.events(session_id, after=after, until=until)]
 
-    def prompt_memories(self) -> tuple[str, list[dict[str, Any]]]:
+    def prompt_memories(self) -> tuple[str, builtins.list[dict[str, Any]]]:
         """The memory preamble for a new session's system prompt, and what it holds."""
         accepted = self.list(status="accepted")
         if not accepted or not self.settings.inject:
@@ -226,17 +231,17 @@ class MemoryStore:
 
     # -- writing (each on the log's writer thread, in one transaction) ------------
 
-    def create(self, *, title: str, text: str, actor: str, provenance: list[dict[str, Any]],
-               tags: list[str] | None = None, status: str = "proposed", proposal: str = "create",
-               targets: list[str] | None = None, dream_id: str | None = None, note: str | None = None) -> str:
+    def create(self, *, title: str, text: str, actor: str, provenance: builtins.list[dict[str, Any]],
+               tags: builtins.list[str] | None = None, status: str = "proposed", proposal: str = "create",
+               targets: builtins.list[str] | None = None, dream_id: str | None = None, note: str | None = None) -> str:
         """Add a memory (a proposal unless status says otherwise); returns its id."""
         return self.log.write(lambda tx: self.tx_create(
             tx, title=title, text=text, actor=actor, provenance=provenance, tags=tags, status=status,
             proposal=proposal, targets=targets, dream_id=dream_id, note=note)).result()
 
-    def tx_create(self, tx: Any, *, title: str, text: str, actor: str, provenance: list[dict[str, Any]],
-                  tags: list[str] | None = None, status: str = "proposed", proposal: str = "create",
-                  targets: list[str] | None = None, dream_id: str | None = None, note: str | None = None,
+    def tx_create(self, tx: Any, *, title: str, text: str, actor: str, provenance: builtins.list[dict[str, Any]],
+                  tags: builtins.list[str] | None = None, status: str = "proposed", proposal: str = "create",
+                  targets: builtins.list[str] | None = None, dream_id: str | None = None, note: str | None = None,
                   memory_id: str | None = None) -> str:
         """`create` inside a transaction the caller owns (a dream commits many at once)."""
         check_actor(actor)
@@ -251,7 +256,7 @@ class MemoryStore:
         return memory_id
 
     def _version(self, tx: Any, memory_id: str, version: int, actor: str, action: str, title: str, text: str,
-                 tags: list[str], status: str, provenance: list[dict[str, Any]], note: str | None) -> None:
+                 tags: builtins.list[str], status: str, provenance: builtins.list[dict[str, Any]], note: str | None) -> None:
         tx.execute(f"INSERT INTO memory_versions ({VERSION_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    [memory_id, version, _now(), actor, action, title, text, tags, status, json.dumps(provenance), note])
 
@@ -354,7 +359,8 @@ class MemoryStore:
                 title: str | None = None, **_: Any) -> str:
         m = self._current(tx, memory_id)
         reason = _text(reason or note, "reason")
-        versions = [r[0] for r in tx.execute("SELECT version FROM memory_versions WHERE memory_id = ? ORDER BY version", [memory_id]).fetchall()]
+        versions = [r[0] for r in tx.execute(
+            "SELECT version FROM memory_versions WHERE memory_id = ? ORDER BY version", [memory_id]).fetchall()]
         # the one in-place change: the text goes from every version; the record of the redaction stays
         tx.execute("UPDATE memory_versions SET text = ? WHERE memory_id = ?", [REDACTED, memory_id])
         # quotes copied from the source events may hold the same secret

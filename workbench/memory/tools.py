@@ -101,7 +101,7 @@ def read_events(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> To
     head = f"== session {sid} \"{title}\": events #{shown[0].seq}..#{shown[-1].seq} of {last} =="
     more = f"\n(more: call again with after={shown[-1].seq})" if len(events) > len(shown) else ""
     # only an unfiltered slice counts as read; a search skips events between its hits
-    details = {} if search else {"read": {"session_id": sid, "after": after, "until": shown[-1].seq}}
+    details: dict[str, Any] = {} if search else {"read": {"session_id": sid, "after": after, "until": shown[-1].seq}}
     return _out(head + "\n" + "\n".join(render_event(e) for e in shown) + more, **details)
 
 
@@ -129,24 +129,32 @@ def _duplicate(store: MemoryStore, pending: list[dict[str, Any]], title: str, te
 def _propose(kind: str, store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     scope = dream_scope(ctx)
     pending = staged(ctx.log.events(ctx.session_id))
-    targets = inp.get("memory_ids") if kind == "merge" else ([inp.get("memory_id")] if kind != "create" else [])
+    named = inp.get("memory_ids") if kind == "merge" else ([inp.get("memory_id")] if kind != "create" else [])
+    targets: list[Any] = named if isinstance(named, list) else []  # model input: any JSON, checked one by one
     problems = []
-    current = {}
-    for t in targets or []:
-        try:
-            current[t] = store.get(t) if isinstance(t, str) else None
-        except Exception:
-            current[t] = None
-        if current[t] is None:
+    current: dict[str, dict[str, Any]] = {}
+    for t in targets:
+        m = None
+        if isinstance(t, str):
+            try:
+                m = store.get(t)
+            except Exception:
+                m = None
+        if m is None:
             problems.append(f"there is no memory {t!r}; read_memories shows the ids")
-        elif current[t]["status"] not in ("accepted", "proposed"):
-            problems.append(f"memory {t} is {current[t]['status']}; only accepted or proposed memories can change")
-    if kind == "merge" and (not isinstance(targets, list) or len(targets) < 2):
+            continue
+        current[t] = m
+        if m["status"] not in ("accepted", "proposed"):
+            problems.append(f"memory {t} is {m['status']}; only accepted or proposed memories can change")
+    if kind == "merge" and len(targets) < 2:
         problems.append("memory_ids must list at least two memories to merge")
     title, text = inp.get("title"), inp.get("text")
     if kind == "retire":
-        title = title or (current.get(targets[0]) or {}).get("title", "retire")
+        retired = current.get(targets[0]) if isinstance(targets[0], str) else None
+        title = title or (retired or {}).get("title", "retire")
         text = inp.get("reason")
+        if not isinstance(title, str):
+            problems.append("title must be a string")
         if not isinstance(text, str) or not text.strip():
             problems.append("reason is required: why this memory is wrong or out of date")
     elif not (isinstance(title, str) and title.strip() and isinstance(text, str) and text.strip()):
@@ -154,24 +162,26 @@ def _propose(kind: str, store: MemoryStore, inp: dict[str, Any], ctx: ToolContex
     provenance = inp.get("provenance")
     problems += check_citations(ctx.log, provenance, scope=scope, required=kind in ("create", "edit"))
     if not problems and kind == "create":
+        assert isinstance(title, str) and isinstance(text, str), "checked above"
         dup = _duplicate(store, pending, title, text, skip=set())
         if dup:
             problems.append(dup)
         marks = store.bookmarks()
-        if all(c["seq"] <= marks.get(c["session_id"], 0) for c in provenance):
+        if all(c["seq"] <= marks.get(c["session_id"], 0) for c in provenance or []):
             problems.append("every cited event was read by an earlier dream, whose proposals were already made; "
                             "propose memories only from events after read_until (list_sessions shows it)")
     if problems:
         return _out("not proposed:\n" + "\n".join(f"- {p}" for p in problems), True)
+    assert isinstance(title, str) and isinstance(text, str), "checked above"
     provenance = [{"session_id": c["session_id"], "seq": c["seq"], "quote": c["quote"]} for c in provenance or []]
     if kind == "merge":
         provenance = [c for t in targets for c in current[t]["provenance"]] + provenance
     proposal = {
         "memory_id": "m" + uuid.uuid4().hex[:10], "proposal": kind, "title": title.strip(), "text": text.strip(),
-        "tags": inp.get("tags") or [], "provenance": provenance, "targets": list(targets or []), "note": inp.get("reason"),
+        "tags": inp.get("tags") or [], "provenance": provenance, "targets": list(targets), "note": inp.get("reason"),
     }
     what = {"create": "new memory", "edit": f"edit of {targets[0] if targets else ''}",
-            "merge": f"merge of {', '.join(targets or [])}", "retire": f"retirement of {targets[0] if targets else ''}"}[kind]
+            "merge": f"merge of {', '.join(targets)}", "retire": f"retirement of {targets[0] if targets else ''}"}[kind]
     return _out(f"staged {proposal['memory_id']} ({what}): it is proposed for review when this dream ends", proposal=proposal)
 
 
@@ -204,19 +214,24 @@ CITATIONS = MappingProxyType({
 TAGS = MappingProxyType({"type": "array", "items": {"type": "string"}})
 
 SPECS: tuple[tuple[str, str, dict[str, Any], Callable[..., ToolOutput]], ...] = (
-    ("list_sessions", "List the sessions this dream may read, with how far earlier dreams read each (read_until) and how many events are unread.",
+    ("list_sessions", "List the sessions this dream may read, with how far earlier dreams read each (read_until) "
+                      "and how many events are unread.",
          {"type": "object", "properties": {"since": {"type": "string", "description": "ISO date: only sessions active since"},
                                            "until": {"type": "string", "description": "ISO date: only sessions created before"},
                                            "title": {"type": "string", "description": "text the title contains"},
                                            "tag": {"type": "string", "description": "a tag in the session's config.tags"},
                                            "limit": {"type": "integer"}}}, list_sessions),
-    ("read_events", "Read a session's events in seq order: by default the ones no dream has read yet. Use after/until for a slice, search for text.",
+    ("read_events", "Read a session's events in seq order: by default the ones no dream has read yet. "
+                    "Use after/until for a slice, search for text.",
          {"type": "object", "properties": {"session_id": {"type": "string"}, "after": {"type": "integer"}, "until": {"type": "integer"},
-                                           "search": {"type": "string"}, "limit": {"type": "integer", "description": f"at most {MAX_EVENTS}"}},
+                                           "search": {"type": "string"},
+                                           "limit": {"type": "integer", "description": f"at most {MAX_EVENTS}"}},
           "required": ["session_id"]}, read_events),
     ("read_memories", "Read the current memories (all statuses unless filtered). Never propose one of these again as new.",
-         {"type": "object", "properties": {"status": {"type": "string"}, "tag": {"type": "string"}, "search": {"type": "string"}}}, read_memories),
-    ("propose_memory", "Propose a new memory: a durable, checked fact worth knowing in future sessions (not a guess, not a dead end). A person reviews it.",
+         {"type": "object", "properties": {"status": {"type": "string"}, "tag": {"type": "string"}, "search": {"type": "string"}}},
+         read_memories),
+    ("propose_memory", "Propose a new memory: a durable, checked fact worth knowing in future sessions "
+                       "(not a guess, not a dead end). A person reviews it.",
          {"type": "object", "properties": {"title": {"type": "string"}, "text": {"type": "string"}, "tags": TAGS, "provenance": CITATIONS},
           "required": ["title", "text", "provenance"]}, propose_memory),
     ("propose_edit", "Propose a new version of an existing memory (it replaces the old one when accepted).",

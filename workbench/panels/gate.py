@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import hmac
 import secrets
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlencode
 
 from tornado.httputil import HTTPServerRequest

@@ -34,7 +34,8 @@ def message_html(text: str, kind: str) -> str:
 
 def badge(status: str) -> str:
     color = STATUS_COLORS.get(status, "#444")
-    return f'<span class="wb-status" style="color:#fff;background:{color};padding:1px 6px;border-radius:8px;font-size:0.85em">{esc(status)}</span>'
+    style = f"color:#fff;background:{color};padding:1px 6px;border-radius:8px;font-size:0.85em"
+    return f'<span class="wb-status" style="{style}">{esc(status)}</span>'
 
 
 def memory_html(m: dict[str, Any]) -> str:

@@ -57,13 +57,17 @@ class ReviewApp:
             w.param.watch(lambda _e: self.refresh(), "value")
         self.memories.param.watch(lambda _e: self.show(), "value")
         self.timeline_dream.param.watch(lambda _e: self.show_timeline(), "value")
-        self.accept_button.on_click(lambda _e: self.act("accept"))
-        self.accept_edited_button.on_click(lambda _e: self.act("accept", edited=True))
-        self.save_button.on_click(lambda _e: self.act("edit", edited=True))
-        self.reject_button.on_click(lambda _e: self.act("reject"))
-        self.retire_button.on_click(lambda _e: self.act("retire"))
-        self.merge_button.on_click(lambda _e: self.act("merge", edited=True))
+        for button, action, edited in ((self.accept_button, "accept", False), (self.accept_edited_button, "accept", True),
+                                       (self.save_button, "edit", True), (self.reject_button, "reject", False),
+                                       (self.retire_button, "retire", False), (self.merge_button, "merge", True)):
+            self._on_click(button, action, edited)
         self.refresh()
+
+    def _on_click(self, button: pn.widgets.Button, action: str, edited: bool) -> None:
+        def click(_e: Any) -> None:  # act's result is for callers; Panel expects None or an awaitable to run
+            self.act(action, edited=edited)
+
+        button.on_click(click)
 
     # -- state ------------------------------------------------------------------
 
@@ -101,10 +105,14 @@ class ReviewApp:
         m = self.source.get(mid)
         self.detail.object = memory_html(m)
         self.diff.object = proposal_diffs(m, self.source.get)
-        buttons = []
+        buttons: list[pn.viewable.Viewable] = []
         for c in m["provenance"]:
             b = pn.widgets.Button(label=f"{c['session_id']} #{c['seq']}", color="light", css_classes=["wb-cite"])
-            b.on_click(lambda _e, c=c: self.show_source(c))
+
+            def cite(_e: Any, c: dict[str, Any] = c) -> None:
+                self.show_source(c)
+
+            b.on_click(cite)
             quote = f"“{esc(c['quote'])}”" if c.get("quote") else ""
             buttons.append(pn.Row(b, pn.pane.HTML(f"<small>{quote}</small>", css_classes=["wb-cite-quote"])))
         self.provenance.objects = buttons or [pn.pane.HTML("<i>no provenance (written by a person)</i>")]
@@ -130,9 +138,10 @@ class ReviewApp:
         """Apply a review action to the selected memory as the reviewer; the message says what happened."""
         mid = self.selected
         if mid is None:
-            return self._say("select a memory first", "warning")
+            self._say("select a memory first", "warning")
+            return None
         kw: dict[str, Any] = {}
-        note = self.note_input.value.strip() or None
+        note = (self.note_input.value or "").strip() or None
         if edited:
             kw.update(title=self.title_input.value, text=self.text_input.value)
         if action == "merge":
@@ -140,9 +149,10 @@ class ReviewApp:
         if action in ("accept", "reject", "retire", "edit", "merge") and note:
             kw["note"] = note
         try:
-            m = self.source.review(mid, action, self.actor.value.strip(), **kw)
+            m = self.source.review(mid, action, (self.actor.value or "").strip(), **kw)
         except WorkbenchError as e:
-            return self._say(str(e), "danger")
+            self._say(str(e), "danger")
+            return None
         self.note_input.value = ""
         self._say(f"{action}: {m['id']} is now {m['status']} (v{m['version']})", "success")
         self.refresh()
@@ -150,7 +160,6 @@ class ReviewApp:
 
     def _say(self, text: str, kind: str) -> None:
         self.message.object, self.message_kind, self.message.visible = message_html(text, kind), kind, True
-        return None
 
     # -- layout -------------------------------------------------------------------
 

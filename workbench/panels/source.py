@@ -9,6 +9,8 @@ client of the package.
 
 from __future__ import annotations
 
+# both sources have a method named `list`; below it, their annotations reach the builtin as builtins.list
+import builtins
 from typing import Any, Protocol
 
 
@@ -18,8 +20,8 @@ class MemorySource(Protocol):
     def list(self, *, status: str | None = None, tag: str | None = None, dream: str | None = None) -> list[dict[str, Any]]: ...
     def get(self, memory_id: str) -> dict[str, Any]: ...
     def review(self, memory_id: str, action: str, actor: str, **kw: Any) -> dict[str, Any]: ...
-    def dreams(self) -> list[dict[str, Any]]: ...
-    def session_events(self, session_id: str, after: int | None = None, until: int | None = None) -> list[dict[str, Any]]: ...
+    def dreams(self) -> builtins.list[dict[str, Any]]: ...
+    def session_events(self, session_id: str, after: int | None = None, until: int | None = None) -> builtins.list[dict[str, Any]]: ...
 
 
 class RestSource:
@@ -43,9 +45,9 @@ class RestSource:
     def review(self, memory_id: str, action: str, actor: str, **kw: Any) -> dict[str, Any]:
         return self.client.review(memory_id, action, actor=actor, **kw)
 
-    def dreams(self) -> list[dict[str, Any]]:
+    def dreams(self) -> builtins.list[dict[str, Any]]:
         return self.client.dreams()
 
-    def session_events(self, session_id: str, after: int | None = None, until: int | None = None) -> list[dict[str, Any]]:
+    def session_events(self, session_id: str, after: int | None = None, until: int | None = None) -> builtins.list[dict[str, Any]]:
         limit = None if until is None else max(1, until - (after or 0))
         return self.client.events(session_id, after=after or 0, limit=limit)

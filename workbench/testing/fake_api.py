@@ -68,7 +68,7 @@ class FakeMessagesAPI:
 
     # -- control ---------------------------------------------------------------
 
-    def use(self, script: Any) -> "FakeMessagesAPI":
+    def use(self, script: Any) -> FakeMessagesAPI:
         """Answer from now on with `script`: a script name, a callable(request) -> Reply, or a list of Reply."""
         if isinstance(script, str):
             script = BUILTIN_SCRIPTS[script]
@@ -87,7 +87,7 @@ class FakeMessagesAPI:
         with self._lock:
             self._faults.extend([(status, etype, midstream)] * times)
 
-    def start(self) -> "FakeMessagesAPI":
+    def start(self) -> FakeMessagesAPI:
         sockets = tornado.netutil.bind_sockets(self.port, "127.0.0.1")
         self.port = sockets[0].getsockname()[1]
 
@@ -115,7 +115,7 @@ class FakeMessagesAPI:
             self._thread.join(10)
             self._thread = None
 
-    def __enter__(self) -> "FakeMessagesAPI":
+    def __enter__(self) -> FakeMessagesAPI:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -223,7 +223,8 @@ class _MessagesHandler(tornado.web.RequestHandler):
         message = self.api.answer(req)
         if not req.get("stream"):
             self.set_header("content-type", "application/json")
-            return self.finish(message)
+            self.finish(message)
+            return
         self.set_header("content-type", "text/event-stream")
         self.set_header("cache-control", "no-cache")
         events = message_events(message)

@@ -73,7 +73,7 @@ class JupyterProcess:
             "--ServerApp.allow_root=True", *self.args,
         ]
 
-    def start(self, timeout: float = 60.0) -> "JupyterProcess":
+    def start(self, timeout: float = 60.0) -> JupyterProcess:
         """Start the server and wait until `probe` answers; raises with the log's tail if it does not."""
         import httpx
 

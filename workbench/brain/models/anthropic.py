@@ -9,7 +9,8 @@ retries, and records each attempt in the log.
 from __future__ import annotations
 
 import os
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from ...errors import MissingAPIKey
 from .base import FatalModelError, RetryableError

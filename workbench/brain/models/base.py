@@ -11,7 +11,8 @@ API server).
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator, Protocol, runtime_checkable
+from collections.abc import AsyncIterator
+from typing import Any, Protocol, runtime_checkable
 
 
 @runtime_checkable
@@ -54,13 +55,19 @@ class MessageBuilder:
         if t == "message_start":
             self.message = dict(ev["message"])
             self.message["content"] = list(self.message.get("content") or [])
-        elif t == "content_block_start":
-            blocks = self.message["content"]
+            return
+        if t not in ("content_block_start", "content_block_delta", "content_block_stop", "message_delta"):
+            return  # ping, message_stop and event types added later carry nothing to keep
+        if self.message is None:  # a broken stream is the model's failure, as in result()
+            raise FatalModelError(f"the model's stream sent {t} before message_start")
+        message = self.message
+        if t == "content_block_start":
+            blocks = message["content"]
             while len(blocks) <= ev["index"]:
                 blocks.append(None)
             blocks[ev["index"]] = dict(ev["content_block"])
         elif t == "content_block_delta":
-            block, d = self.message["content"][ev["index"]], ev["delta"]
+            block, d = message["content"][ev["index"]], ev["delta"]
             dt = d.get("type")
             if dt == "text_delta":
                 block["text"] = block.get("text", "") + d["text"]
@@ -76,14 +83,14 @@ class MessageBuilder:
             i = ev["index"]
             if i in self._json:
                 raw = self._json.pop(i)
-                self.message["content"][i]["input"] = json.loads(raw) if raw.strip() else {}
+                message["content"][i]["input"] = json.loads(raw) if raw.strip() else {}
         elif t == "message_delta":
             for k, v in (ev.get("delta") or {}).items():
-                self.message[k] = v
+                message[k] = v
             if ev.get("usage"):
-                usage = dict(self.message.get("usage") or {})
+                usage = dict(message.get("usage") or {})
                 usage.update({k: v for k, v in ev["usage"].items() if v is not None})
-                self.message["usage"] = usage
+                message["usage"] = usage
 
     def result(self) -> dict[str, Any]:
         if self.message is None:
@@ -99,20 +106,24 @@ def message_events(message: dict[str, Any], *, chunk: int = 24) -> list[dict[str
     usage = message.get("usage") or {}
     start["usage"] = {"input_tokens": usage.get("input_tokens", 0), "output_tokens": 1}
     evs: list[dict[str, Any]] = [{"type": "message_start", "message": start}]
-    pieces = lambda s: [s[i : i + chunk] for i in range(0, len(s), chunk)]  # noqa: E731
+
+    def deltas(i: int, kind: str, key: str, s: str) -> list[dict[str, Any]]:
+        return [{"type": "content_block_delta", "index": i, "delta": {"type": kind, key: s[j : j + chunk]}}
+                for j in range(0, len(s), chunk)]
+
     for i, block in enumerate(message["content"]):
         bt = block["type"]
         if bt == "text":
             evs.append({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}})
-            evs += [{"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": p}} for p in pieces(block["text"])]
+            evs += deltas(i, "text_delta", "text", block["text"])
         elif bt == "thinking":
             evs.append({"type": "content_block_start", "index": i, "content_block": {"type": "thinking", "thinking": ""}})
-            evs += [{"type": "content_block_delta", "index": i, "delta": {"type": "thinking_delta", "thinking": p}} for p in pieces(block["thinking"])]
+            evs += deltas(i, "thinking_delta", "thinking", block["thinking"])
             evs.append({"type": "content_block_delta", "index": i, "delta": {"type": "signature_delta", "signature": block["signature"]}})
         elif bt == "tool_use":
             head = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
             evs.append({"type": "content_block_start", "index": i, "content_block": head})
-            evs += [{"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": p}} for p in pieces(json.dumps(block["input"]))]
+            evs += deltas(i, "input_json_delta", "partial_json", json.dumps(block["input"]))
         else:  # redacted_thinking and anything else arrive whole
             evs.append({"type": "content_block_start", "index": i, "content_block": block})
         evs.append({"type": "content_block_stop", "index": i})

@@ -20,10 +20,10 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 from ...errors import UnknownModel
 from .base import message_events
