@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -164,3 +165,68 @@ def test_ctrl_c_in_workbench_run_records_the_interrupt_and_stops_the_kernel(tmp_
     assert events[-1].payload["stop_reason"] == "interrupted"
     result = next(e.payload for e in events if e.type == "tool_result")
     assert result["is_error"] and result.get("interrupted")
+
+
+BOOTING = """
+import asyncio, sys
+from workbench.hands.factory import HandsFactory, HandsSettings
+
+async def main():
+    backend, registry, count, gap = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    pooled = HandsFactory(HandsSettings(backend=backend, registry_dir=registry, pool_size=1))
+    await pooled.start()  # a warm pool boots one kernel, as the CLI's does
+    f = HandsFactory(HandsSettings(backend=backend, registry_dir=registry, pool_size=0))
+    calls = []
+    for i in range(count):  # and sessions one each, staggered: each is at another point of its boot
+        calls.append(asyncio.ensure_future(f(f"s{i}", {}, None).execute("1")))
+        await asyncio.sleep(gap)
+    print("launched", flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+def _mentioning(root: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and any(root in a for a in p.info["cmdline"] or []):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("backend", ["local", "sandbox"])
+def test_a_host_killed_while_kernels_boot_leaves_no_process(hands_tmp, backend):
+    """SIGKILL a host at many points of many kernel boots: nothing of any of them may live on."""
+    if backend == "sandbox":
+        from workbench.hands.preflight import preflight
+
+        check = preflight()
+        if not check.ok:
+            pytest.skip(f"no working bubblewrap here: {check.reason}")
+    count, gap = 10, 0.04
+    left = []
+    for attempt in range(3):
+        # short: a unix socket's path (a kernel's ZMQ and egress sockets live under it) has ~107 bytes
+        root = Path(tempfile.mkdtemp(prefix="h", dir=hands_tmp))
+        env = cli_env(TMPDIR=str(root), JUPYTER_RUNTIME_DIR=str(root / "runtime"))
+        proc = subprocess.Popen([sys.executable, "-c", BOOTING, backend, str(root / "registry"), str(count), str(gap)],
+                                stdout=subprocess.PIPE, text=True, env=env)
+        try:
+            assert proc.stdout.readline() == "launched\n"
+            time.sleep(attempt * gap / 3)  # shift every kernel's kill point a little further along its boot
+        finally:
+            proc.kill()
+            proc.wait()
+        # the wait is for a loaded machine; nothing here needs more than the kernel's own exit
+        _, alive = psutil.wait_procs(_mentioning(str(root)), timeout=15)
+        for p in alive:
+            try:
+                left.append(f"{p.pid} (parent {p.ppid()}): {' '.join(p.cmdline())[:120]}")
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+    assert not left, "processes of a killed host's kernels live on:\n" + "\n".join(left)

@@ -21,7 +21,7 @@ from typing import Any
 from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 
-from . import limits as _limits
+from . import launch, limits as _limits
 from .limits import Limits
 
 # Variables a kernel may inherit from the host. Everything else, secrets
@@ -48,6 +48,7 @@ class LocalLauncher:
     name = "local"
     interrupt_mode = "signal"
     poolable = True  # nothing per session: any pooled kernel can be adopted
+    supervise = False  # the launch wrapper execs the kernel itself: bound to the host from its first instruction
 
     def __init__(self, kernel_name: str = "python3", spec_dirs: list[str] | None = None):
         self.kernel_name = kernel_name
@@ -127,11 +128,11 @@ class LiveKernel:
             self.registry.remove(self.kid)
 
 
-def _wrapped_spec(km: AsyncKernelManager, limits: Limits, kid: str, report: str) -> None:
-    """Put the limits wrapper in front of the kernel's argv (works for any launcher)."""
+def _wrapped_spec(km: AsyncKernelManager, limits: Limits | None, kid: str, report: str, supervise: bool) -> None:
+    """Put the launch wrapper in front of the kernel's argv (works for any launcher)."""
     spec = km.kernel_spec
     km._kernel_spec = KernelSpec(
-        argv=limits.wrap(spec.argv, kid, report),
+        argv=launch.command(spec.argv, parent=os.getpid(), supervise=supervise, limits=limits, cgroup=kid, report=report),
         display_name=spec.display_name,
         language=spec.language,
         interrupt_mode=spec.interrupt_mode,
@@ -151,8 +152,7 @@ async def boot(launcher: Any, *, env: dict[str, str], workdir: Path | None = Non
     workdir = Path(tempfile.mkdtemp(prefix="workbench-work-")) if owns else workdir
     km, kw = launcher.manager(run_dir, env, workdir)
     report = run_dir / "limits.json"
-    if limits is not None and limits.any():
-        _wrapped_spec(km, limits, kid, str(report))
+    _wrapped_spec(km, limits, kid, str(report), launcher.supervise)
     kc = None
     try:
         await km.start_kernel(**kw)

@@ -128,6 +128,7 @@ class SandboxLauncher:
     name = "sandbox"
     interrupt_mode = "message"
     poolable = True  # a pooled kernel is handed to a session by adopt(), which rebinds its egress
+    supervise = True  # bwrap's init binds itself to bwrap late: the launch wrapper stays to end it with the host
 
     def __init__(
         self,
