@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -230,3 +231,31 @@ def test_a_host_killed_while_kernels_boot_leaves_no_process(hands_tmp, backend):
             except psutil.NoSuchProcess:
                 pass
     assert not left, "processes of a killed host's kernels live on:\n" + "\n".join(left)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["local", "sandbox"])
+async def test_kernels_stopped_while_they_boot_leave_no_process(hands_tmp, backend):
+    """Closing a factory at many points of its pool's boots stops every kernel, half-booted ones included."""
+    if backend == "sandbox":
+        from workbench.hands.preflight import preflight
+
+        check = preflight()
+        if not check.ok:
+            pytest.skip(f"no working bubblewrap here: {check.reason}")
+    left = []
+    for attempt in range(4):
+        root = Path(tempfile.mkdtemp(prefix="s", dir=hands_tmp))
+        tempfile.tempdir = str(root)  # this factory's kernels mention root on their command lines
+        try:
+            factory = HandsFactory(HandsSettings(backend=backend, registry_dir=str(root / "registry"), pool_size=4))
+            await factory.start()
+            await asyncio.sleep(attempt * 0.15)  # the four boots are each somewhere else by now
+            await factory.close()
+        finally:
+            tempfile.tempdir = str(hands_tmp)
+        _, alive = await asyncio.to_thread(psutil.wait_procs, _mentioning(str(root)), 15)
+        left += [f"{p.pid}: {' '.join(p.cmdline())[:120]}" for p in alive if p.is_running()]
+        for p in alive:
+            p.kill()
+    assert not left, "processes of stopped kernels live on:\n" + "\n".join(left)
