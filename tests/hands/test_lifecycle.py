@@ -259,3 +259,42 @@ async def test_kernels_stopped_while_they_boot_leave_no_process(hands_tmp, backe
         for p in alive:
             p.kill()
     assert not left, "processes of stopped kernels live on:\n" + "\n".join(left)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["local", "gateway", "sandbox"])
+async def test_every_launcher_fills_the_pool_and_says_which_sessions_a_pooled_kernel_fits(backend, request, tmp_path):
+    settings = HandsSettings(backend=backend, pool_size=1, registry_dir=str(tmp_path / "registry"))
+    if backend == "gateway":
+        gw = request.getfixturevalue("gateway")
+        settings.gateway_url, settings.gateway_token = gw.url, gw.token
+    if backend == "sandbox":
+        from workbench.hands.preflight import preflight
+
+        check = preflight()
+        if not check.ok:
+            pytest.skip(f"no working bubblewrap here: {check.reason}")
+    events: list = []
+
+    async def sink(type: str, payload: dict) -> None:
+        events.append((type, payload))
+
+    async def ready() -> None:
+        while factory.pool.status()["ready"] < 1:
+            assert factory.pool.status()["failures"] == 0, factory.pool.status()
+            await asyncio.sleep(0.05)
+
+    async with HandsFactory(settings) as factory:
+        await ready()
+        plain = factory("plain", {}, sink)
+        assert (await plain.execute("6 * 7")).result == "42"
+        await ready()
+        # KERNEL_ so that a gateway passes it on to the kernel it starts
+        with_env = factory("env", {"hands": {"env": {"KERNEL_WB_ANSWER": "42"}}}, sink)
+        obs = await with_env.execute("import os; os.environ['KERNEL_WB_ANSWER']")
+        assert obs.result == "'42'", obs.to_json()
+        pooled = [p["pooled"] for t, p in events if t == "hands_started"]
+        # a local kernel takes its variables by code; a sandbox or a gateway kernel gets them when it starts
+        assert pooled == [True, backend == "local"]
+        if backend != "local":
+            assert factory.pool.status()["ready"] == 1  # the pool's kernel was left for a session it fits
