@@ -30,7 +30,7 @@ async def _hands_recovery(hands: Any, trials: int, before: Any = None) -> list[f
     for _ in range(trials):
         if before is not None:
             await before()
-        os.kill(hands.pid, signal.SIGKILL)
+        os.kill(hands.status()["pid"], signal.SIGKILL)
         t0 = time.perf_counter()
         for _attempt in range(5):
             obs = await hands.execute("1+1")
@@ -94,32 +94,22 @@ async def run(ctx: Context) -> Section:
     if boots:
         sec.row("  of which: kernel boot to ready (hands_started.boot_ms)", boots)
 
-    try:
-        from workbench.hands.factory import HandsFactory, HandsSettings
-    except ImportError:
-        HandsFactory = None  # noqa: N806
-        sec.notes.append("warm pool: skipped: workbench.hands.factory is not available (cold path only)")
-    if HandsFactory is not None:
-        # like with like: the cold row above is a plain local kernel, so the pool row is too
-        factory = HandsFactory(HandsSettings(backend="local", pool_size=1, registry_dir=str(ctx.tmp / "registry-recovery")))
-        try:
-            await factory.start()
-            hands = factory("bench-recovery", {}, None)
-            sec.row("warm pool (HandsFactory, pool_size=1)", await _hands_recovery(hands, trials, lambda: _pool_ready(factory)))
-        finally:
-            await factory.close()
-        # the default backend: a sandboxed kernel binds the session's workspace when bwrap starts,
-        # so after a death the replacement boots with that workspace instead of coming from the pool
-        factory = HandsFactory(HandsSettings(backend="sandbox", pool_size=1, registry_dir=str(ctx.tmp / "registry-recovery-sbx")))
-        try:
-            if getattr(factory.sandbox, "mode", "") == "sandbox":
-                await factory.start()
-                hands = factory("bench-recovery-sandbox", {}, None)
-                sec.row("sandboxed (the default backend), pool_size=1", await _hands_recovery(hands, trials, lambda: _pool_ready(factory)))
-            else:
-                sec.notes.append("sandboxed recovery: skipped: no working sandbox on this machine")
-        finally:
-            await factory.close()
+    from workbench.hands.factory import HandsFactory, HandsSettings
+
+    # like with like: the cold row above is a plain local kernel, so the pool row is too
+    settings = HandsSettings(backend="local", pool_size=1, registry_dir=str(ctx.tmp / "registry-recovery"))
+    async with HandsFactory(settings) as factory:
+        hands = factory("bench-recovery", {}, None)
+        sec.row("warm pool (HandsFactory, pool_size=1)", await _hands_recovery(hands, trials, lambda: _pool_ready(factory)))
+    # the default backend: a sandboxed kernel binds the session's workspace when bwrap starts,
+    # so after a death the replacement boots with that workspace instead of coming from the pool
+    settings = HandsSettings(backend="sandbox", pool_size=1, registry_dir=str(ctx.tmp / "registry-recovery-sbx"))
+    async with HandsFactory(settings) as factory:
+        if factory.mode == "sandbox":
+            hands = factory("bench-recovery-sandbox", {}, None)
+            sec.row("sandboxed (the default backend), pool_size=1", await _hands_recovery(hands, trials, lambda: _pool_ready(factory)))
+        else:
+            sec.notes.append("sandboxed recovery: skipped: no working sandbox on this machine")
 
     restart, answer = await _jupyter_server_recovery(ctx, trials)
     sec.row("jupyter_server: POST .../restart returned", restart)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import importlib.util
 
 import psutil
 import pytest
@@ -25,8 +24,12 @@ SHORT = {"timeout": 5, "interrupt_grace": 1.0, "startup_timeout": 60}
 
 
 def _backend_settings(backend: str, request, tmp_path) -> HandsSettings:
-    if backend == "sandbox" and importlib.util.find_spec("workbench.hands.sandbox") is None:
-        pytest.skip("workbench.hands.sandbox does not exist yet (issue 4)")
+    if backend == "sandbox":
+        from workbench.hands.preflight import preflight
+
+        check = preflight()
+        if not check.ok:
+            pytest.skip(f"no working bubblewrap here: {check.reason}")
     s = HandsSettings(backend=backend, pool_size=0, registry_dir=str(tmp_path / "registry"))
     if backend == "gateway":
         gw = request.getfixturevalue("gateway")
@@ -42,18 +45,15 @@ def backend(request):
 @pytest_asyncio.fixture
 async def hands(backend, request, tmp_path):
     """Hands of one backend with short timeouts, and the events they emitted."""
-    factory = HandsFactory(_backend_settings(backend, request, tmp_path))
     events: list[tuple[str, dict]] = []
 
     async def sink(type: str, payload: dict) -> None:
         events.append((type, payload))
 
-    h = factory("conformance", {"hands": SHORT}, sink)
-    h.events = events
-    try:
+    async with HandsFactory(_backend_settings(backend, request, tmp_path)) as factory:
+        h = factory("conformance", {"hands": SHORT}, sink)
+        h.events = events
         yield h
-    finally:
-        await factory.close()
 
 
 @pytest.mark.asyncio
@@ -107,7 +107,7 @@ async def test_cancelled_call_is_stopped_and_the_kernel_kept(hands: Hands, start
     """A user interrupt cancels the call; the cell must stop too, whenever the cancel lands."""
     await hands.execute("kept = 1")
     call = asyncio.ensure_future(hands.execute("import time\nfor _ in range(3000): time.sleep(0.01)\nfinished = 1"))
-    while not (hands._running if started else hands.status()["state"] == "busy"):
+    while not (hands.status()["call"] == "running" if started else hands.status()["state"] == "busy"):
         await asyncio.sleep(0.002)
     call.cancel()
     with pytest.raises(asyncio.CancelledError):

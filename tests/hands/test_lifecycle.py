@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -164,3 +166,135 @@ def test_ctrl_c_in_workbench_run_records_the_interrupt_and_stops_the_kernel(tmp_
     assert events[-1].payload["stop_reason"] == "interrupted"
     result = next(e.payload for e in events if e.type == "tool_result")
     assert result["is_error"] and result.get("interrupted")
+
+
+BOOTING = """
+import asyncio, sys
+from workbench.hands.factory import HandsFactory, HandsSettings
+
+async def main():
+    backend, registry, count, gap = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    pooled = HandsFactory(HandsSettings(backend=backend, registry_dir=registry, pool_size=1))
+    await pooled.start()  # a warm pool boots one kernel, as the CLI's does
+    f = HandsFactory(HandsSettings(backend=backend, registry_dir=registry, pool_size=0))
+    calls = []
+    for i in range(count):  # and sessions one each, staggered: each is at another point of its boot
+        calls.append(asyncio.ensure_future(f(f"s{i}", {}, None).execute("1")))
+        await asyncio.sleep(gap)
+    print("launched", flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+def _mentioning(root: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and any(root in a for a in p.info["cmdline"] or []):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("backend", ["local", "sandbox"])
+def test_a_host_killed_while_kernels_boot_leaves_no_process(hands_tmp, backend):
+    """SIGKILL a host at many points of many kernel boots: nothing of any of them may live on."""
+    if backend == "sandbox":
+        from workbench.hands.preflight import preflight
+
+        check = preflight()
+        if not check.ok:
+            pytest.skip(f"no working bubblewrap here: {check.reason}")
+    count, gap = 10, 0.04
+    left = []
+    for attempt in range(3):
+        # short: a unix socket's path (a kernel's ZMQ and egress sockets live under it) has ~107 bytes
+        root = Path(tempfile.mkdtemp(prefix="h", dir=hands_tmp))
+        env = cli_env(TMPDIR=str(root), JUPYTER_RUNTIME_DIR=str(root / "runtime"))
+        proc = subprocess.Popen([sys.executable, "-c", BOOTING, backend, str(root / "registry"), str(count), str(gap)],
+                                stdout=subprocess.PIPE, text=True, env=env)
+        try:
+            assert proc.stdout.readline() == "launched\n"
+            time.sleep(attempt * gap / 3)  # shift every kernel's kill point a little further along its boot
+        finally:
+            proc.kill()
+            proc.wait()
+        # the wait is for a loaded machine; nothing here needs more than the kernel's own exit
+        _, alive = psutil.wait_procs(_mentioning(str(root)), timeout=15)
+        for p in alive:
+            try:
+                left.append(f"{p.pid} (parent {p.ppid()}): {' '.join(p.cmdline())[:120]}")
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+    assert not left, "processes of a killed host's kernels live on:\n" + "\n".join(left)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["local", "sandbox"])
+async def test_kernels_stopped_while_they_boot_leave_no_process(hands_tmp, backend):
+    """Closing a factory at many points of its pool's boots stops every kernel, half-booted ones included."""
+    if backend == "sandbox":
+        from workbench.hands.preflight import preflight
+
+        check = preflight()
+        if not check.ok:
+            pytest.skip(f"no working bubblewrap here: {check.reason}")
+    left = []
+    for attempt in range(4):
+        root = Path(tempfile.mkdtemp(prefix="s", dir=hands_tmp))
+        tempfile.tempdir = str(root)  # this factory's kernels mention root on their command lines
+        try:
+            factory = HandsFactory(HandsSettings(backend=backend, registry_dir=str(root / "registry"), pool_size=4))
+            await factory.start()
+            await asyncio.sleep(attempt * 0.15)  # the four boots are each somewhere else by now
+            await factory.close()
+        finally:
+            tempfile.tempdir = str(hands_tmp)
+        _, alive = await asyncio.to_thread(psutil.wait_procs, _mentioning(str(root)), 15)
+        left += [f"{p.pid}: {' '.join(p.cmdline())[:120]}" for p in alive if p.is_running()]
+        for p in alive:
+            p.kill()
+    assert not left, "processes of stopped kernels live on:\n" + "\n".join(left)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["local", "gateway", "sandbox"])
+async def test_every_launcher_fills_the_pool_and_says_which_sessions_a_pooled_kernel_fits(backend, request, tmp_path):
+    settings = HandsSettings(backend=backend, pool_size=1, registry_dir=str(tmp_path / "registry"))
+    if backend == "gateway":
+        gw = request.getfixturevalue("gateway")
+        settings.gateway_url, settings.gateway_token = gw.url, gw.token
+    if backend == "sandbox":
+        from workbench.hands.preflight import preflight
+
+        check = preflight()
+        if not check.ok:
+            pytest.skip(f"no working bubblewrap here: {check.reason}")
+    events: list = []
+
+    async def sink(type: str, payload: dict) -> None:
+        events.append((type, payload))
+
+    async def ready() -> None:
+        while factory.pool.status()["ready"] < 1:
+            assert factory.pool.status()["failures"] == 0, factory.pool.status()
+            await asyncio.sleep(0.05)
+
+    async with HandsFactory(settings) as factory:
+        await ready()
+        plain = factory("plain", {}, sink)
+        assert (await plain.execute("6 * 7")).result == "42"
+        await ready()
+        # KERNEL_ so that a gateway passes it on to the kernel it starts
+        with_env = factory("env", {"hands": {"env": {"KERNEL_WB_ANSWER": "42"}}}, sink)
+        obs = await with_env.execute("import os; os.environ['KERNEL_WB_ANSWER']")
+        assert obs.result == "'42'", obs.to_json()
+        pooled = [p["pooled"] for t, p in events if t == "hands_started"]
+        # a local kernel takes its variables by code; a sandbox or a gateway kernel gets them when it starts
+        assert pooled == [True, backend == "local"]
+        if backend != "local":
+            assert factory.pool.status()["ready"] == 1  # the pool's kernel was left for a session it fits

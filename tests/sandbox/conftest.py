@@ -20,7 +20,8 @@ from workbench.hands import HandsConfig, KernelHands
 from workbench.hands.preflight import preflight
 from workbench.hands.sandbox import SandboxLauncher
 
-needs_sandbox = pytest.mark.skipif(not preflight().ok, reason=f"no working bubblewrap here: {preflight().reason}")
+_CHECK = preflight()
+needs_sandbox = pytest.mark.skipif(not _CHECK.ok, reason=f"no working bubblewrap here: {_CHECK.reason}")
 
 
 class Upstream:
@@ -132,6 +133,7 @@ async def all_gone(procs: list[psutil.Process], within: float = 5.0) -> None:
 async def make_hands(tmp_path):
     """make(egress=, vault=, allow_private=) -> (hands, events); every kernel is stopped and checked gone."""
     made: list[tuple[KernelHands, str]] = []
+    launchers: list[SandboxLauncher] = []
 
     async def make(egress=None, vault: Vault | None = None, allow_private: str = ""):
         events: list[tuple[str, dict]] = []
@@ -141,10 +143,10 @@ async def make_hands(tmp_path):
 
         mark = "wbmark" + uuid.uuid4().hex
         work = tmp_path / f"work-{len(made)}"
-        launcher = SandboxLauncher(
-            egress=egress, vault=vault, egress_settings=EgressSettings(egress_allow_private=allow_private), on_event=sink
-        )
-        hands = KernelHands(HandsConfig(workdir=str(work), env={"WB_TEST_MARK": mark}), launcher=launcher, on_event=sink)
+        launcher = SandboxLauncher(vault=vault, egress_settings=EgressSettings(egress_allow_private=allow_private))
+        launchers.append(launcher)
+        hands = KernelHands(HandsConfig(workdir=str(work), env={"WB_TEST_MARK": mark}), launcher=launcher, on_event=sink,
+                            session_config={"egress": egress})
         made.append((hands, mark))
         return hands, events
 
@@ -154,6 +156,8 @@ async def make_hands(tmp_path):
         for hands, mark in made:
             await hands.shutdown()
             await no_process_left(mark)
+        for launcher in launchers:
+            await launcher.aclose()
 
 
 async def run(hands: KernelHands, code: str) -> str:

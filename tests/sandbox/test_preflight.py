@@ -23,10 +23,10 @@ from .conftest import all_gone, needs_sandbox, tree
 
 
 def test_preflight_checks_a_real_sandbox():
-    missing = preflight(SandboxSettings(bwrap="/nonexistent"), refresh=True)
+    missing = preflight(SandboxSettings(bwrap="/nonexistent"))
     assert not missing.ok and "bubblewrap is not installed" in missing.reason
     assert "apt-get install bubblewrap" in missing.fix and "WORKBENCH_HANDS_UNSAFE_UNSANDBOXED=1" in missing.fix
-    broken = preflight(SandboxSettings(bwrap="/bin/false"), refresh=True)  # installed, but no sandbox starts
+    broken = preflight(SandboxSettings(bwrap="/bin/false"))  # installed, but no sandbox starts
     assert not broken.ok and "failed to start" in broken.reason
 
 

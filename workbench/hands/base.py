@@ -1,4 +1,12 @@
-"""The Hands protocol and the Observation it returns.
+"""The protocols of the hands, in one place, and the Observation they return.
+
+    Hands     what the brain calls: execute(code, timeout) -> Observation, restart,
+              interrupt, shutdown, status. One implementation runs kernels
+              (kernel.KernelHands); preflight.RefusedHands runs nothing.
+    Launcher  how kernels of one kind start: local, sandbox, gateway (and whatever comes
+              next). The hands, the pool and the factory call only its four methods.
+    Kernel    one started, ready kernel: the channel the one execute loop talks through,
+              over ZMQ (process.ProcessKernel) or a gateway's websocket (gateway.GatewayKernel).
 
 Hands run the model's code somewhere else (a kernel) and report what
 happened as an Observation. Failures of the hands (a traceback, a timeout,
@@ -9,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Awaitable, Callable, Protocol, runtime_checkable
 
 # A sink for hands events (`hands_started`, `hands_died`, ...): the brain
@@ -116,6 +125,86 @@ class Hands(Protocol):
 
     def status(self) -> dict[str, Any]:
         """A JSON-ready status: state, generation, kernel pid, ..."""
+        ...
+
+
+@dataclass
+class Death:
+    """How a kernel ended: words for the model and `hands_died`, and the exit status when known."""
+
+    how: str  # e.g. "signal SIGKILL", "the gateway closed the websocket"
+    exit_code: int | None = None  # negative: killed by that signal
+    signal: int | None = None
+
+
+@dataclass
+class Place:
+    """What a session asks of every kernel its hands start (a pool kernel has none until adopted)."""
+
+    workdir: Path | None = None  # None until the first kernel: then a fresh directory, or the adopted kernel's
+    env: dict[str, str] = field(default_factory=dict)  # extra environment variables for the kernel
+    startup_timeout: float = 60.0
+    egress: dict[str, Any] | None = None  # the session's egress config (a sandbox's proxy policy)
+    sink: EventSink | None = None  # the session's event sink, for what a launcher reports (egress events)
+    owns_workdir: bool = False  # the hands made (or adopted) the workdir: removed when they shut down
+    held: dict[str, Any] = field(default_factory=dict)  # what a launcher keeps per session across kernels
+
+
+@runtime_checkable
+class Kernel(Protocol):
+    """One started, ready kernel: the channel the execute loop talks through."""
+
+    launcher: str  # the launcher's name, for `hands_started`
+    ident: dict[str, Any]  # how events and status name it: {"pid": ...} (and "kernel_id" on a gateway)
+    boot_ms: float  # how long it took to become ready
+    limits: dict[str, str]  # how each resource limit is enforced
+    output: Any  # an output.OutputTail of what the kernel process wrote to its fds 1 and 2, or None (gateway)
+
+    def execute(self, code: str, *, silent: bool = False) -> str:
+        """Send an execute request; returns its msg_id."""
+        ...
+
+    async def message(self, msg_id: str, timeout: float) -> tuple[str, dict[str, Any]] | None:
+        """The next iopub (msg_type, content) of request `msg_id`; None if none came in `timeout` or the kernel is gone."""
+        ...
+
+    async def reply(self, msg_id: str, timeout: float) -> dict[str, Any]:
+        """The content of the shell reply to `msg_id`; raises TimeoutError, or RuntimeError if the kernel went away."""
+        ...
+
+    async def death(self) -> Death | None:
+        """How the kernel ended, or None while it lives."""
+        ...
+
+    async def interrupt(self) -> None:
+        """Interrupt the running cell; a kernel that is gone is left for death() to report."""
+        ...
+
+    async def kill(self) -> None:
+        """Stop the kernel now and free everything it held; safe to call twice."""
+        ...
+
+
+@runtime_checkable
+class Launcher(Protocol):
+    """How kernels of one kind start (local, sandbox, gateway); shared by a host's sessions."""
+
+    name: str  # in every `hands_started` (local, sandbox, unsafe-local, gateway)
+
+    async def start(self, place: Place | None) -> Kernel:
+        """Start a kernel for `place` (None: for the warm pool) and wait until it is ready."""
+        ...
+
+    def fits(self, place: Place) -> bool:
+        """Whether a pooled kernel can be made to serve `place` (if not, the hands start their own)."""
+        ...
+
+    async def adopt(self, kernel: Kernel, place: Place) -> str:
+        """Make a pooled kernel serve `place`; returns code the hands run in it (may be empty)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Free what the launcher holds for all its kernels (after they are stopped)."""
         ...
 
 

@@ -1,25 +1,35 @@
 """The hands factory: one per host, it makes each session's hands.
 
-A host (the CLI, the server extension, a test) creates one HandsFactory,
-calls `await factory.start()` to pre-warm its pool in the background, passes
-it to `Brain(hands_factory=factory)`, and `await factory.close()` when it
-stops. The factory owns what outlives one session: the warm pool, the
-kernel registry (for reaping orphans) and the choice of backend.
+A host (the CLI, the server extension, a test) makes one HandsFactory and uses it as an
+async context manager (`async with HandsFactory(settings) as factory`: entering pre-warms
+the pool in the background, leaving stops every kernel), or calls `start()` and `close()`.
+It passes the factory to `Brain(hands_factory=factory)`, which calls
+`factory(session_id, session_config, sink, replay)` once per session. The factory owns what
+outlives one session, closed in this order: the sessions' hands, the warm pool, the launcher;
+and it keeps the kernel registry (for reaping orphans) and, for the sandbox, the preflight's
+result, run once when the factory is made.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import from_env
+from ..egress import EgressSettings, Vault
 from ..errors import ConfigError
-from .base import EventSink, Hands
-from .kernel import HandsConfig, KernelHands, LocalLauncher
+from .base import EventSink, Hands, Launcher
+from .gateway import GatewayLauncher
+from .kernel import HandsConfig, KernelHands, ReplaySource
 from .limits import Limits
+from .local import LocalLauncher
 from .pool import KernelPool
+from .preflight import Preflight, RefusedHands, announce, preflight
 from .reaper import KernelRegistry, default_registry_dir
+from .sandbox import SandboxLauncher, SandboxSettings
 
 BACKENDS = ("local", "sandbox", "gateway")
 
@@ -30,7 +40,7 @@ class HandsSettings:
 
     backend: str = "sandbox"  # sandbox | local | gateway
     unsafe_unsandboxed: bool = False  # UNSAFE: when no sandbox works here, run model code in plain local kernels
-    pool_size: int = 1  # kernels kept started and ready, per host
+    pool_size: int = 1  # kernels kept started and ready, per host (any backend)
     gateway_url: str = ""  # e.g. http://127.0.0.1:8888 (backend "gateway")
     gateway_token: str = ""  # sent as `Authorization: token ...`
     memory_mb: int = 4096  # per kernel: cgroup memory limit where writable, else RLIMIT_AS (see docs)
@@ -51,53 +61,80 @@ class HandsSettings:
         )
 
 
-def hands_config(session_config: dict[str, Any]) -> HandsConfig:
-    """The HandsConfig of a session from its frozen config (`config.hands`)."""
+def hands_config(session_config: dict[str, Any] | None) -> HandsConfig:
+    """The HandsConfig of a session from its frozen config (`config.hands`), checked field by field."""
     hc = (session_config or {}).get("hands") or {}
+    if not isinstance(hc, dict):
+        raise ConfigError("config.hands must be an object of hands settings, e.g. {\"timeout\": 120}")
     unknown = set(hc) - set(HandsConfig.__dataclass_fields__)
     if unknown:
-        raise ConfigError(f"unknown hands settings: {', '.join(sorted(unknown))}")
+        raise ConfigError(f"unknown hands settings: {', '.join(sorted(map(str, unknown)))}")
+    for name, value in hc.items():
+        default = HandsConfig.__dataclass_fields__[name].default
+        if name == "workdir":
+            ok = value is None or (isinstance(value, str) and value.strip() != "" and "\0" not in value)
+        elif name == "env":
+            ok = isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) and k and "=" not in k
+                                                 and "\0" not in k + v for k, v in value.items())
+        elif isinstance(default, bool):
+            ok = isinstance(value, bool)
+        else:  # a number of seconds or characters: positive and finite
+            ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+                  and (isinstance(value, int) or not isinstance(default, int)))
+        if not ok:
+            raise ConfigError(f"hands setting {name} has an invalid value {str(value)[:60]!r}; see docs/settings.md")
     return HandsConfig(**hc)
 
 
-def make_launcher(settings: HandsSettings, session_id: str | None, session_config: dict[str, Any] | None, sink: EventSink | None,
-                  sandbox: Any = None) -> Any:
-    """The kernel launcher for a backend: the one place a backend is chosen."""
-    if settings.backend == "local":
-        return LocalLauncher()
-    if settings.backend == "sandbox":
-        # after the preflight: a SandboxLauncher, an unsafe local one, or None (model code is refused)
-        return sandbox.launcher(session_config, sink)
-    raise ConfigError(f"backend {settings.backend!r} has no kernel launcher; choose one of {', '.join(BACKENDS)}")
-
-
 class HandsFactory:
-    """Makes hands for sessions; owns the warm pool and the kernel registry."""
+    """Makes hands for sessions; owns the launcher, the warm pool and the kernel registry."""
 
-    def __init__(self, settings: HandsSettings | None = None):
-        self.settings = settings or HandsSettings()
-        if self.settings.backend not in BACKENDS:
-            raise ConfigError(f"unknown hands backend {self.settings.backend!r}; choose one of {', '.join(BACKENDS)}")
-        if self.settings.backend == "gateway" and not self.settings.gateway_url:
+    def __init__(self, settings: HandsSettings | None = None, *, sandbox: SandboxSettings | None = None,
+                 egress: EgressSettings | None = None, vault: Vault | None = None):
+        self.settings = s = settings or HandsSettings()
+        if s.backend not in BACKENDS:
+            raise ConfigError(f"unknown hands backend {s.backend!r}; choose one of {', '.join(BACKENDS)}")
+        if s.backend == "gateway" and not s.gateway_url:
             raise ConfigError("the gateway backend needs a URL: set WORKBENCH_HANDS_GATEWAY_URL")
-        self.registry = KernelRegistry(Path(self.settings.registry_dir or default_registry_dir()))
-        self.limits = self.settings.limits()
-        self.sandbox = None
-        if self.settings.backend == "sandbox":
-            from .preflight import SandboxBackend
-
-            self.sandbox = SandboxBackend(self.settings.unsafe_unsandboxed)  # runs the preflight; warns if it fails
-        self.redact = self.sandbox.redact if self.sandbox else None  # for Brain(redact=...): masks vault secrets
-        self.pool: KernelPool | None = None
-        if self.settings.backend != "gateway" and self.settings.pool_size > 0 and getattr(self.sandbox, "mode", "") != "refused":
-            launcher = make_launcher(self.settings, None, None, None, self.sandbox)
-            if getattr(launcher, "poolable", False):
-                self.pool = KernelPool(launcher, self.settings.pool_size, limits=self.limits, registry=self.registry)
+        self.registry = KernelRegistry(Path(s.registry_dir or default_registry_dir()))
+        self.limits: Limits = s.limits()
+        self.preflight: Preflight | None = None  # the sandbox's, run once here
+        self.message = ""  # the loud line when the sandbox does not work here
+        self.vault: Vault | None = None
+        self.launcher: Launcher | None = None  # None: model code is refused
+        if s.backend == "local":
+            self.launcher = LocalLauncher(limits=self.limits, registry=self.registry)
+        elif s.backend == "gateway":
+            self.launcher = GatewayLauncher(s.gateway_url, s.gateway_token)
+        else:
+            self.launcher = self._sandbox(sandbox or from_env(SandboxSettings), egress or from_env(EgressSettings), vault)
+        # for Brain(redact=...): masks the vault's secret values in what the hands return
+        self.redact = self.vault.redact if self.vault is not None else None
+        self.pool = KernelPool(self.launcher, s.pool_size) if self.launcher is not None and s.pool_size > 0 else None
         self._hands: list[Hands] = []
         self._closed = False
 
+    def _sandbox(self, settings: SandboxSettings, egress: EgressSettings, vault: Vault | None) -> Launcher | None:
+        """The sandbox launcher; after a failed preflight an unsafe local one (if asked for) or none."""
+        self.vault = vault if vault is not None else Vault.load(egress.vault)
+        self.preflight = preflight(settings)
+        self.message = announce(self.preflight, self.settings.unsafe_unsandboxed)
+        if self.preflight.ok:
+            return SandboxLauncher(settings, limits=self.limits, registry=self.registry, vault=self.vault,
+                                   egress_settings=egress)
+        if self.settings.unsafe_unsandboxed:
+            return LocalLauncher(limits=self.limits, registry=self.registry, name="unsafe-local")
+        return None
+
+    @property
+    def mode(self) -> str:
+        """The backend, or for the sandbox: `sandbox`, `unsafe` (model code runs unsandboxed) or `refused`."""
+        if self.preflight is None:
+            return self.settings.backend
+        return "sandbox" if self.preflight.ok else "unsafe" if self.launcher is not None else "refused"
+
     def __call__(self, session_id: str, session_config: dict[str, Any], sink: EventSink | None,
-                 replay: Any = None) -> Hands:
+                 replay: ReplaySource | None = None) -> Hands:
         """This session's hands (the kernel starts lazily or comes from the pool).
 
         `replay` returns the session's earlier replayable calls (the brain reads them from
@@ -106,20 +143,12 @@ class HandsFactory:
         if self._closed:
             raise ConfigError("the hands factory is closed")
         config = hands_config(session_config)
-        if self.settings.backend == "gateway":
-            from .gateway import GatewayHands
-
-            hands: Hands = GatewayHands(
-                config, url=self.settings.gateway_url, token=self.settings.gateway_token, on_event=sink
-            )
-            hands.replay_source = replay
-        elif self.sandbox is not None and self.sandbox.mode == "refused":
-            hands = self.sandbox.refused(sink)
+        hands: Hands
+        if self.launcher is None:
+            hands = RefusedHands(self.preflight, sink)
         else:
-            launcher = make_launcher(self.settings, session_id, session_config, sink, self.sandbox)
-            pool = self.pool if self.pool is not None and self.pool.fits(launcher) else None
-            hands = KernelHands(config, launcher=launcher, on_event=sink, pool=pool, limits=self.limits, registry=self.registry)
-            hands.replay_source = replay
+            hands = KernelHands(config, launcher=self.launcher, pool=self.pool, on_event=sink, replay=replay,
+                                session_config=session_config)
         self._hands.append(hands)
         return hands
 
@@ -129,16 +158,28 @@ class HandsFactory:
             self.pool.fill()
 
     async def close(self) -> None:
-        """Stop every kernel this factory started: the pool's and every session's."""
+        """Stop every kernel this factory started, in order: the sessions', the pool's; then the launcher."""
         self._closed = True
         hands, self._hands = self._hands, []
         await asyncio.gather(*(h.shutdown() for h in hands), return_exceptions=True)
         if self.pool is not None:
             await self.pool.close()
+        if self.launcher is not None:
+            await self.launcher.aclose()
+
+    async def __aenter__(self) -> "HandsFactory":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
 
     def status(self) -> dict[str, Any]:
-        """Settings (without the token) and the pool's state, JSON-ready."""
+        """Settings (without the token), the pool's state and the sandbox's, JSON-ready."""
         s = asdict(self.settings)
         s["gateway_token"] = "***" if s["gateway_token"] else ""
+        sandbox: dict[str, Any] = {"mode": self.mode}
+        if self.preflight is not None:
+            sandbox.update(message=self.message, credentials=sorted(self.vault.credentials), **self.preflight.to_json())
         return {"settings": s, "pool": self.pool.status() if self.pool else None, "hands": len(self._hands),
-                "sandbox": self.sandbox.status() if self.sandbox else {"mode": self.settings.backend}}
+                "sandbox": sandbox}

@@ -1,4 +1,4 @@
-"""Hands on a remote kernel, through a Jupyter Kernel Gateway (or Enterprise Gateway).
+"""Kernels on a Jupyter Kernel Gateway (or Enterprise Gateway): REST to start them, a websocket to talk.
 
 REST (`/api/kernels`) starts, interrupts and deletes kernels; the websocket
 `/api/kernels/{id}/channels` carries Jupyter protocol v5 messages as JSON.
@@ -25,184 +25,212 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+import httpx
+from tornado.httpclient import HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
-from .base import EventSink, Observation
-from .collect import Collector, setup_code
-from .kernel import HandsConfig
-from .lifecycle import GONE, Deadline, Lifecycle
+from .base import Death, Place
 
-POLL = 0.05
-CLOSED = object()  # put on the queue when the websocket closes
+MAX_MESSAGE = 64 * 1024 * 1024  # the largest websocket message taken from the gateway
+WAKE = object()  # put on a kernel's queue when it dies, so that a reader waiting on it looks again
 
 
 class GatewayError(RuntimeError):
     """The gateway refused or failed a request."""
 
 
-class GatewayHands(Lifecycle):
-    """Hands whose kernels live on a Jupyter Kernel Gateway."""
+class GatewayLauncher:
+    """Starts kernels on a Jupyter Kernel Gateway; one HTTP client for all of them."""
 
-    launcher_name = "gateway"
-    start_failed = "the kernel could not start on the gateway"
+    name = "gateway"
 
-    def __init__(self, config: HandsConfig | None = None, *, url: str, token: str = "", on_event: EventSink | None = None,
-                 kernel_name: str = "python3"):
-        super().__init__(config or HandsConfig(), on_event)
+    def __init__(self, url: str, token: str = "", kernel_name: str = "python3"):
         self.url, self.token, self.kernel_name = url.rstrip("/"), token, kernel_name
+        self._http: httpx.AsyncClient | None = None
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"token {self.token}"} if self.token else {}
+
+    async def rest(self, method: str, path: str, body: Any = None, timeout: float = 60.0) -> Any:
+        """One REST call; errors become a GatewayError that says what failed."""
+        if self._http is None:  # made on first use, inside the event loop that will use it
+            self._http = httpx.AsyncClient(headers=self.headers())
+        try:
+            resp = await self._http.request(method, self.url + path, json=body, timeout=timeout)
+            resp.raise_for_status()
+        except httpx.HTTPStatusError as e:
+            raise GatewayError(f"{method} {path} on the gateway failed: HTTP {e.response.status_code} "
+                               f"{e.response.reason_phrase}") from None
+        except httpx.HTTPError as e:
+            raise GatewayError(f"cannot reach the gateway at {self.url}: {type(e).__name__}: {e}") from None
+        try:
+            return resp.json() if resp.content else None
+        except ValueError:
+            raise GatewayError(f"{method} {path} on the gateway answered with something that is not JSON") from None
+
+    def ws_url(self, kernel_id: str) -> str:
+        u = urlsplit(self.url)
+        scheme = "wss" if u.scheme == "https" else "ws"
+        return urlunsplit((scheme, u.netloc, f"{u.path}/api/kernels/{kernel_id}/channels", "", ""))
+
+    async def start(self, place: Place | None) -> "GatewayKernel":
+        """Create a kernel on the gateway, connect to it and wait for its kernel_info reply."""
+        timeout = place.startup_timeout if place else 60.0
+        t0 = time.perf_counter()
+        kernel = GatewayKernel(self)
+        try:
+            model = await self.rest("POST", "/api/kernels", {"name": self.kernel_name, "env": dict(place.env if place else {})},
+                                    timeout)
+            if not isinstance(model, dict) or not isinstance(model.get("id"), str):
+                raise GatewayError("the gateway's answer to starting a kernel has no kernel id")
+            kernel.kernel_id = model["id"]  # from here on a failed start deletes it
+            await kernel.connect(timeout)
+            await kernel.reply(kernel.send("shell", "kernel_info_request", {}), timeout)
+        except BaseException:
+            await asyncio.shield(kernel.kill())
+            raise
+        kernel.boot_ms = round((time.perf_counter() - t0) * 1000, 1)
+        return kernel
+
+    def fits(self, place: Place) -> bool:
+        """A pooled gateway kernel was started without the session's variables: only for sessions with none."""
+        return not place.env
+
+    async def adopt(self, kernel: "GatewayKernel", place: Place) -> str:
+        """Nothing to do: the workdir is the gateway's business."""
+        return ""
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        if self._http is not None:
+            http, self._http = self._http, None
+            await http.aclose()
+
+
+class GatewayKernel:
+    """One kernel on a gateway: its websocket, read into a queue by a task, and how it died."""
+
+    launcher = "gateway"
+
+    def __init__(self, gateway: GatewayLauncher):
+        self.gateway = gateway
         self.kernel_id: str | None = None
+        self.boot_ms = 0.0
+        self.limits: dict[str, str] = {}
+        self.output = None  # the kernel's process output stays on the gateway's side
         self._ws: WebSocketClientConnection | None = None
         self._queue: asyncio.Queue = asyncio.Queue()
         self._reader: asyncio.Task | None = None
         self._session = uuid.uuid4().hex
+        self._death: Death | None = None
+        self.stopped = False
 
-    def _handle(self) -> str | None:
-        return self.kernel_id
+    @property
+    def ident(self) -> dict[str, Any]:
+        return {"pid": None, "kernel_id": self.kernel_id}
 
-    def _backend(self) -> str:
-        return "gateway"
-
-    # -- REST and websocket ----------------------------------------------------
-
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"token {self.token}"} if self.token else {}
-
-    async def _rest(self, method: str, path: str, body: Any = None) -> Any:
-        req = HTTPRequest(self.url + path, method=method, headers={**self._headers(), "Content-Type": "application/json"},
-                          body=json.dumps(body) if body is not None else (b"" if method == "POST" else None),
-                          request_timeout=self.config.startup_timeout)
-        try:
-            resp = await AsyncHTTPClient().fetch(req)
-        except HTTPClientError as e:
-            raise GatewayError(f"{method} {path} on the gateway failed: HTTP {e.code} {e.message}") from None
-        except OSError as e:
-            raise GatewayError(f"cannot reach the gateway at {self.url}: {e}") from None
-        return json.loads(resp.body) if resp.body else None
-
-    def _ws_url(self) -> str:
-        u = urlsplit(self.url)
-        scheme = "wss" if u.scheme == "https" else "ws"
-        return urlunsplit((scheme, u.netloc, f"{u.path}/api/kernels/{self.kernel_id}/channels", "", ""))
+    async def connect(self, timeout: float) -> None:
+        req = HTTPRequest(self.gateway.ws_url(self.kernel_id), headers=self.gateway.headers(), request_timeout=timeout)
+        self._ws = await websocket_connect(req, max_message_size=MAX_MESSAGE)
+        self._reader = asyncio.get_running_loop().create_task(self._read(self._ws))
 
     async def _read(self, ws: WebSocketClientConnection) -> None:
         while True:
             raw = await ws.read_message()
             if raw is None:
-                await self._queue.put(CLOSED)
+                self._died("the gateway closed the websocket")
                 return
-            await self._queue.put(json.loads(raw))
+            try:
+                msg = json.loads(raw)
+            except ValueError:
+                continue  # not a Jupyter message: nothing to fold
+            if not isinstance(msg, dict):
+                continue
+            if msg.get("channel") == "iopub" and _type(msg) == "status":
+                state = (msg.get("content") or {}).get("execution_state")
+                if state in ("restarting", "dead"):
+                    self._died(f"the gateway reported it {state}")
+                    continue
+            self._queue.put_nowait(msg)
 
-    def _send(self, channel: str, msg_type: str, content: dict[str, Any]) -> str:
+    def _died(self, how: str) -> None:
+        if self._death is None:
+            self._death = Death(how)
+        self._queue.put_nowait(WAKE)
+
+    def send(self, channel: str, msg_type: str, content: dict[str, Any]) -> str:
+        """Send a message on the websocket; returns its msg_id."""
         msg_id = uuid.uuid4().hex
         header = {"msg_id": msg_id, "msg_type": msg_type, "username": "workbench", "session": self._session,
                   "date": datetime.now(timezone.utc).isoformat(), "version": "5.3"}
-        self._ws.write_message(json.dumps({"header": header, "parent_header": {}, "metadata": {},
-                                           "content": content, "channel": channel, "buffers": []}))
+        if self._ws is not None and self._death is None:
+            self._ws.write_message(json.dumps({"header": header, "parent_header": {}, "metadata": {}, "content": content,
+                                               "channel": channel, "buffers": []}))
         return msg_id
 
-    async def _reply(self, msg_id: str, timeout: float) -> dict[str, Any]:
-        """Wait for the shell reply to `msg_id` (other messages are dropped)."""
+    def execute(self, code: str, *, silent: bool = False) -> str:
+        """Send an execute request; returns its msg_id."""
+        return self.send("shell", "execute_request", {"code": code, "silent": silent, "store_history": not silent,
+                                                      "allow_stdin": False, "stop_on_error": not silent})
+
+    async def _next(self, deadline: float) -> Any:
+        """The next queued message, WAKE when the kernel is gone, None at the deadline."""
+        if self._death is not None:
+            return WAKE
+        try:
+            return await asyncio.wait_for(self._queue.get(), max(0.0, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            return None
+
+    async def message(self, msg_id: str, timeout: float) -> tuple[str, dict[str, Any]] | None:
+        """The next iopub message of request `msg_id`; None if none came in `timeout` or the kernel is gone."""
+        deadline = time.monotonic() + timeout
+        while (msg := await self._next(deadline)) not in (None, WAKE):
+            if msg.get("channel") == "iopub" and (msg.get("parent_header") or {}).get("msg_id") == msg_id:
+                return _type(msg), msg.get("content") or {}
+        return None
+
+    async def reply(self, msg_id: str, timeout: float) -> dict[str, Any]:
+        """The content of the shell reply to `msg_id`."""
         deadline = time.monotonic() + timeout
         while True:
-            msg = await asyncio.wait_for(self._queue.get(), max(0.01, deadline - time.monotonic()))
-            if msg is CLOSED:
-                raise GatewayError("the gateway closed the kernel's websocket")
-            if msg.get("channel") == "shell" and msg.get("parent_header", {}).get("msg_id") == msg_id:
-                return msg["content"]
+            msg = await self._next(deadline)
+            if msg is None:
+                raise TimeoutError(f"the kernel on the gateway did not answer within {timeout:g} s")
+            if msg is WAKE:
+                raise GatewayError(f"the kernel went away: {self._death.how if self._death else 'stopped'}")
+            if msg.get("channel") == "shell" and (msg.get("parent_header") or {}).get("msg_id") == msg_id:
+                return msg.get("content") or {}
 
-    # -- lifecycle ---------------------------------------------------------------
+    async def death(self) -> Death | None:
+        """How the kernel ended, as the websocket told, or None while it lives."""
+        return self._death
 
-    async def _boot(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Create a kernel on the gateway and connect to it."""
-        model = await self._rest("POST", "/api/kernels", {"name": self.kernel_name, "env": dict(self.config.env)})
-        self.kernel_id = model["id"]  # from here on a failed start deletes it (the caller's _discard)
-        req = HTTPRequest(self._ws_url(), headers=self._headers(), request_timeout=self.config.startup_timeout)
-        self._ws = await websocket_connect(req, max_message_size=64 * 1024 * 1024)
-        self._queue = asyncio.Queue()
-        self._reader = asyncio.get_running_loop().create_task(self._read(self._ws))
-        info = self._send("shell", "kernel_info_request", {})
-        await self._reply(info, self.config.startup_timeout)
-        setup = self._send("shell", "execute_request", {"code": setup_code(self.config.output_limit), "silent": True,
-                                                        "store_history": False, "allow_stdin": False})
-        reply = await self._reply(setup, self.config.startup_timeout)
-        if reply.get("status") != "ok":
-            raise GatewayError(f"preparing the kernel failed: {reply.get('ename')}: {reply.get('evalue')}")
-        return {"pid": None, "kernel_id": self.kernel_id, "launcher": "gateway"}, {"pooled": False}
+    async def interrupt(self) -> None:
+        """Ask the gateway to interrupt the kernel."""
+        try:
+            await self.gateway.rest("POST", f"/api/kernels/{self.kernel_id}/interrupt")
+        except GatewayError:
+            pass  # gone already: death() says so at the next look
 
-    async def _discard(self) -> None:
-        """Close the websocket and delete the kernel on the gateway."""
-        kid, ws, reader = self.kernel_id, self._ws, self._reader
-        self.kernel_id = self._ws = self._reader = None
+    async def kill(self) -> None:
+        """Close the websocket and delete the kernel on the gateway; safe to call twice."""
+        if self.stopped:
+            return
+        self.stopped = True
+        if self._death is None:
+            self._death = Death("it was stopped")
+        ws, reader = self._ws, self._reader
         if ws is not None:
             ws.close()
         if reader is not None:
             reader.cancel()
-        if kid is not None:
+        if self.kernel_id is not None:
             try:
-                await self._rest("DELETE", f"/api/kernels/{kid}")
+                await self.gateway.rest("DELETE", f"/api/kernels/{self.kernel_id}")
             except GatewayError:
                 pass  # already gone (or the gateway is); nothing left for us to stop
 
-    async def _interrupt_now(self) -> None:
-        await self._rest("POST", f"/api/kernels/{self.kernel_id}/interrupt")
 
-    async def _interrupt_handle(self, kid: str) -> None:
-        try:
-            await self._rest("POST", f"/api/kernels/{kid}/interrupt")
-        except GatewayError:
-            pass  # gone already: the next call finds out
-
-    def status(self) -> dict[str, Any]:
-        return {**super().status(), "kernel_id": self.kernel_id, "url": self.url}
-
-    # -- execution -----------------------------------------------------------------
-
-    async def _run(self, code: str, timeout: float) -> Observation:
-        col = Collector(self.config.output_limit, self.generation)
-        msg_id = self._msg_id = self._send("shell", "execute_request", {"code": code, "silent": False, "store_history": True,
-                                                          "allow_stdin": False, "stop_on_error": True})
-        deadline = Deadline(self, timeout)
-        while True:
-            if await deadline.stuck():
-                return await self._replace_stuck(timeout, col)
-            try:
-                msg = await asyncio.wait_for(self._queue.get(), POLL)
-            except asyncio.TimeoutError:
-                continue
-            if msg is CLOSED:
-                return await self._died("the gateway closed the websocket", col)
-            if msg.get("channel") != "iopub":
-                continue
-            t, c = msg.get("msg_type") or msg["header"]["msg_type"], msg.get("content", {})
-            if t == "status" and c.get("execution_state") in ("restarting", "dead"):
-                return await self._died(f"the gateway reported it {c['execution_state']}", col)
-            if msg.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            if t == "execute_input":
-                await self._cell_started()
-            elif col.feed(t, c):
-                break
-        return self._finish(col, timeout, deadline.passed)
-
-    async def _still_current(self, kid: str) -> bool:
-        return self.kernel_id == kid
-
-    async def _settle_msg(self, kid: str, msg_id: str) -> Any:
-        try:
-            msg = await asyncio.wait_for(self._queue.get(), POLL)
-        except asyncio.TimeoutError:
-            return None
-        if msg is CLOSED:
-            await self._queue.put(CLOSED)  # for the next call to find
-            return GONE
-        if msg.get("parent_header", {}).get("msg_id") != msg_id or msg.get("channel") != "iopub":
-            return None
-        return msg.get("msg_type") or msg["header"]["msg_type"], msg.get("content", {})
-
-    async def _died(self, how: str, col: Collector) -> Observation:
-        gen = self.generation
-        await self._emit("hands_died", {"generation": gen, "exit_code": None, "signal": None, "how": how,
-                                        "during": "call", "kernel_id": self.kernel_id})
-        await self._lose()
-        return self._death_observation(how, gen, col)
+def _type(msg: dict[str, Any]) -> str:
+    return msg.get("msg_type") or (msg.get("header") or {}).get("msg_type") or ""

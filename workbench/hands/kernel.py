@@ -1,34 +1,31 @@
-"""Hands backed by a Jupyter kernel process, started with jupyter_client.
+"""Hands on Jupyter kernels: one session's succession of kernels, and the one execute loop.
 
-The kernel is not the user's notebook kernel and not the server process: it
-is a separate process with an explicit, allowlisted environment, talking ZMQ
-over unix sockets in a run directory of its own. A launcher decides how the
-process starts (plain, or inside a sandbox); `live.boot` starts it with
-limits; this class owns the session's succession of kernels: lazy start or
-a warm one from the pool, death detection, timeouts, interrupts, replay.
+A session's hands own a succession of kernels: started lazily by the first call (or taken
+from the warm pool), numbered by `generation`, replaced after a death, a stuck timeout or a
+restart, and stopped once. Calls run one at a time under a lock; a call the caller gives up
+on (a user interrupt) is interrupted once the kernel has begun running it, and settled in the
+background before the next call runs.
+
+How a kernel starts is a launcher's business (local, sandbox, gateway: `base.Launcher`); the
+kernel is a channel (`base.Kernel`, over ZMQ or a gateway's websocket). Everything else, the
+execute loop and the settle loop included, is written here once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import queue
+import math
 import shutil
-import signal
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from .base import EventSink, Observation
-from .collect import Collector, setup_code
-from .lifecycle import Deadline, Lifecycle
-from .limits import Limits
-from .live import LiveKernel, LocalLauncher, boot, kernel_env
+from .base import Death, EventSink, Kernel, Launcher, Observation, Place, failure
+from .collect import TIMED_OUT, Collector, death_note, replay, setup_code, stuck_note
 
-__all__ = ["HandsConfig", "KernelHands", "LocalLauncher", "kernel_env"]
-
-POLL = 0.03  # seconds between looks at the kernel process while a call runs
+POLL = 0.03  # seconds between looks at the kernel (alive? past the deadline?) while a call runs
 
 # Returns the earlier successful calls marked replayable: [{"tool_use_id", "code"}].
 ReplaySource = Callable[[], Awaitable[list[dict[str, Any]]]]
@@ -48,176 +45,310 @@ class HandsConfig:
     replay: bool = False  # re-run replayable calls in a fresh kernel after a death
 
 
-class KernelHands(Lifecycle):
-    """Hands on a Jupyter kernel process: lazy, watched, replaceable."""
+class Deadline:
+    """A call's timeout: interrupt the cell when it passes, give up on the kernel a grace period later."""
 
-    def __init__(self, config: HandsConfig | None = None, *, launcher: Any = None, on_event: EventSink | None = None,
-                 pool: Any = None, limits: Limits | None = None, registry: Any = None):
-        super().__init__(config or HandsConfig(), on_event)
-        self.launcher = launcher or LocalLauncher()
-        self.pool, self.limits, self.registry = pool, limits, registry
-        self.replay_source: ReplaySource | None = None
-        self.kernel: LiveKernel | None = None
-        self._workdir: Path | None = Path(self.config.workdir) if self.config.workdir else None
-        self._owns_workdir = False
+    def __init__(self, timeout: float, grace: float):
+        self.at, self.grace = time.monotonic() + timeout, grace
+        self.interrupted_at: float | None = None
 
     @property
-    def pid(self) -> int | None:
-        return self.kernel.pid if self.kernel else None
+    def passed(self) -> bool:
+        return self.interrupted_at is not None
 
-    def _handle(self) -> LiveKernel | None:
-        return self.kernel
+    def due(self, now: float) -> str | None:
+        """`interrupt` once the timeout passes, `replace` once the grace period after it has too."""
+        if self.interrupted_at is None:
+            if now > self.at:
+                self.interrupted_at = now
+                return "interrupt"
+            return None
+        return "replace" if now > self.interrupted_at + self.grace else None
 
-    def _backend(self) -> str:
-        return self.launcher.name
+
+@dataclass
+class Call:
+    """The call in flight: its request, whether its cell started, what interrupt it was asked for."""
+
+    msg_id: str | None = None
+    started: bool = False  # the kernel began running the cell (execute_input seen)
+    interrupt: str = ""  # "pending": asked before the cell started, sent when it does; "sent"
+    asked: bool = False  # someone asked for the interrupt (the observation says so)
+
+
+class KernelHands:
+    """Hands on Jupyter kernels of one launcher: lazy, watched, replaceable."""
+
+    start_failed = "the kernel could not start"  # the start of a failed call's message for the model
+
+    def __init__(self, config: HandsConfig | None = None, *, launcher: Launcher | None = None, pool: Any = None,
+                 on_event: EventSink | None = None, replay: ReplaySource | None = None,
+                 session_config: dict[str, Any] | None = None):
+        from .local import LocalLauncher
+
+        self.config = config or HandsConfig()
+        self.launcher: Launcher = launcher or LocalLauncher()
+        self.pool, self.on_event, self.replay_source = pool, on_event, replay
+        self.place = Place(
+            workdir=Path(self.config.workdir) if self.config.workdir else None, env=dict(self.config.env),
+            startup_timeout=self.config.startup_timeout, egress=(session_config or {}).get("egress"), sink=on_event,
+        )
+        self.kernel: Kernel | None = None
+        self.generation = 0
+        self.state = "not started"
+        self._call: Call | None = None
+        self._settling: asyncio.Task | None = None  # finishing a cancelled call
+        self._lock = asyncio.Lock()
+        self._start_lock = asyncio.Lock()
+
+    async def __aenter__(self) -> "KernelHands":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.shutdown()
+
+    def status(self) -> dict[str, Any]:
+        """JSON-ready: backend, state (busy while a call runs), generation, the kernel's pid (or id), the call."""
+        call = self._call
+        return {"backend": self.launcher.name, "state": "busy" if call else self.state, "generation": self.generation,
+                "pid": None, **(self.kernel.ident if self.kernel else {}),
+                "call": None if call is None else "running" if call.started else "sent"}
 
     # -- lifecycle ---------------------------------------------------------
 
-    async def _boot(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        lk, pooled = await self._provision()
-        await self._prepare(lk, pooled)
-        self.kernel = lk
-        return {"pid": lk.pid, "launcher": self.launcher.name}, {"pooled": pooled, "boot_ms": lk.boot_ms, "limits": lk.applied}
+    async def _emit(self, type: str, payload: dict[str, Any]) -> None:
+        if self.on_event is not None:
+            await self.on_event(type, payload)
 
-    async def _provision(self) -> tuple[LiveKernel, bool]:
-        env = self.config.env
-        if self._workdir is not None:
-            self._workdir.mkdir(parents=True, exist_ok=True)
-        adoptable = hasattr(self.launcher, "adopt_code") or (self._workdir is None and not env)
-        if self.pool is not None and adoptable:
-            lk = await self.pool.take()
-            if lk is not None:
-                return lk, True
-        if self._workdir is None:
-            self._workdir = Path(tempfile.mkdtemp(prefix="workbench-work-"))
-            self._owns_workdir = True
-        lk = await boot(self.launcher, env=kernel_env(env), workdir=self._workdir, limits=self.limits,
-                        registry=self.registry, startup_timeout=self.config.startup_timeout)
-        return lk, False
+    async def start(self, reason: str = "first call") -> list[str]:
+        """Make sure a kernel is ready (normally the first execute does this); returns notes for the model."""
+        async with self._start_lock:
+            if self.kernel is not None:
+                return []
+            if self.state == "dead":
+                reason = "replace a dead kernel"
+            t0 = time.perf_counter()
+            self.state = "starting"
+            try:
+                kernel, pooled = await self._provision()
+            except BaseException:
+                self.state = "failed"
+                raise
+            self.kernel, self.state = kernel, "idle"
+            self.generation += 1
+            await self._emit("hands_started", {
+                "generation": self.generation, **kernel.ident, "launcher": kernel.launcher, "reason": reason,
+                "start_ms": round((time.perf_counter() - t0) * 1000, 1), "pooled": pooled, "boot_ms": kernel.boot_ms,
+                "limits": kernel.limits,
+            })
+            if reason != "restart" and self.config.replay and self.replay_source is not None:
+                return await replay(await self.replay_source(), self._call_once, self._emit, self.generation,
+                                    self.config.timeout)
+            return []
 
-    async def _prepare(self, lk: LiveKernel, pooled: bool) -> None:
-        """Install the in-kernel output cap and, for a pooled kernel, the session's workdir and env."""
-        code = setup_code(self.config.output_limit)
-        if pooled:
-            if hasattr(self.launcher, "adopt"):  # the sandbox points the kernel's egress at this session
-                await self.launcher.adopt(lk)
-            if self._workdir is None:  # the session adopts the pooled kernel's workdir as its own
-                self._workdir, self._owns_workdir, lk.owns_workdir = lk.workdir, True, False
-            if hasattr(self.launcher, "adopt_code") and (lk.workdir != self._workdir or self.config.env):
-                code += self.launcher.adopt_code(self._workdir, self.config.env) + "\n"
+    async def _provision(self) -> tuple[Kernel, bool]:
+        place = self.place
+        if place.workdir is not None:
+            place.workdir.mkdir(parents=True, exist_ok=True)
+        if self.pool is not None and self.launcher.fits(place):
+            kernel = await self.pool.take()
+            if kernel is not None:
+                await self._prepare(kernel, adopt=True)
+                return kernel, True
+        if place.workdir is None:  # the session's own, across its kernels
+            place.workdir, place.owns_workdir = Path(tempfile.mkdtemp(prefix="workbench-work-")), True
+        kernel = await self.launcher.start(place)
+        await self._prepare(kernel, adopt=False)
+        return kernel, False
+
+    async def _prepare(self, kernel: Kernel, adopt: bool) -> None:
+        """Install the in-kernel output cap and, in a pooled kernel, what makes it this session's."""
         try:
-            if pooled and hasattr(self.launcher, "adopt"):  # e.g. a sandbox attaches this session's egress proxy
-                await self.launcher.adopt(lk)
-            reply = await _silent(lk.kc, code, self.config.startup_timeout)
+            code = setup_code(self.config.output_limit)
+            if adopt:
+                code += await self.launcher.adopt(kernel, self.place) + "\n"
+            reply = await kernel.reply(kernel.execute(code, silent=True), self.config.startup_timeout)
         except BaseException:
-            await asyncio.shield(lk.kill())
+            await asyncio.shield(kernel.kill())
             raise
         if reply.get("status") != "ok":
-            await lk.kill()
+            await kernel.kill()
             raise RuntimeError(f"preparing the kernel failed: {reply.get('ename')}: {reply.get('evalue')}")
 
+    async def restart(self) -> None:
+        """Replace the kernel with a fresh one."""
+        async with self._lock:
+            await self._discard()
+            self.state = "not started"
+            await self.start(reason="restart")
+
+    async def shutdown(self) -> None:
+        """Stop the kernel (if any) and free what the session held; the next execute may start again."""
+        had = self.kernel is not None
+        if self._settling is not None and not self._settling.done():
+            self._settling.cancel()
+        await self._discard()
+        self.state = "stopped"
+        if self.place.owns_workdir and self.place.workdir is not None:
+            await asyncio.to_thread(shutil.rmtree, self.place.workdir, True)
+            self.place.workdir, self.place.owns_workdir = None, False
+        if had:
+            await self._emit("hands_stopped", {"generation": self.generation})
+
+    async def interrupt(self) -> None:
+        """Interrupt the running call, if any."""
+        call, kernel = self._call, self.kernel
+        if call is None or kernel is None:
+            return
+        call.asked = True
+        if call.started:
+            call.interrupt = "sent"
+            await kernel.interrupt()
+        else:  # a kernel ignores an interrupt that lands before the cell starts: send it then
+            call.interrupt = "pending"
+
     async def _discard(self) -> None:
-        lk, self.kernel = self.kernel, None
-        if lk is not None:
-            await asyncio.shield(lk.kill())
+        kernel, self.kernel = self.kernel, None
+        if kernel is not None:
+            await asyncio.shield(kernel.kill())
 
-    async def _after_shutdown(self) -> None:
-        if self._owns_workdir and self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir, self._owns_workdir = None, False
+    async def _lose(self) -> None:
+        """The current kernel is dead or beyond saving: the next call starts a fresh one."""
+        await self._discard()
+        self.state = "dead"
 
-    async def _interrupt_now(self) -> None:
-        await self.kernel.interrupt()
-
-    async def _interrupt_handle(self, handle: LiveKernel) -> None:
-        await handle.interrupt()
+    async def _record_death(self, death: Death, during: str) -> None:
+        await self._emit("hands_died", {"generation": self.generation, "exit_code": death.exit_code,
+                                        "signal": death.signal, "how": death.how, "during": during,
+                                        **(self.kernel.ident if self.kernel else {})})
+        await self._lose()
 
     # -- execution ---------------------------------------------------------
 
+    async def execute(self, code: str, timeout: float | None = None) -> Observation:
+        """Run code in the kernel; returns what it printed, returned, displayed or raised."""
+        async with self._lock:
+            t0 = time.perf_counter()
+            notes = await self._check_idle()
+            if self.kernel is None:
+                try:
+                    notes += await self.start()
+                except Exception as e:  # a kernel that cannot start is data for the model
+                    return failure(f"{self.start_failed}: {e}", ename="KernelStartError", notes=notes)
+                if self.kernel is None:
+                    return failure("the kernel died while earlier calls were replayed in it; this call was not run, "
+                                   "the next one gets a fresh kernel", ename="KernelDied", notes=notes)
+            obs = await self._call_once(code, self._timeout(timeout))
+            obs.notes = notes + obs.notes
+            obs.generation = obs.generation or self.generation
+            obs.duration_ms = round((time.perf_counter() - t0) * 1000, 1)
+            return obs
+
+    def _timeout(self, asked: Any) -> float:
+        """The model's timeout if it is a positive, finite number of seconds, capped; else the default."""
+        ok = isinstance(asked, (int, float)) and not isinstance(asked, bool) and math.isfinite(asked) and asked > 0
+        return min(asked if ok else self.config.timeout, self.config.max_timeout)
+
     async def _check_idle(self) -> list[str]:
-        if self.kernel is not None and (status := await self.kernel.poll()) is not None:
-            how = await self._record_death(status, during="idle")
-            return [f"[the kernel died between calls ({how}); this call runs in a fresh kernel, "
+        """Before a call: notes for the model about what happened to the kernel since the last one."""
+        if self.kernel is not None and (death := await self.kernel.death()) is not None:
+            await self._record_death(death, "idle")
+            return [f"[the kernel died between calls ({death.how}); this call runs in a fresh kernel, "
                     "so earlier variables and imports are gone]"]
         return []
 
-    async def _run(self, code: str, timeout: float) -> Observation:
-        lk = self.kernel
+    async def _call_once(self, code: str, timeout: float) -> Observation:
+        kernel, call = self.kernel, Call()
+        self._call = call
+        try:
+            return await self._run(kernel, call, code, timeout)
+        except asyncio.CancelledError:
+            # the caller gave up (a user interrupt): stop the code too, once it has started; keep the kernel
+            if call.msg_id is not None and kernel is self.kernel:
+                if call.started:
+                    await asyncio.shield(kernel.interrupt())
+                self._settling = asyncio.get_running_loop().create_task(self._settle(kernel, call))
+            raise
+        finally:
+            self._call = None
+
+    async def _run(self, kernel: Kernel, call: Call, code: str, timeout: float) -> Observation:
+        """The execute loop: send the cell, fold its messages, watch the kernel and the clock."""
         col = Collector(self.config.output_limit, self.generation)
-        msg_id = self._msg_id = lk.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
-        deadline = Deadline(self, timeout)
-        next_poll = 0.0
+        call.msg_id = kernel.execute(code)
+        deadline = Deadline(timeout, self.config.interrupt_grace)
+        next_look = 0.0
         while True:
             now = time.monotonic()
-            if now >= next_poll:  # look at the process even while output floods in
-                next_poll = now + POLL
-                status = await lk.poll()
-                if status is not None:
-                    return await self._died(status, col)
-                if await deadline.stuck():
+            if now >= next_look:  # even while output floods in
+                next_look = now + POLL
+                if (death := await kernel.death()) is not None:
+                    return await self._died(death, col)
+                due = deadline.due(now)
+                if due == "replace":
                     return await self._replace_stuck(timeout, col)
-            try:
-                msg = await lk.kc.get_iopub_msg(timeout=POLL)
-            except queue.Empty:
+                if due == "interrupt":
+                    await self._emit("hands_timeout", {"generation": self.generation, "timeout": timeout,
+                                                       "action": "interrupt"})
+                    await kernel.interrupt()
+            got = await kernel.message(call.msg_id, POLL)
+            if got is None:  # nothing came, or the kernel went: look at it now
+                next_look = 0.0
                 continue
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            if msg["msg_type"] == "execute_input":
-                await self._cell_started()
-            elif col.feed(msg["msg_type"], msg["content"]):
+            msg_type, content = got
+            if msg_type == "execute_input":
+                call.started = True
+                if call.interrupt == "pending":
+                    call.interrupt = "sent"
+                    await kernel.interrupt()
+            elif col.feed(msg_type, content):
                 break
-        return self._finish(col, timeout, deadline.passed)
+        obs = col.done()
+        if deadline.passed:
+            obs.truncated.append(TIMED_OUT.format(timeout=timeout))
+        elif call.asked:
+            obs.notes.append("[interrupted on request; the kernel and its state survive]")
+        return obs
 
-    async def _still_current(self, handle: LiveKernel) -> bool:
-        return handle is self.kernel and await handle.poll() is None
+    async def _settle(self, kernel: Kernel, call: Call) -> None:
+        """The settle loop, after a cancelled call: interrupt it once it starts, wait for it to end, or replace the kernel.
 
-    async def _settle_msg(self, handle: LiveKernel, msg_id: str) -> Any:
-        try:
-            msg = await handle.kc.get_iopub_msg(timeout=POLL)
-        except queue.Empty:
-            return None
-        if msg["parent_header"].get("msg_id") != msg_id:
-            return None
-        return msg["msg_type"], msg["content"]
+        Holds the lock, so the next call waits for this (at most about the grace period) instead
+        of queueing behind a cell nobody is waiting for.
+        """
+        async with self._lock:
+            interrupted = call.started  # then the cancel sent the interrupt already
+            deadline = time.monotonic() + self.config.interrupt_grace
+            while kernel is self.kernel and await kernel.death() is None:
+                if time.monotonic() > deadline:
+                    await self._emit("hands_timeout", {"generation": self.generation, "timeout": None,
+                                                       "action": "replaced", "grace": self.config.interrupt_grace,
+                                                       "cause": "a cancelled call did not stop"})
+                    await self._lose()
+                    return
+                got = await kernel.message(call.msg_id, POLL)
+                if got is None:
+                    continue
+                msg_type, content = got
+                if msg_type == "execute_input" and not interrupted:
+                    interrupted = True
+                    await kernel.interrupt()
+                    deadline = time.monotonic() + self.config.interrupt_grace
+                elif msg_type == "status" and content.get("execution_state") == "idle":
+                    return
 
-    async def _record_death(self, status: int, during: str) -> str:
-        """Log a death, forget the kernel, and return how it died, in words."""
-        lk, gen = self.kernel, self.generation
-        sig = -status if status < 0 else None
-        if sig:
-            how = f"signal {_signame(sig)}"
-        elif status > 128 and _signame(status - 128) != str(status - 128):
-            how = f"exit code {status}, i.e. signal {_signame(status - 128)} inside a wrapper"
-        else:
-            how = f"exit code {status}"
-        if lk is not None and lk.oom_killed():
-            how += ", out of memory: it went over its memory limit"
-        await self._emit("hands_died", {"generation": gen, "exit_code": status, "signal": sig, "how": how,
-                                        "during": during, "pid": lk.pid if lk else None})
-        await self._lose()
-        return how
-
-    async def _died(self, status: int, col: Collector) -> Observation:
+    async def _died(self, death: Death, col: Collector) -> Observation:
         gen = self.generation
-        how = await self._record_death(status, during="call")
-        return self._death_observation(how, gen, col)
+        await self._record_death(death, "call")
+        partial = col.done()
+        return failure(death_note(death.how), ename="KernelDied", generation=gen, stdout=partial.stdout,
+                       stderr=partial.stderr)
 
-
-def _signame(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return str(sig)
-
-
-async def _silent(kc: Any, code: str, timeout: float) -> dict[str, Any]:
-    """Run setup code without history or output; returns the execute_reply content."""
-    msg_id = kc.execute(code, silent=True, store_history=False, allow_stdin=False)
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the kernel did not answer a setup request")
-        msg = await kc.get_shell_msg(timeout=left)
-        if msg["parent_header"].get("msg_id") == msg_id:
-            return msg["content"]
+    async def _replace_stuck(self, timeout: float, col: Collector) -> Observation:
+        gen = self.generation
+        await self._emit("hands_timeout", {"generation": gen, "timeout": timeout, "action": "replaced",
+                                           "grace": self.config.interrupt_grace})
+        await self._lose()
+        partial = col.done()
+        return failure(stuck_note(timeout, self.config.interrupt_grace), ename="KernelTimeout", generation=gen,
+                       stdout=partial.stdout, stderr=partial.stderr)

@@ -1,27 +1,20 @@
-"""Resource limits for one kernel, applied by a tiny wrapper that then execs it.
+"""Resource limits for one kernel, applied by the launch wrapper (launch.py) before it runs it.
 
-    python .../workbench/hands/limits.py --memory-mb 4096 --max-processes 512 \\
-        --cgroup NAME --report FILE -- <kernel argv>
-
-The wrapper works in front of any argv (a plain ipykernel, or bwrap with its
-kernel inside), because rlimits and cgroup membership are inherited across
-exec and fork. Memory and processes go to a cgroup where one is writable
-(cgroup v1 `memory`/`pids` or a cgroup v2 tree with those controllers): an
-idle ipykernel maps ~800 MiB of *virtual* memory, so RLIMIT_AS is only the
-fallback, set to the limit plus that overhead. RLIMIT_NPROC counts every
-process of a uid, so it is only set for a non-root uid (e.g. the sandbox's
-dedicated one); as root without a pids cgroup the process limit is not
-enforced, and the report says so.
+Limits work in front of any argv (a plain ipykernel, or bwrap with its kernel inside),
+because rlimits and cgroup membership are inherited across exec and fork. Memory and
+processes go to a cgroup where one is writable (cgroup v1 `memory`/`pids` or a cgroup v2
+tree with those controllers): an idle ipykernel maps ~800 MiB of *virtual* memory, so
+RLIMIT_AS is only the fallback, set to the limit plus that overhead. RLIMIT_NPROC counts
+every process of a uid, so it is only set for a non-root uid (e.g. the sandbox's dedicated
+one); as root without a pids cgroup the process limit is not enforced, and the report says
+so. This module uses the standard library alone: the wrapper loads it before any kernel.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import resource
 import signal
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,19 +37,6 @@ class Limits:
 
     def any(self) -> bool:
         return any((self.memory_mb, self.max_processes, self.max_open_files, self.max_file_mb, self.cpu_seconds))
-
-    def wrap(self, argv: list[str], cgroup: str, report: str | None = None) -> list[str]:
-        """`argv` prefixed with the limits wrapper (unchanged when there are no limits)."""
-        if not self.any():
-            return list(argv)
-        # run as a file, not `-m`: the wrapper needs only the standard library, and starts faster
-        pre = [sys.executable, "-s", str(Path(__file__).resolve()), "--cgroup", cgroup]
-        for name in ("memory_mb", "max_processes", "max_open_files", "max_file_mb", "cpu_seconds"):
-            if getattr(self, name):
-                pre += ["--" + name.replace("_", "-"), str(getattr(self, name))]
-        if report:
-            pre += ["--report", report]
-        return pre + ["--"] + list(argv)
 
 
 def _v1(controller: str) -> Path | None:
@@ -188,25 +168,3 @@ def oom_killed(cgroup: str) -> bool:
     except (OSError, ValueError):
         pass
     return False
-
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="limits.py", description="set limits, then exec a kernel")
-    p.add_argument("--cgroup", required=True, help="the name of this kernel's cgroup")
-    for name in ("memory-mb", "max-processes", "max-open-files", "max-file-mb", "cpu-seconds"):
-        p.add_argument("--" + name, type=int, default=0)
-    p.add_argument("--report", help="write how each limit was enforced to this JSON file")
-    p.add_argument("command", nargs=argparse.REMAINDER)
-    a = p.parse_args(argv)
-    command = a.command[1:] if a.command[:1] == ["--"] else a.command
-    if not command:
-        p.error("no command to run after --")
-    limits = Limits(a.memory_mb, a.max_processes, a.max_open_files, a.max_file_mb, a.cpu_seconds)
-    how = apply(limits, a.cgroup)
-    if a.report:
-        Path(a.report).write_text(json.dumps(how))
-    os.execvp(command[0], command)
-
-
-if __name__ == "__main__":
-    main()

@@ -3,7 +3,8 @@
 A kernel takes about half a second to become ready; the pool keeps `size`
 of them ready so that a first call, or the call after a kernel died, takes
 one at once. Filling happens in background tasks, never on the path of a
-model request.
+model request. Any launcher can fill one; its `fits` and `adopt` decide
+whether and how a session takes a pooled kernel.
 """
 
 from __future__ import annotations
@@ -11,30 +12,19 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .live import LiveKernel, boot, kernel_env
-from .limits import Limits
+from .base import Kernel, Launcher
 
 
 class KernelPool:
     """Keeps `size` ready kernels of one launcher; `take()` hands one out."""
 
-    def __init__(self, launcher: Any, size: int = 1, *, limits: Limits | None = None, registry: Any = None,
-                 startup_timeout: float = 60.0):
+    def __init__(self, launcher: Launcher, size: int = 1):
         self.launcher, self.size = launcher, size
-        self.limits, self.registry, self.startup_timeout = limits, registry, startup_timeout
-        self._ready: list[LiveKernel] = []
+        self._ready: list[Kernel] = []
         self._starting: set[asyncio.Task] = set()
         self._closed = False
         self.failures = 0
         self.last_error: str | None = None
-
-    def fits(self, launcher: Any) -> bool:
-        """Whether a kernel of this pool can serve hands with `launcher`.
-
-        Only launchers that say `poolable = True` qualify: a launcher holding
-        per-session resources (a sandbox's egress proxy) cannot share kernels.
-        """
-        return getattr(launcher, "poolable", False) and type(launcher) is type(self.launcher)
 
     def fill(self) -> None:
         """Start kernels in the background until `size` are ready or starting."""
@@ -47,8 +37,7 @@ class KernelPool:
 
     async def _boot(self) -> None:
         try:
-            lk = await boot(self.launcher, env=kernel_env(), limits=self.limits, registry=self.registry,
-                            startup_timeout=self.startup_timeout)
+            kernel = await self.launcher.start(None)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a pool that cannot start kernels leaves the hands to start their own
@@ -56,19 +45,19 @@ class KernelPool:
             self.last_error = f"{type(e).__name__}: {e}"
             return
         if self._closed:
-            await lk.kill()
+            await kernel.kill()
         else:
-            self._ready.append(lk)
+            self._ready.append(kernel)
 
-    async def take(self) -> LiveKernel | None:
+    async def take(self) -> Kernel | None:
         """A ready kernel, or one that is almost ready; None if the pool has none coming."""
         while True:
             while self._ready:
-                lk = self._ready.pop(0)
-                if await lk.poll() is None:
+                kernel = self._ready.pop(0)
+                if await kernel.death() is None:
                     self.fill()
-                    return lk
-                await lk.kill()  # died while waiting in the pool
+                    return kernel
+                await kernel.kill()  # died while waiting in the pool
             if not self._starting or self._closed:
                 self.fill()
                 return None
@@ -82,7 +71,7 @@ class KernelPool:
             task.cancel()
         await asyncio.gather(*self._starting, return_exceptions=True)
         ready, self._ready = self._ready, []
-        await asyncio.gather(*(lk.kill() for lk in ready), return_exceptions=True)
+        await asyncio.gather(*(kernel.kill() for kernel in ready), return_exceptions=True)
 
     def status(self) -> dict[str, Any]:
         """How many kernels are ready and starting, JSON-ready."""

@@ -1,7 +1,8 @@
 """Can this host sandbox the hands? If not, refuse model code, out loud.
 
 `preflight()` runs a trivial command in a real bubblewrap sandbox with the
-namespaces and uid drop the kernels get. When it fails, the hands refuse to
+namespaces and uid drop the kernels get; a hands factory runs it once, when
+it is made, and keeps the result. When it fails, the hands refuse to
 run model code (each refused call is a `hands_refused` event and an error
 observation saying why and how to fix it) unless the host opted into the
 unsafe, unsandboxed mode; either way the log, the CLI's stderr and the
@@ -17,11 +18,8 @@ import subprocess
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..config import from_env
-from ..egress import EgressSettings, Vault
 from .base import EventSink, Observation, failure
-from .live import LocalLauncher
-from .sandbox import SandboxLauncher, SandboxSettings, base_args, setpriv_args
+from .sandbox import SandboxSettings, base_args, setpriv_args
 
 log = logging.getLogger("workbench.hands")
 
@@ -49,19 +47,9 @@ class Preflight:
         return asdict(self)
 
 
-_cache: dict[tuple, Preflight] = {}
-
-
-def preflight(settings: SandboxSettings | None = None, *, refresh: bool = False) -> Preflight:
-    """Check that bubblewrap is installed and a sandbox like the kernels' actually starts."""
+def preflight(settings: SandboxSettings | None = None) -> Preflight:
+    """Check that bubblewrap is installed and a sandbox like the kernels' actually starts (each call runs it)."""
     s = settings or SandboxSettings()
-    key = (s.bwrap, s.socat, s.sandbox_uid, s.sandbox_gid, os.geteuid())
-    if refresh or key not in _cache:
-        _cache[key] = _check(s)
-    return _cache[key]
-
-
-def _check(s: SandboxSettings) -> Preflight:
     owner = (s.sandbox_uid, s.sandbox_gid) if os.geteuid() == 0 else None
     mode = f"bwrap, then setpriv to uid {s.sandbox_uid}" if owner else "bwrap in a user namespace, same uid"
     socat = shutil.which(s.socat, path="/usr/bin:/bin:/usr/local/bin")
@@ -71,7 +59,8 @@ def _check(s: SandboxSettings) -> Preflight:
         return Preflight(False, f"bubblewrap is not installed (no {s.bwrap!r} found)", FIX, None, mode, bool(socat), note)
     cmd = [bwrap, *base_args(owner), "--", *(setpriv_args(owner) if owner else []), "/bin/true"]
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=20, env={"PATH": "/usr/bin:/bin"})
+        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20,
+                           env={"PATH": "/usr/bin:/bin"})
     except (OSError, subprocess.TimeoutExpired) as e:
         return Preflight(False, f"bubblewrap ({bwrap}) could not run: {e}", FIX, bwrap, mode, bool(socat), note)
     if p.returncode != 0:
@@ -113,6 +102,12 @@ class RefusedHands:
             ename="SandboxUnavailable",
         )
 
+    async def __aenter__(self) -> "RefusedHands":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.shutdown()
+
     async def restart(self) -> None:
         """Nothing to restart."""
 
@@ -124,48 +119,3 @@ class RefusedHands:
 
     def status(self) -> dict[str, Any]:
         return {"backend": "sandbox", "state": "refused", "generation": 0, "pid": None, "sandbox": self.result.to_json()}
-
-
-class SandboxBackend:
-    """What a hands factory needs for the sandbox backend: the preflight, a launcher per session, redaction."""
-
-    def __init__(
-        self,
-        unsafe: bool = False,
-        settings: SandboxSettings | None = None,
-        egress_settings: EgressSettings | None = None,
-        vault: Vault | None = None,
-    ):
-        self.settings = settings or from_env(SandboxSettings)
-        self.egress_settings = egress_settings or from_env(EgressSettings)
-        self.vault = vault if vault is not None else Vault.load(self.egress_settings.vault)
-        self.unsafe = unsafe
-        self.preflight = preflight(self.settings)
-        self.message = announce(self.preflight, unsafe)
-
-    @property
-    def mode(self) -> str:
-        """`sandbox`, `unsafe` (no sandbox, model code runs anyway) or `refused`."""
-        return "sandbox" if self.preflight.ok else "unsafe" if self.unsafe else "refused"
-
-    def launcher(self, session_config: dict[str, Any] | None = None, sink: EventSink | None = None) -> Any:
-        """A launcher for one session (its egress policy and event sink); None when model code is refused."""
-        if self.mode == "sandbox":
-            egress = (session_config or {}).get("egress")
-            return SandboxLauncher(self.settings, egress=egress, vault=self.vault, egress_settings=self.egress_settings, on_event=sink)
-        if self.mode == "unsafe":
-            launcher = LocalLauncher()
-            launcher.name = "unsafe-local"  # shows in every hands_started event
-            return launcher
-        return None
-
-    def refused(self, sink: EventSink | None = None) -> RefusedHands:
-        return RefusedHands(self.preflight, sink)
-
-    def redact(self, text: str) -> str:
-        """Mask the vault's secret values (pass as `Brain(redact=...)`)."""
-        return self.vault.redact(text)
-
-    def status(self) -> dict[str, Any]:
-        """For the UI and `/workbench/api/status`: the mode, and why when it is not `sandbox`."""
-        return {"mode": self.mode, "message": self.message, "credentials": sorted(self.vault.credentials), **self.preflight.to_json()}

@@ -15,7 +15,9 @@ unprivileged in a user namespace as the same uid, and protection comes only
 from what is not mounted.
 
 Interrupts are messages on the control channel: a SIGINT to the process
-group would kill bwrap, and with it the kernel.
+group would kill bwrap, and with it the kernel. The launch wrapper stays as
+bwrap's parent (`supervise`): bwrap's init binds itself to bwrap only after it
+has set up the mounts, and a host killed before then would leave it running.
 """
 
 from __future__ import annotations
@@ -23,19 +25,19 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import signal
 import sys
-import uuid
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jupyter_client import AsyncKernelManager
-from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
-from jupyter_client.provisioning import LocalProvisioner
+from jupyter_client.kernelspec import KernelSpec
 
-from ..egress import EgressPolicy, EgressProxy, EgressSettings, Listener, Vault
-from .base import EventSink
+from ..egress import EgressPolicy, EgressProxy, EgressSettings, Vault
+from .base import Place
+from .limits import Limits
+from .local import kernel_env
+from .process import ProcessKernel, start_process
 
 PROXY_PORT = 3128
 HOME = "/home/sandbox"
@@ -60,130 +62,88 @@ class SandboxSettings:
     sandbox_python: str = ""  # the kernel's interpreter (default: the server's own)
 
 
-class _OneSpec(KernelSpecManager):
-    """A kernelspec held in memory, never in a directory the kernel could write to."""
-
-    def __init__(self, spec: KernelSpec, **kw: Any):
-        super().__init__(**kw)
-        self._spec = spec
-
-    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
-        return self._spec
-
-
-class SandboxProvisioner(LocalProvisioner):
-    """Reports a kernel killed by signal N as killed by N, not as bwrap's exit code 128+N."""
-
-    async def poll(self) -> int | None:
-        status = await super().poll()
-        if status is not None and 128 < status < 128 + signal.NSIG:
-            return -(status - 128)  # what a plain kernel process would report (a kernel's own exit(137) reads the same)
-        return status
-
-
-class SandboxKernelManager(AsyncKernelManager):
-    """A kernel manager that hands the connection file to the sandbox uid and runs its egress listener."""
-
-    owner: tuple[int, int] | None = None
-    egress: EgressProxy | None = None
-    egress_path: Path | None = None
-    _listener: Listener | None = None
-
-    def write_connection_file(self, **kw: Any) -> None:
-        super().write_connection_file(**kw)
-        if self.owner is not None:
-            # mode stays 0600; the kernel's uid must read it, and it is the only secret in the run dir
-            os.chown(self.connection_file, *self.owner)
-
-    async def _async_pre_start_kernel(self, **kw: Any) -> Any:
-        if self.provisioner is None:
-            self.kernel_id = self.kernel_id or kw.get("kernel_id") or str(uuid.uuid4())
-            self.provisioner = SandboxProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self)
-        return await super()._async_pre_start_kernel(**kw)
-
-    async def start_kernel(self, **kw: Any) -> None:  # type: ignore[override]
-        if self.egress is not None and self._listener is None:
-            uid, gid = self.owner or (None, None)
-            self._listener = await self.egress.listen(self.egress_path, uid, gid)
-        try:
-            await super().start_kernel(**kw)
-        except BaseException:
-            await self.close_egress()
-            raise
-
-    async def _async_cleanup_resources(self, restart: bool = False) -> None:
-        await super()._async_cleanup_resources(restart=restart)
-        if not restart:
-            await self.close_egress()
-
-    async def close_egress(self) -> None:
-        if self._listener is not None:
-            listener, self._listener = self._listener, None
-            await listener.close()
-
-
 class SandboxLauncher:
-    """Starts each kernel inside bubblewrap, with this session's egress proxy beside it."""
+    """Starts each kernel inside bubblewrap, with its session's egress proxy beside it."""
 
     name = "sandbox"
-    interrupt_mode = "message"
-    poolable = True  # a pooled kernel is handed to a session by adopt(), which rebinds its egress
 
-    def __init__(
-        self,
-        settings: SandboxSettings | None = None,
-        *,
-        egress: dict[str, Any] | None = None,
-        vault: Vault | None = None,
-        egress_settings: EgressSettings | None = None,
-        on_event: EventSink | None = None,
-    ):
+    def __init__(self, settings: SandboxSettings | None = None, *, limits: Limits | None = None, registry: Any = None,
+                 vault: Vault | None = None, egress_settings: EgressSettings | None = None):
         self.settings = settings or SandboxSettings()
-        self.egress_config = egress
-        self.vault, self.egress_settings, self.on_event = vault, egress_settings, on_event
-        self._proxy: EgressProxy | None = None
+        self.limits, self.registry = limits, registry
+        self.vault, self.egress_settings = vault, egress_settings
+        self._pool_proxy: EgressProxy | None = None
 
-    def proxy(self) -> EgressProxy:
-        """This session's egress proxy (built once: its request count spans kernels)."""
-        if self._proxy is None:
-            policy = EgressPolicy.from_config(self.egress_config, self.egress_settings)
-            self._proxy = EgressProxy(policy, self.vault, self.on_event, self.egress_settings)
-        return self._proxy
-
-    async def adopt(self, lk: Any) -> None:
-        """Make a pooled kernel this session's: its egress now follows this session's policy and log."""
-        km = lk.km
-        km.egress = self.proxy()
-        if km._listener is not None:
-            km._listener.proxy = km.egress
+    def proxy(self, place: Place | None) -> EgressProxy:
+        """A session's egress proxy, built once per session (its request count spans kernels); deny-all for the pool."""
+        if place is None:
+            if self._pool_proxy is None:
+                self._pool_proxy = EgressProxy(EgressPolicy.from_config(None, self.egress_settings), self.vault, None,
+                                               self.egress_settings)
+            return self._pool_proxy
+        if "egress" not in place.held:
+            policy = EgressPolicy.from_config(place.egress, self.egress_settings)
+            place.held["egress"] = EgressProxy(policy, self.vault, place.sink, self.egress_settings)
+        return place.held["egress"]
 
     def owner(self) -> tuple[int, int] | None:
         """The uid:gid the kernel runs as, when it differs from ours (we are root)."""
         return (self.settings.sandbox_uid, self.settings.sandbox_gid) if os.geteuid() == 0 else None
 
-    def manager(self, run_dir: Path, env: dict[str, str], workdir: Path) -> tuple[AsyncKernelManager, dict]:
-        """A kernel manager whose kernel runs in the sandbox, and the kwargs for its start_kernel()."""
+    async def start(self, place: Place | None) -> ProcessKernel:
+        """Start a kernel in a sandbox around `place`'s workdir (or a fresh one) and wait until it is ready."""
         socat = shutil.which(self.settings.socat, path="/usr/bin:/bin:/usr/local/bin")
-        proxy = self.proxy() if socat else None  # first: a bad policy fails before anything is made
-        run_dir, workdir = Path(run_dir).resolve(), Path(workdir).resolve()
+        proxy = self.proxy(place) if socat else None  # first: a bad policy fails before anything is made
         owner = self.owner()
         uid, gid = owner or (os.getuid(), os.getgid())
-        if owner is not None:
-            os.chown(run_dir, uid, gid)
-            if not any(workdir.iterdir()):  # a fresh workspace; a user's directory with files keeps its owner
-                os.chown(workdir, uid, gid)
-        etc = run_dir / "etc"
-        etc.mkdir(mode=0o755)
-        (etc / "passwd").write_text(f"root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{uid}:{gid}:workbench sandbox:{HOME}:/usr/sbin/nologin\n")
-        (etc / "group").write_text(f"root:x:0:\nsandbox:x:{gid}:\n")
-        (etc / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n")
-        argv = bwrap_argv(self.settings, run_dir, workdir, etc, env, owner, socat)
-        spec = KernelSpec(argv=argv, display_name="workbench sandbox", language="python", interrupt_mode="message", env={})
-        km = SandboxKernelManager(kernel_name="workbench-sandbox", kernel_spec_manager=_OneSpec(spec), transport="ipc")
-        km.connection_file = str(run_dir / "kernel.json")
-        km.ip = str(run_dir / "kernel-ipc")
-        km.owner, km.egress, km.egress_path = owner, proxy, run_dir / "egress.sock"
-        return km, {"env": {"PATH": "/usr/bin:/bin"}, "cwd": str(workdir)}
+        run_dir = Path(tempfile.mkdtemp(prefix="workbench-run-")).resolve()
+        owns = place is None or place.workdir is None
+        workdir = Path(tempfile.mkdtemp(prefix="workbench-work-")) if owns else place.workdir
+        workdir = workdir.resolve()
+        listener = None
+        try:
+            if owner is not None:
+                os.chown(run_dir, uid, gid)
+                if not any(workdir.iterdir()):  # a fresh workspace; a user's directory with files keeps its owner
+                    os.chown(workdir, uid, gid)
+            etc = run_dir / "etc"
+            etc.mkdir(mode=0o755)
+            (etc / "passwd").write_text(f"root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{uid}:{gid}:workbench sandbox:{HOME}:/usr/sbin/nologin\n")
+            (etc / "group").write_text(f"root:x:0:\nsandbox:x:{gid}:\n")
+            (etc / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n")
+            env = kernel_env(place.env if place else None)
+            argv = bwrap_argv(self.settings, run_dir, workdir, etc, env, owner, socat)
+            spec = KernelSpec(argv=argv, display_name="workbench sandbox", language="python", interrupt_mode="message", env={})
+            if proxy is not None:
+                listener = await proxy.listen(run_dir / "egress.sock", uid, gid)
+        except BaseException:
+            if listener is not None:
+                await listener.close()
+            shutil.rmtree(run_dir, ignore_errors=True)
+            if owns:
+                shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        return await start_process(
+            spec, launcher=self.name, env={"PATH": "/usr/bin:/bin"}, run_dir=run_dir, workdir=workdir, owns_workdir=owns,
+            limits=self.limits, registry=self.registry, startup_timeout=place.startup_timeout if place else 60.0,
+            owner=owner, supervise=True, signal_codes=True, closers=[listener.close] if listener else [],
+            held={"egress": listener},
+        )
+
+    def fits(self, place: Place) -> bool:
+        """A pooled sandbox has its workdir and variables bound in: it serves only sessions that set neither."""
+        return place.workdir is None and not place.env
+
+    async def adopt(self, kernel: ProcessKernel, place: Place) -> str:
+        """A pooled kernel's egress now follows the session's policy and log; its workdir is the session's."""
+        listener = kernel.held.get("egress")
+        if listener is not None:
+            listener.proxy = self.proxy(place)
+        place.workdir, place.owns_workdir, kernel.owns_workdir = kernel.workdir, True, False
+        return ""
+
+    async def aclose(self) -> None:
+        """Nothing is held beyond each kernel (and each session's proxy, in its Place)."""
 
 
 def python_trees(python: str) -> list[Path]:

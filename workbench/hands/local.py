@@ -1,0 +1,69 @@
+"""Local kernels: an ipykernel in this Python environment, unsandboxed, with an allowlisted environment."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.kernelspec import KernelSpecManager
+
+from .base import Place
+from .limits import Limits
+from .process import ProcessKernel, start_process
+
+# Variables a kernel may inherit from the host. Everything else, secrets
+# included, stays out: the kernel gets this allowlist and nothing more.
+ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
+
+
+def kernel_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The explicit environment of a kernel: the allowlist plus `extra`."""
+    env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    bindir = str(Path(sys.executable).parent)
+    if bindir not in env["PATH"].split(os.pathsep):
+        env["PATH"] = bindir + os.pathsep + env["PATH"]
+    env["PYTHONUNBUFFERED"] = "1"
+    env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+    env.update(extra or {})
+    return env
+
+
+class LocalLauncher:
+    """Starts an ipykernel in this Python environment, unsandboxed."""
+
+    def __init__(self, *, limits: Limits | None = None, registry: Any = None, kernel_name: str = "python3",
+                 spec_dirs: list[str] | None = None, name: str = "local"):
+        self.limits, self.registry = limits, registry
+        self.kernel_name, self.spec_dirs, self.name = kernel_name, spec_dirs, name
+
+    async def start(self, place: Place | None) -> ProcessKernel:
+        """Start a kernel (in `place`'s workdir, or a fresh one of its own) and wait until it is ready."""
+        ksm = KernelSpecManager(kernel_dirs=self.spec_dirs) if self.spec_dirs else KernelSpecManager()
+        spec = ksm.get_kernel_spec(self.kernel_name)
+        run_dir = Path(tempfile.mkdtemp(prefix="workbench-run-"))
+        if place is not None and place.workdir is not None:
+            workdir, owns = place.workdir, False
+        else:
+            workdir, owns = Path(tempfile.mkdtemp(prefix="workbench-work-")), True
+        # a profile dir of its own: the user's IPython startup files and history stay out of the hands
+        env = {**kernel_env(place.env if place else None), "IPYTHONDIR": str(run_dir / "ipython")}
+        return await start_process(spec, launcher=self.name, env=env, run_dir=run_dir, workdir=workdir,
+                                   owns_workdir=owns, limits=self.limits, registry=self.registry,
+                                   startup_timeout=place.startup_timeout if place else 60.0)
+
+    def fits(self, place: Place) -> bool:
+        """Any pooled kernel can serve any session: its workdir and variables are set by code."""
+        return True
+
+    async def adopt(self, kernel: ProcessKernel, place: Place) -> str:
+        """Code that moves a pooled kernel into the session's workdir, with its variables."""
+        if place.workdir is None:  # the session takes the pooled kernel's workdir as its own
+            place.workdir, place.owns_workdir, kernel.owns_workdir = kernel.workdir, True, False
+        return f"import os as _o; _o.chdir({str(place.workdir)!r}); _o.environ.update({place.env!r}); del _o"
+
+    async def aclose(self) -> None:
+        """Nothing is held beyond each kernel."""

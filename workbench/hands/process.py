@@ -1,0 +1,261 @@
+"""A kernel process started with jupyter_client, and the ZMQ channel to it (local and sandboxed kernels).
+
+`start_process()` starts one behind the launch wrapper (bound to the host, with limits) and
+with nothing of the host's: stdin is /dev/null, stdout and stderr are pipes the hands read
+into a bounded tail (`output.OutputTail`), no other descriptor passes (Popen closes them), and
+the environment is the one the launcher gives. It registers the kernel for the reaper and
+waits until it answers. A `ProcessKernel` is the handle the hands (or the pool) hold until
+`kill()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from jupyter_client import AsyncKernelManager
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_client.provisioning import LocalProvisioner
+
+from . import launch
+from . import limits as _limits
+from .base import Death
+from .limits import Limits
+from .output import OutputTail
+
+REPLY_LOOK = 0.25  # seconds between looks at a kernel that has not replied yet
+SUPERVISOR_GRACE = 2.0  # seconds a supervising launch wrapper has to end its sandbox before a SIGKILL
+
+
+class _OneSpec(KernelSpecManager):
+    """A kernelspec held in memory, never in a directory the kernel could write to."""
+
+    def __init__(self, spec: KernelSpec, **kw: Any):
+        super().__init__(**kw)
+        self._spec = spec
+
+    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+        return self._spec
+
+
+class HandsProvisioner(LocalProvisioner):
+    """Launches behind the launch wrapper with stdin /dev/null and stdout, stderr to the hands' pipes."""
+
+    async def launch_kernel(self, cmd: list[str], **kw: Any) -> Any:
+        km: HandsKernelManager = self.parent
+        # close_fds is Popen's default, said out loud: the kernel gets these three descriptors and no other
+        kw.update(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True)
+        info = await super().launch_kernel(km.wrap(cmd), **kw)
+        pipes = {"stdout": self.process.stdout, "stderr": self.process.stderr}
+        self.process.stdout = self.process.stderr = None  # ours to read and close, not jupyter_client's
+        await km.output.attach(pipes)
+        return info
+
+    async def poll(self) -> int | None:
+        status = await super().poll()
+        if self.parent.signal_codes and status is not None and 128 < status < 128 + signal.NSIG:
+            return -(status - 128)  # bwrap reports a kernel killed by N as 128+N; say it as a plain process would
+        return status
+
+    async def kill(self, restart: bool = False) -> None:
+        if self.parent.supervised and self.process is not None:
+            # the supervising wrapper ends everything under it, orphans included; a SIGKILL to the
+            # group would kill it first and could leave a sandbox's init (in a session of its own) behind
+            try:
+                self.process.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                return
+            deadline = time.monotonic() + SUPERVISOR_GRACE
+            while self.process.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            if self.process.poll() is not None:
+                return
+        await super().kill(restart)
+
+
+class HandsKernelManager(AsyncKernelManager):
+    """A kernel manager whose kernels start through HandsProvisioner, as `start_process` configures."""
+
+    wrap: Callable[[list[str]], list[str]] = staticmethod(list)
+    output: OutputTail
+    supervised = False  # the launch wrapper stays as the kernel's parent (bwrap)
+    signal_codes = False  # an exit code 128+N means killed by signal N (bwrap)
+    owner: tuple[int, int] | None = None  # the kernel's uid:gid, when it differs from ours
+
+    def write_connection_file(self, **kw: Any) -> None:
+        super().write_connection_file(**kw)
+        if self.owner is not None:
+            # mode stays 0600; the kernel's uid must read it, and it is the only secret in the run dir
+            os.chown(self.connection_file, *self.owner)
+
+    async def _async_pre_start_kernel(self, **kw: Any) -> Any:
+        if self.provisioner is None:
+            self.kernel_id = self.kernel_id or kw.get("kernel_id") or str(uuid.uuid4())
+            self.provisioner = HandsProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self)
+        return await super()._async_pre_start_kernel(**kw)
+
+
+class ProcessKernel:
+    """A started kernel process: the ZMQ channel to it, its output, its directories and registry entry."""
+
+    def __init__(self, km: HandsKernelManager, *, launcher: str, kid: str, run_dir: Path, workdir: Path,
+                 owns_workdir: bool, registry: Any, closers: list[Callable[[], Awaitable[None]]],
+                 held: dict[str, Any]):
+        self.km, self.kc = km, None
+        self.launcher, self.kid = launcher, kid
+        self.run_dir, self.workdir, self.owns_workdir = run_dir, workdir, owns_workdir
+        self.registry, self.closers, self.held = registry, closers, held
+        self.output: OutputTail = km.output  # fd-level output of the kernel process, bounded
+        self.boot_ms = 0.0
+        self.limits: dict[str, str] = {}
+        self.stopped = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.km.provisioner.pid if self.km.provisioner is not None else None
+
+    @property
+    def ident(self) -> dict[str, Any]:
+        return {"pid": self.pid}
+
+    def execute(self, code: str, *, silent: bool = False) -> str:
+        """Send an execute request; returns its msg_id."""
+        return self.kc.execute(code, silent=silent, store_history=not silent, allow_stdin=False, stop_on_error=not silent)
+
+    async def message(self, msg_id: str, timeout: float) -> tuple[str, dict[str, Any]] | None:
+        """The next iopub message of request `msg_id`, or None if none came within `timeout`."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                msg = await self.kc.get_iopub_msg(timeout=left)
+            except queue.Empty:
+                return None
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return msg["msg_type"], msg["content"]
+        return None
+
+    async def reply(self, msg_id: str, timeout: float) -> dict[str, Any]:
+        """The content of the shell reply to `msg_id`; a kernel that dies meanwhile is an error at once."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the kernel did not answer within {timeout:g} s")
+            try:
+                msg = await self.kc.get_shell_msg(timeout=min(left, REPLY_LOOK))
+            except queue.Empty:
+                if (death := await self.death()) is not None:
+                    raise RuntimeError(f"the kernel died ({death.how})") from None
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return msg["content"]
+
+    async def death(self) -> Death | None:
+        """How the kernel process ended (exit code, signal, out of memory), or None while it runs."""
+        prov = self.km.provisioner
+        if prov is None:
+            return Death("it was stopped") if self.stopped else None
+        status = await prov.poll()
+        if status is None:
+            return None
+        sig = -status if status < 0 else None
+        if sig:
+            how = f"signal {_signame(sig)}"
+        elif status > 128 and _signame(status - 128) != str(status - 128):
+            how = f"exit code {status}, i.e. signal {_signame(status - 128)} inside a wrapper"
+        else:
+            how = f"exit code {status}"
+        if _limits.oom_killed(self.kid):
+            how += ", out of memory: it went over its memory limit"
+        return Death(how, exit_code=status, signal=sig)
+
+    async def interrupt(self) -> None:
+        """Interrupt the running cell (a signal or a message, as the kernelspec says)."""
+        try:
+            await self.km.interrupt_kernel()
+        except (RuntimeError, OSError):
+            pass  # no kernel any more: death() says so at the next look
+
+    async def kill(self) -> None:
+        """Stop the kernel now and free everything it held; safe to call twice."""
+        if self.stopped:
+            return
+        self.stopped = True
+        if self.kc is not None:
+            self.kc.stop_channels()
+        try:
+            await self.km.shutdown_kernel(now=True)
+        except Exception:  # jupyter_client's shutdown of a kernel that is half there; make sure it is gone
+            proc = self.km.provisioner.process if self.km.provisioner is not None else None
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+        self.output.close()
+        for close in self.closers:
+            await close()
+        await asyncio.to_thread(self._cleanup)
+
+    def _cleanup(self) -> None:
+        _limits.cleanup(self.kid)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self.owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.registry is not None:
+            self.registry.remove(self.kid)
+
+
+async def start_process(spec: KernelSpec, *, launcher: str, env: dict[str, str], run_dir: Path, workdir: Path,
+                        owns_workdir: bool, limits: Limits | None, registry: Any, startup_timeout: float,
+                        owner: tuple[int, int] | None = None, supervise: bool = False, signal_codes: bool = False,
+                        closers: list[Callable[[], Awaitable[None]]] | None = None,
+                        held: dict[str, Any] | None = None) -> ProcessKernel:
+    """Start a kernel from `spec` in `run_dir` and wait until it is ready; `closers` run when it is killed.
+
+    From the call on, the kernel owns `run_dir` (and `workdir` if `owns_workdir`): a start that
+    fails removes them, and raises RuntimeError with the kernel's last words.
+    """
+    t0 = time.perf_counter()
+    kid = uuid.uuid4().hex[:12]
+    report = run_dir / "limits.json"
+    km = HandsKernelManager(kernel_name="workbench", kernel_spec_manager=_OneSpec(spec), transport="ipc")
+    km.connection_file, km.ip = str(run_dir / "kernel.json"), str(run_dir / "kernel-ipc")
+    km.output, km.owner, km.supervised, km.signal_codes = OutputTail(), owner, supervise, signal_codes
+    km.wrap = lambda argv: launch.command(argv, parent=os.getpid(), supervise=supervise, limits=limits, cgroup=kid,
+                                          report=str(report))
+    kernel = ProcessKernel(km, launcher=launcher, kid=kid, run_dir=run_dir, workdir=workdir, owns_workdir=owns_workdir,
+                           registry=registry, closers=list(closers or []), held=dict(held or {}))
+    try:
+        await km.start_kernel(env=env, cwd=str(workdir))
+        if registry is not None and kernel.pid:
+            registry.add(kid, kernel.pid, run_dir=str(run_dir), cgroup=kid, launcher=launcher)
+        kernel.kc = km.client()
+        kernel.kc.start_channels()
+        await kernel.kc.wait_for_ready(timeout=startup_timeout)
+    except Exception as e:
+        await asyncio.shield(kernel.kill())
+        last = kernel.output.last_line()
+        raise RuntimeError(f"{e}" + (f"; its last output: {last}" if last else "")) from e
+    except BaseException:
+        await asyncio.shield(kernel.kill())
+        raise
+    try:
+        kernel.limits = json.loads(report.read_text()) if report.exists() else {}
+    except ValueError:
+        kernel.limits = {}
+    kernel.boot_ms = round((time.perf_counter() - t0) * 1000, 1)
+    return kernel
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return str(sig)
