@@ -338,8 +338,15 @@ class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
         else:
             msg = {"kind": "delta", "session_id": self.session_id, "event": obj}
         try:
-            self.write_message(json.dumps(msg, default=str))
+            written = self.write_message(json.dumps(msg, default=str))
         except WebSocketClosedError:
+            self._stop()
+            return
+        # a client that goes away mid-write fails the write later, on its own: hear it, or asyncio logs it as unretrieved
+        written.add_done_callback(self._written)
+
+    def _written(self, written: asyncio.Future) -> None:
+        if not written.cancelled() and written.exception() is not None:
             self._stop()
 
     def on_message(self, message: Any) -> None:
