@@ -11,7 +11,7 @@ import asyncio
 import os
 import random
 
-from wbfuzz import Pool, check_db, check_log, run, seed_memories, wait_idle
+from wbfuzz import Pool, check_db, check_log, first_traceback, run, seed_memories, wait_idle
 
 from workbench.client import WorkbenchClient
 
@@ -47,6 +47,7 @@ def test_ten_thousand_hostile_requests_get_no_5xx_and_leave_a_consistent_log(ser
     unexpected = [s for s in sessions if s["id"] not in {*pool.sessions, *pool.dreams, *(b["id"] for b in before)}]
     assert not unexpected and len(sessions) == len(before) + tally.sessions_created, unexpected[:3]
     server.stop()
+    assert not first_traceback(server.log_tail(50_000_000)), first_traceback(server.log_tail(50_000_000))
 
     # and in the file, after a clean stop
     problems, counts = check_db(db)

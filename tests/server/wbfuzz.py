@@ -620,6 +620,12 @@ def seed_memories(path: Any, n: int = 6) -> list[str]:
         log.close()
 
 
+def first_traceback(server_log: str) -> str:
+    """The first traceback in a server's output, with what led to it ("" when there is none)."""
+    at = server_log.find("Traceback")
+    return "" if at < 0 else server_log[max(0, at - 600):at + 3000]
+
+
 def wait_idle(client: Any, timeout: float = 120.0) -> None:
     """Wait until the server runs no turn (GET /status), so that every turn in the log is finished."""
     deadline = time.monotonic() + timeout
