@@ -146,11 +146,12 @@ class RawClient:
         return Response(status, headers, await self.reader.read())
 
 
-def judge(req: Request, resp: Response | None, error: str = "") -> str | None:
-    """What is wrong with this response to this request, or None."""
+def judge(req: Request, resp: Response | None, error: str = "", stopping: bool = False) -> str | None:
+    """What is wrong with this response to this request, or None (`stopping`: the server was told to stop,
+    so a 503 with a JSON error is the right answer)."""
     if resp is None:
         return f"no response ({error})"
-    if resp.status >= 500:
+    if resp.status >= 500 and not (stopping and resp.status == 503):
         return f"HTTP {resp.status}: {resp.body[:300]!r}"
     if resp.status in (101, 204) or req.method == "HEAD" or (req.method == "OPTIONS" and not resp.body):
         return None  # no body to judge (OPTIONS: Jupyter's CORS preflight answers 200 with none)
@@ -501,11 +502,12 @@ def note_success(req: Request, resp: Response, pool: Pool, tally: Tally) -> None
 
 async def run(host: str, port: int, token: str, *, seed: int | str, start: int, count: int, pool: Pool,
               workers: int = 4, big: bool = True, stop: asyncio.Event | None = None, dying: bool = False,
-              timeout: float = 60.0) -> Tally:
+              stopping: asyncio.Event | None = None, timeout: float = 60.0) -> Tally:
     """Send requests start..start+count-1 with `workers` connections; `stop` ends the run early.
 
     `dying`: the server may be killed at any moment, so a request without a response is counted
     as dropped instead of a failure (and the run ends at the first refused connection).
+    `stopping`: once set, the server is shutting down and a JSON 503 is a right answer.
     """
     fuzzer, tally, next_i = Fuzzer(seed, big=big), Tally(), iter(range(start, start + count))
 
@@ -529,7 +531,7 @@ async def run(host: str, port: int, token: str, *, seed: int | str, start: int, 
                         return
                     continue
                 tally.statuses[resp.status if resp is not None else "none"] += 1
-                problem = judge(req, resp, error)
+                problem = judge(req, resp, error, stopping=stopping is not None and stopping.is_set())
                 if problem:
                     tally.failures.append(f"seed={seed!r} request #{i}: {problem}\n    {req.show()}")
                 elif resp is not None:
@@ -584,8 +586,10 @@ def check_log(session_id: str, events: list[dict[str, Any]], running: bool = Fal
     return problems
 
 
-def check_db(path: Any) -> tuple[list[str], dict[str, Any]]:
-    """check_log over every session of a DuckDB log file nobody holds; (problems, counts)."""
+def check_db(path: Any, cut: bool = False) -> tuple[list[str], dict[str, Any]]:
+    """check_log over every session of a DuckDB log file nobody holds; (problems, counts).
+
+    `cut`: the last server was killed, so turns may be open (the next server resumes them)."""
     from workbench.log import DuckDBLog
 
     log = DuckDBLog(path, read_only=True)
@@ -593,7 +597,7 @@ def check_db(path: Any) -> tuple[list[str], dict[str, Any]]:
         problems, counts = [], Counter()
         for s in log.sessions():
             events = [e.to_json() for e in log.events(s["id"])]
-            problems += check_log(s["id"], events)
+            problems += check_log(s["id"], events, running=cut)
             counts["sessions"] += 1
             counts["events"] += len(events)
             for e in events:
