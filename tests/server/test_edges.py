@@ -189,3 +189,19 @@ async def test_a_refused_dream_leaves_no_session_behind(jp_fetch):
     assert await snapshot(jp_fetch) == before
     _, dreams = await raw(jp_fetch, "GET", "dreams")
     assert dreams == {"dreams": []}
+
+
+@pytest.fixture
+def fragile_plugin(monkeypatch):
+    """The server loads a plugin whose config check raises TypeError/KeyError on hostile values (wbplugin.py)."""
+    monkeypatch.setenv("WORKBENCH_PLUGINS", "wbplugin:FragilePlugin")
+
+
+async def test_a_plugin_config_check_that_breaks_on_a_hostile_value_still_refuses_it(fragile_plugin, jp_fetch):
+    before = await snapshot(jp_fetch)
+    for value in ('"x"', "[]", "{}", '{"level": "1"}', "null"):
+        code, data = await raw(jp_fetch, "POST", "sessions", body='{"config": {"fragile": %s}}' % value)
+        refused(code, data, 400, '"config.fragile" is not valid')
+    assert await snapshot(jp_fetch) == before
+    code, s = await raw(jp_fetch, "POST", "sessions", body='{"model": "scripted", "config": {"fragile": {"level": 1}}}')
+    assert code == 201
