@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -129,7 +130,7 @@ def _scalar(value: Any) -> Any:
         if len(value) > MAX_PARAM_CHARS:
             raise ValueError(f"is longer than {MAX_PARAM_CHARS:,} characters")
         return _valid_unicode(value)
-    if value is None or isinstance(value, (bool, int, float)):  # decode() let no NaN or Infinity through
+    if value is None or isinstance(value, (bool, int)) or (isinstance(value, float) and math.isfinite(value)):
         return value
     raise ValueError(f"must be a string, a number, true, false or null, not {kind_of(value)}")
 
@@ -202,8 +203,9 @@ def parse(model: type[M], value: Any, what: str = "the body", prefix: str = "") 
 def explain(e: ValidationError, what: str, model: type[BaseModel] | None = None, prefix: str = "") -> str:
     """The first error of a pydantic validation as one line a person can act on."""
     err = e.errors(include_url=False)[0]
-    loc = [p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-")))]
-    field = prefix + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    loc = err["loc"]
+    field = prefix + "".join(f"[{p}]" if isinstance(p, int) else f".{p[:40]}" if p.isidentifier() else f"[{p[:40]!r}]"
+                             for p in loc).lstrip(".")
     name = f'"{field}"' if field else what
     ctx, t, got = err.get("ctx") or {}, err["type"], err.get("input")
     if t == "extra_forbidden":
@@ -265,12 +267,8 @@ def query_args(model: type[M], arguments: Mapping[str, list[bytes]]) -> M:
         message = explain(e, "the query", model)
         if e.errors()[0]["type"] == "extra_forbidden":
             known = ", ".join(model.model_fields) or "no arguments"
-            message = f"unknown query argument {shown_name(e)}; this route takes {known}"
+            message = f"unknown query argument {str(e.errors()[0]['loc'][0])[:40]!r}; this route takes {known}"
         raise ConfigError(message) from None
-
-
-def shown_name(e: ValidationError) -> str:
-    return repr(str(e.errors()[0]["loc"][0])[:40])
 
 
 def path_id(value: str, unknown: type[WorkbenchError], what: str) -> str:
