@@ -205,3 +205,17 @@ async def test_a_plugin_config_check_that_breaks_on_a_hostile_value_still_refuse
     assert await snapshot(jp_fetch) == before
     code, s = await raw(jp_fetch, "POST", "sessions", body='{"model": "scripted", "config": {"fragile": {"level": 1}}}')
     assert code == 201
+
+
+async def test_merging_cannot_grow_a_memory_past_the_text_limit(jp_fetch, jp_serverapp):
+    """Merges without a text join the texts; merging merges would grow a memory without bound."""
+    store = jp_serverapp.web_app.settings["workbench_runtime"].host.plugin("memory").store
+    a, b = (store.create(title=f"long {i}", text=str(i) * 6000, actor="api:test", provenance=[]) for i in range(2))
+    before = await snapshot(jp_fetch)
+    code, data = await raw(jp_fetch, "PATCH", "memories", a, body=json.dumps({"action": "merge", "with": [b]}))
+    refused(code, data, 400, "the merged text would be 12,002 characters")
+    code, data = await raw(jp_fetch, "PATCH", "memories", a, body=json.dumps({"action": "merge", "with": [b, "nope"]}))
+    refused(code, data, 404, "no memory 'nope'")
+    assert await snapshot(jp_fetch) == before
+    code, merged = await raw(jp_fetch, "PATCH", "memories", a, body=json.dumps({"action": "merge", "with": [b], "text": "both, short"}))
+    assert code == 200 and merged["text"] == "both, short" and merged["status"] == "accepted"

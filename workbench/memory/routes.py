@@ -31,7 +31,7 @@ MAX_MEMORY_TEXT_CHARS = 10_000
 MAX_TAGS = 32
 MAX_TAG_CHARS = 64
 MAX_NOTE_CHARS = 2000
-MAX_MERGE = 100
+MAX_MERGE = 20
 MAX_ACTOR_CHARS = 200
 MAX_INSTRUCTIONS_CHARS = 100_000
 MAX_DREAM_SESSIONS = 1000  # the dream_max_sessions setting (default 20) applies as well
@@ -164,7 +164,17 @@ class MemoryHandler(MemoryHandlerBase):
     async def patch(self, id: str) -> None:
         action, actor, kw = review_body(self.body())
         actor = self.actor(actor)
+        if action == "merge" and "text" not in kw:
+            await asyncio.to_thread(self._merged_text_fits, [id, *kw.get("with", [])])
         self.reply(await asyncio.to_thread(lambda: self.store.review(id, action, actor, **kw)))
+
+    def _merged_text_fits(self, ids: list[str]) -> None:
+        """A merge without a text joins the texts of its memories: refuse one that would be over the limit
+        (else merging merges would grow a memory without bound)."""
+        length = sum(len(self.store.get(i)["text"]) + 2 for i in dict.fromkeys(ids))  # UnknownMemory: 404
+        if length - 2 > MAX_MEMORY_TEXT_CHARS:
+            raise ConfigError(f"the merged text would be {length - 2:,} characters; give \"text\" "
+                              f"(at most {MAX_MEMORY_TEXT_CHARS:,}) for the merged memory")
 
 
 class DreamsHandler(MemoryHandlerBase):
