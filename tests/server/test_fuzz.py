@@ -54,4 +54,5 @@ def test_ten_thousand_hostile_requests_get_no_5xx_and_leave_a_consistent_log(ser
     print(f"log: {counts}")
     assert not problems, "\n".join(problems[:20])
     assert counts["user_message"] == tally.messages_accepted
+    assert "hands_started" not in counts  # the fuzz started no kernel (no ```python fence ever reached a model)
     assert counts.get("interrupted by user", 0) <= tally.interrupts_true
