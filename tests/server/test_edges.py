@@ -219,3 +219,12 @@ async def test_merging_cannot_grow_a_memory_past_the_text_limit(jp_fetch, jp_ser
     assert await snapshot(jp_fetch) == before
     code, merged = await raw(jp_fetch, "PATCH", "memories", a, body=json.dumps({"action": "merge", "with": [b], "text": "both, short"}))
     assert code == 200 and merged["text"] == "both, short" and merged["status"] == "accepted"
+
+
+async def test_jupyterlabs_cache_buster_is_not_an_unknown_argument(jp_fetch):
+    """JupyterLab's ServerConnection adds `?<time in ms>` (no value) to every GET."""
+    code, data = await raw(jp_fetch, "GET", "sessions", params=[("1796069398248", "")])
+    assert code == 200 and data == {"sessions": []}
+    code, data = await raw(jp_fetch, "GET", "memories", params=[("status", "proposed"), ("1796069398761", "")])
+    assert code == 200
+    refused(*await raw(jp_fetch, "GET", "sessions", params=[("1796069398248", "1")]), 400, "unknown query argument")

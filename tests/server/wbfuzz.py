@@ -254,7 +254,8 @@ class Fuzzer:
     def extra_args(self, rng: random.Random, target: str) -> str:
         if rng.random() < 0.1:
             sep = "&" if "?" in target else "?"
-            target += sep + rng.choice(("foo=1", "after=1&after=2", "%FF=1", "limit", "status=accepted", "=", "a=%ED%A0%80"))
+            target += sep + rng.choice(("foo=1", "after=1&after=2", "%FF=1", "limit", "status=accepted", "=", "a=%ED%A0%80",
+                                        "1796069398248", "1796069398248=1", "%D9%A1"))
         return target
 
     # -- bodies ------------------------------------------------------------------------------------------

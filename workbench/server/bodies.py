@@ -249,11 +249,12 @@ def kind_of(value: Any) -> str:
 
 
 def query_args(model: type[M], arguments: Mapping[str, list[bytes]]) -> M:
-    """A request's query arguments as `model`: each at most once, UTF-8, no unknown names (Jupyter's own aside)."""
+    """A request's query arguments as `model`: each at most once, UTF-8, no unknown names (Jupyter's own and
+    JupyterLab's cache-buster aside)."""
     values: dict[str, str] = {}
     for name, raw in arguments.items():
-        if name in JUPYTER_ARGS:
-            continue
+        if name in JUPYTER_ARGS or (name.isascii() and name.isdigit() and raw == [b""]):
+            continue  # Jupyter's own, or JupyterLab's cache-buster (`?1796069398248`, the time, with no value)
         shown = repr(name[:40])
         if len(raw) > 1:
             raise ConfigError(f"query argument {shown} is given {len(raw)} times; give it once")
