@@ -136,9 +136,13 @@ async def test_requests_in_flight_while_the_extension_stops_get_503(jp_serverapp
             lambda: wb.call("GET", "status"),
         ][i % 8]()
 
+    ws = await wb.stream(sids[0])
     in_flight = [asyncio.ensure_future(one(i)) for i in range(64)]
     await asyncio.sleep(0)
     await app.stop_extension()  # what the server does at shutdown, with requests still being answered
+    while await ws.read_message() is not None:  # the stream's backlog, then its end
+        pass
+    assert ws.close_code == 1001, ws.close_code  # going away
     after = [await one(i) for i in range(16)]
     for code, data in [*(await asyncio.gather(*in_flight)), *after]:
         assert code < 500 or code == 503, (code, data)
