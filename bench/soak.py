@@ -5,7 +5,8 @@
 
 Cycles until the time is up: start a real `jupyter server` on one database, send it fuzz traffic
 (tests/server/wbfuzz.py: every route, valid and hostile requests) for a random while, then end it
-at a random moment, by SIGKILL (most often), by SIGTERM with the traffic still flowing, or cleanly.
+at a random moment: by SIGKILL (most often), by SIGTERM with the traffic still flowing, or by SIGTERM
+once the traffic has stopped.
 After each cycle the database is checked (seqs, turns, tool calls); at the end a last server
 resumes what the kills cut off, and the log must have no open turn and no inconsistency.
 
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     sys.path.insert(0, str(TESTS))  # the fuzzer and the server process helper live with the tests
-    from wbfuzz import Pool, Tally, check_db, check_log, first_traceback, run, seed_memories, wait_idle
+    from wbfuzz import Pool, Tally, check_db, check_log, first_traceback, run, seed_memories, terminate, wait_idle
     from wbsrv import ServerProcess
 
     from workbench.client import WorkbenchClient
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.dir or tempfile.mkdtemp(prefix="wb-soak-"))
     db = root / "wb.duckdb"
     pool = Pool(memories=seed_memories(db))
-    total, problems, endings = Tally(), [], {"kill": 0, "sigterm": 0, "stop": 0}
+    total, problems, endings = Tally(), [], {"kill": 0, "sigterm": 0, "quiet sigterm": 0}
     print(f"soak: seed {seed}, {args.minutes:g} min, {args.workers} workers, in {root}")
     started = time.monotonic()
     deadline = started + args.minutes * 60
@@ -66,13 +67,13 @@ def main(argv: list[str] | None = None) -> int:
         cycle += 1
         server = ServerProcess(root / "home", db).start(timeout=120)
         life = min(rng.uniform(2.0, args.cycle), max(1.0, deadline - time.monotonic()))
-        how = rng.choices(("kill", "sigterm", "stop"), weights=(6, 3, 1))[0]
+        how = rng.choices(("kill", "sigterm", "quiet sigterm"), weights=(6, 3, 1))[0]
 
         async def go() -> Tally:
             stop, stopping = asyncio.Event(), asyncio.Event()
             traffic = asyncio.ensure_future(run(
                 "127.0.0.1", server.port, server.token, seed=seed, start=cycle * 10_000_000, count=10_000_000,
-                pool=pool, workers=args.workers, big=rng.random() < 0.5, stop=stop, dying=how != "stop",
+                pool=pool, workers=args.workers, big=rng.random() < 0.5, stop=stop, dying=how != "quiet sigterm",
                 stopping=stopping))
             await asyncio.sleep(life)
             if how == "kill":
@@ -87,8 +88,15 @@ def main(argv: list[str] | None = None) -> int:
             return await traffic
 
         tally = asyncio.run(go())
-        if how == "stop":
-            server.stop()
+        try:
+            if how == "quiet sigterm":
+                terminate(server)
+            elif how == "sigterm" and server.proc.returncode != 0:
+                problems.append(f"cycle {cycle} (sigterm): the server exited with {server.proc.returncode}")
+        except AssertionError as e:
+            problems.append(f"cycle {cycle} ({how}): {e}")
+        finally:
+            server.stop()  # whatever is left in its process group
         endings[how] += 1
         total.add(tally)
         report_cycle(server, tally, how)
@@ -105,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             if s["state"] == "unfinished":
                 problems.append(f"session {s['id']} is unfinished with nothing running it")
     finally:
-        server.stop()
+        terminate(server)
     bad, counts = check_db(db)
     problems.extend(bad)
 

@@ -13,7 +13,7 @@ import asyncio
 import os
 import random
 
-from wbfuzz import Pool, Tally, check_db, check_log, first_traceback, run, seed_memories, wait_idle
+from wbfuzz import Pool, Tally, check_db, check_log, first_traceback, run, seed_memories, terminate, wait_idle
 
 from workbench.client import WorkbenchClient
 
@@ -57,7 +57,7 @@ def test_a_server_killed_at_random_moments_leaves_a_log_the_next_one_finishes(se
         if s["state"] == "unfinished":
             problems.append(f"session {s['id']} is unfinished and nothing runs it")
     assert not problems, f"seed {seed}:\n" + "\n".join(problems[:20])
-    server.stop()
+    terminate(server)
     assert not first_traceback(server.log_tail(50_000_000)), first_traceback(server.log_tail(50_000_000))
     problems, counts = check_db(db)
     print(f"log after {KILLS} kills: {counts}")

@@ -11,7 +11,7 @@ import asyncio
 import os
 import random
 
-from wbfuzz import Pool, check_db, check_log, first_traceback, run, seed_memories, wait_idle
+from wbfuzz import Pool, check_db, check_log, first_traceback, run, seed_memories, terminate, wait_idle
 
 from workbench.client import WorkbenchClient
 
@@ -46,10 +46,10 @@ def test_ten_thousand_hostile_requests_get_no_5xx_and_leave_a_consistent_log(ser
     # a refused request wrote nothing: every session and user message is one the fuzzer was promised
     unexpected = [s for s in sessions if s["id"] not in {*pool.sessions, *pool.dreams, *(b["id"] for b in before)}]
     assert not unexpected and len(sessions) == len(before) + tally.sessions_created, unexpected[:3]
-    server.stop()
+    terminate(server)
     assert not first_traceback(server.log_tail(50_000_000)), first_traceback(server.log_tail(50_000_000))
 
-    # and in the file, after a clean stop
+    # and in the file, after a clean stop (SIGTERM)
     problems, counts = check_db(db)
     print(f"log: {counts}")
     assert not problems, "\n".join(problems[:20])

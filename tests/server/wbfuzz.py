@@ -625,6 +625,17 @@ def seed_memories(path: Any, n: int = 6) -> list[str]:
         log.close()
 
 
+def terminate(server: Any, timeout: float = 60.0) -> None:
+    """Stop a server the way a service manager does, SIGTERM: Jupyter's clean shutdown, the extension's
+    included. (SIGINT, what `stop()` sends, skips it when stdin is not a terminal: the process just exits.)"""
+    import signal
+
+    server.proc.send_signal(signal.SIGTERM)
+    code = server.proc.wait(timeout)
+    assert code == 0, f"the server exited with {code} after SIGTERM: {server.log_tail()}"
+    server.stop()  # whatever is left in its process group
+
+
 def first_traceback(server_log: str) -> str:
     """The first traceback in a server's output, with what led to it ("" when there is none)."""
     at = server_log.find("Traceback")
