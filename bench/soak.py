@@ -107,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     server = ServerProcess(root / "home", db).start(timeout=120)
     client = WorkbenchClient(server.url, server.token)
     try:
-        wait_idle(client, timeout=300)
+        try:
+            wait_idle(client, timeout=300)
+        except AssertionError as e:
+            problems.append(f"the last server: {e}")
         for s in client.sessions():
             problems.extend(check_log(s["id"], client.events(s["id"]), running=s["running"]))
             if s["state"] == "unfinished":

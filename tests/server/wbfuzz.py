@@ -643,10 +643,20 @@ def first_traceback(server_log: str) -> str:
 
 
 def wait_idle(client: Any, timeout: float = 120.0) -> None:
-    """Wait until the server runs no turn (GET /status), so that every turn in the log is finished."""
+    """Wait until the server runs no turn and no session is unfinished: every turn in the log has ended.
+
+    A server that just started resumes cut-off turns in the background (its start hook goes through them
+    one by one, after it already answers), so "nothing running" alone is not "settled"; a session that
+    stays unfinished with nothing running for `timeout` seconds is what the checks must catch.
+    """
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if client.status()["sessions_running"] == 0:
+    while True:
+        sessions = client.sessions()
+        running = [s["id"] for s in sessions if s["running"]]
+        unfinished = [s["id"] for s in sessions if s["state"] == "unfinished" and not s["running"]]
+        if not running and not unfinished:
             return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"after {timeout:.0f} s, turns still running in {running[:5]}, "
+                                 f"and unfinished with nothing running in {unfinished[:5]}")
         time.sleep(0.2)
-    raise AssertionError(f"turns still running after {timeout:.0f} s")

@@ -99,7 +99,7 @@ def review_body(body: Any) -> tuple[str, str | None, dict[str, Any]]:
     if not isinstance(action, str) or action not in ACTIONS:
         shown = f" {action[:40]!r}" if isinstance(action, str) else ""
         raise ConfigError(f"unknown review action{shown}; the body needs \"action\": one of {', '.join(REVIEW_ACTIONS)}")
-    b = bodies.parse(ACTIONS[action], body, what=f"a {action}")
+    b = bodies.parse(ACTIONS[action], body, what=f"the {action} action")
     fields = {k: v for k, v in b.model_dump(by_alias=True, exclude={"action", "actor"}).items() if v is not None}
     return action, b.actor, fields
 
