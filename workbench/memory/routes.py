@@ -3,22 +3,128 @@
 The store lives in the server process, next to the log it shares; handlers
 call it off the event loop. A dream runs as an ordinary turn of the brain,
 so it can be watched and interrupted through the session routes, and never
-delays a user's turn.
+delays a user's turn. Bodies and query arguments are checked with the
+server's strict models (workbench/server/bodies.py) before the store sees
+them: each review action takes exactly its own fields.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Literal
 
+from pydantic import Field
 from tornado import web
 
-from ..errors import ConfigError
+from ..errors import ConfigError, UnknownMemory, UnknownSession
+from ..server import bodies
+from ..server.bodies import Body, Items, Text
 from ..server.handlers import WorkbenchHandler, api
 from ..server.routes import API
+from .store import REVIEW_ACTIONS, STATUSES
+
+# limits of what a person or a client may write into a memory (docs/api.md, "Limits")
+MAX_MEMORY_TITLE_CHARS = 200
+MAX_MEMORY_TEXT_CHARS = 10_000
+MAX_TAGS = 32
+MAX_TAG_CHARS = 64
+MAX_NOTE_CHARS = 2000
+MAX_MERGE = 20
+MAX_ACTOR_CHARS = 200
+MAX_INSTRUCTIONS_CHARS = 100_000
+MAX_DREAM_SESSIONS = 1000  # the dream_max_sessions setting (default 20) applies as well
+MAX_SEARCH_CHARS = 1000
+
+Title = Text(MAX_MEMORY_TITLE_CHARS, blank=False)
+MemoryText = Text(MAX_MEMORY_TEXT_CHARS, blank=False)
+Tags = Items(Text(MAX_TAG_CHARS, blank=False), MAX_TAGS)
+Note = Text(MAX_NOTE_CHARS)
+Id = Text(bodies.MAX_ID_CHARS, blank=False)
+
+
+class _Review(Body):
+    action: str
+    actor: Text(MAX_ACTOR_CHARS, blank=False) | None = None
+
+
+class _Edits(_Review):
+    title: Title | None = None
+    text: MemoryText | None = None
+    tags: Tags | None = None
+    note: Note | None = None
+
+
+class Accept(_Edits):
+    action: Literal["accept"]
+
+
+class Edit(_Edits):
+    action: Literal["edit"]
+
+
+class Merge(_Edits):
+    action: Literal["merge"]
+    with_: Items(Id, MAX_MERGE) | None = Field(None, alias="with")
+
+
+class Reject(_Review):
+    action: Literal["reject"]
+    note: Note | None = None
+    reason: Note | None = None
+
+
+class Retire(Reject):
+    action: Literal["retire"]
+
+
+class Redact(_Review):
+    action: Literal["redact"]
+    reason: Note | None = None
+    note: Note | None = None
+    title: Title | None = None
+
+
+# each review action of the store, with exactly the fields it takes
+ACTIONS: Mapping[str, type[_Review]] = MappingProxyType({
+    "accept": Accept, "reject": Reject, "edit": Edit, "merge": Merge, "retire": Retire, "redact": Redact})
+
+
+def review_body(body: Any) -> tuple[str, str | None, dict[str, Any]]:
+    """(action, actor or None, the action's fields) of a `PATCH /memories/{id}` body."""
+    if not isinstance(body, dict):
+        raise ConfigError(f"the body must be a JSON object, not {bodies.kind_of(body)}")
+    action = body.get("action")
+    if not isinstance(action, str) or action not in ACTIONS:
+        shown = f" {action[:40]!r}" if isinstance(action, str) else ""
+        raise ConfigError(f"unknown review action{shown}; the body needs \"action\": one of {', '.join(REVIEW_ACTIONS)}")
+    b = bodies.parse(ACTIONS[action], body, what=f"the {action} action")
+    fields = {k: v for k, v in b.model_dump(by_alias=True, exclude={"action", "actor"}).items() if v is not None}
+    return action, b.actor, fields
+
+
+class DreamBody(Body):
+    """`POST /dreams`."""
+
+    sessions: Items(Id, MAX_DREAM_SESSIONS) | None = None
+    model: Text(bodies.MAX_MODEL_CHARS, blank=False) | None = None
+    instructions: Text(MAX_INSTRUCTIONS_CHARS, blank=False) | None = None
+
+
+class MemoriesArgs(Body):
+    """`GET /memories?status=&tag=&dream=&search=`."""
+
+    status: Literal[STATUSES] | None = None  # type: ignore[valid-type]
+    tag: Text(MAX_TAG_CHARS) | None = None
+    dream: Text(bodies.MAX_ID_CHARS) | None = None
+    search: Text(MAX_SEARCH_CHARS) | None = None
 
 
 class MemoryHandlerBase(WorkbenchHandler):
+    unknown = UnknownMemory
+    what = "memory"
+
     @property
     def plugin(self) -> Any:
         """This server's memory plugin (MemoryPlugin)."""
@@ -28,26 +134,22 @@ class MemoryHandlerBase(WorkbenchHandler):
     def store(self) -> Any:
         return self.plugin.require_store()
 
-    def actor(self, body: dict[str, Any]) -> str:
+    def actor(self, given: str | None) -> str:
         """Who acts: the body's actor, else the authenticated Jupyter user as person:<name>."""
-        if body.get("actor"):
-            return body["actor"]
+        if given:
+            return given
         user = self.current_user
         name = getattr(user, "username", None) or getattr(user, "name", None) or "jupyter"
         return f"person:{name}"
 
-    def dict_body(self) -> dict[str, Any]:
-        body = self.body()
-        if not isinstance(body, dict):
-            raise ConfigError("the body must be a JSON object")
-        return body
-
 
 class MemoriesHandler(MemoryHandlerBase):
+    args = MemoriesArgs
+
     @web.authenticated
     @api
     async def get(self) -> None:
-        q = {k: self.get_query_argument(k, None) for k in ("status", "tag", "dream", "search")}
+        q = self.query.model_dump()
         self.reply({"memories": await asyncio.to_thread(lambda: self.store.list(**q))})
 
 
@@ -60,16 +162,24 @@ class MemoryHandler(MemoryHandlerBase):
     @web.authenticated
     @api
     async def patch(self, id: str) -> None:
-        body = self.dict_body()
-        action = body.get("action")
-        if not isinstance(action, str):
-            raise ConfigError('the body needs "action": accept, reject, edit, merge, retire or redact')
-        actor = self.actor(body)
-        kw = {k: v for k, v in body.items() if k not in ("action", "actor")}
+        action, actor, kw = review_body(self.body())
+        actor = self.actor(actor)
+        if action == "merge" and "text" not in kw:
+            await asyncio.to_thread(self._merged_text_fits, [id, *kw.get("with", [])])
         self.reply(await asyncio.to_thread(lambda: self.store.review(id, action, actor, **kw)))
+
+    def _merged_text_fits(self, ids: list[str]) -> None:
+        """A merge without a text joins the texts of its memories: refuse one that would be over the limit
+        (else merging merges would grow a memory without bound)."""
+        length = sum(len(self.store.get(i)["text"]) + 2 for i in dict.fromkeys(ids))  # UnknownMemory: 404
+        if length - 2 > MAX_MEMORY_TEXT_CHARS:
+            raise ConfigError(f"the merged text would be {length - 2:,} characters; give \"text\" "
+                              f"(at most {MAX_MEMORY_TEXT_CHARS:,}) for the merged memory")
 
 
 class DreamsHandler(MemoryHandlerBase):
+    unknown, what = UnknownSession, "dream"
+
     @web.authenticated
     @api
     async def get(self) -> None:
@@ -78,21 +188,16 @@ class DreamsHandler(MemoryHandlerBase):
     @web.authenticated
     @api
     async def post(self) -> None:
-        body = self.dict_body()
-        unknown = set(body) - {"sessions", "model", "instructions"}
-        if unknown:
-            raise ConfigError(f"unknown fields: {', '.join(sorted(unknown))}; a dream takes sessions, model, instructions")
-        sessions = body.get("sessions")
-        if sessions is not None and not (isinstance(sessions, list) and all(isinstance(s, str) for s in sessions)):
-            raise ConfigError('"sessions" must be a list of session ids')
-        for key in ("model", "instructions"):
-            if body.get(key) is not None and not isinstance(body[key], str):
-                raise ConfigError(f'"{key}" must be a string')
-        dream_id = await self.plugin.start_dream(sessions, body.get("model"), body.get("instructions"))
+        b = bodies.parse(DreamBody, self.body())
+        if b.model is not None:  # before the dream session is created: a refused model leaves nothing behind
+            await asyncio.to_thread(bodies.check_model, self.runtime.host, b.model)
+        dream_id = await self.plugin.start_dream(b.sessions, b.model, b.instructions)
         self.reply({"dream_id": dream_id, "state": "running"}, 202)
 
 
 class DreamHandler(MemoryHandlerBase):
+    unknown, what = UnknownSession, "dream"
+
     @web.authenticated
     @api
     async def get(self, id: str) -> None:

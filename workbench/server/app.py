@@ -16,7 +16,7 @@ from typing import Any
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Dict, Unicode
 
-from .routes import ROUTES, pattern
+from .routes import API, ROUTES, pattern
 
 
 def all_handlers(plugins: Any = None) -> list[tuple[str, type]]:
@@ -87,7 +87,10 @@ class Workbench(ExtensionApp):
         self.log.info("workbench: session log %s", getattr(self.host.log, "path", "(in memory)"))
 
     def initialize_handlers(self) -> None:
+        from .handlers import NotFoundHandler
+
         self.handlers.extend((pattern(path), cls) for path, cls in all_handlers(getattr(self, "plugins", None)))
+        self.handlers.append((rf"{API}(?:/.*)?$", NotFoundHandler))  # last: any other path is a JSON 404
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         """After the loop runs: start the host (reap orphans, warm the pool, plugins), wake cut-off turns."""
@@ -102,16 +105,12 @@ class Workbench(ExtensionApp):
             if resumed:
                 self.log.info("workbench: resuming %d cut-off turn(s): %s", len(resumed), ", ".join(resumed))
 
-    def status(self) -> dict[str, Any]:
-        """What `GET /workbench/api/status` returns."""
-        return {**self.runtime.status(), "resume_on_start": self.resume_on_start}
-
     async def stop_extension(self) -> None:
-        """Interrupt running turns, stop every kernel, close the log (the host, in order)."""
+        """Refuse new requests (503) and let those in flight finish, then interrupt running turns,
+        stop every kernel and close the log (the host, in order)."""
         if self.runtime is None:
             return
         runtime, self.runtime = self.runtime, None
-        self.settings.pop("workbench_runtime", None)
-        self.settings["workbench_error"] = "the workbench server is shutting down"
+        # the runtime stays in the web app's settings: handlers ask it, and it answers 503 from now on
         await runtime.close()
         await self.host.close()

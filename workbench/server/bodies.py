@@ -1,107 +1,435 @@
-"""Checking request bodies before anything is written, so a bad request never half-writes.
+"""Checking requests at the edge, before anything is written: bodies and query arguments, strictly.
 
-Each function takes the decoded JSON and returns clean arguments, or raises
-ConfigError with one line that says what to fix (the handler turns it into a 400).
+A body goes through three steps; each refuses with one line that says which field and what is wrong:
+
+1. its size, counted while it arrives (handlers.WorkbenchHandler): over the route's limit is a 413,
+   and no more of it is kept than the limit;
+2. strict JSON (`decode`): UTF-8, no NaN, Infinity or number too big for a double, no lone surrogate
+   (orjson refuses all of these), then a nesting limit checked without recursion, before anything
+   recursive (pydantic, the config checks, the log) sees it;
+3. a pydantic model of the route's shape (`parse`): unknown fields refused, strict types (no "1" for
+   1, no 1.0 for 1, no true for 1), finite numbers, valid and bounded strings, bounded lists.
+
+Query arguments (`query_args`) are plain ASCII digits where a number is meant, each given once, no
+unknown names. The limits are documented in docs/api.md ("Limits"). Everything here raises
+ConfigError (400) or BodyTooLarge (413); the handlers map errors to statuses in one place.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import functools
+import logging
+import math
+import types
+import typing
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any, Literal, TypeVar
 
-from ..errors import ConfigError
+import orjson
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, create_model
 
-SESSION_FIELDS = ("title", "model", "system", "config", "tools")
+from ..errors import ConfigError, WorkbenchError
+
+log = logging.getLogger("workbench.server")
+
+# -- limits (docs/api.md, "Limits") ---------------------------------------------------------------------
+
+MAX_BODY_BYTES = 1 << 20  # every body but a message's
+MAX_MESSAGE_BODY_BYTES = 4 << 20  # POST /sessions/{id}/messages
+MAX_DEPTH = 32  # nesting of objects and arrays in a body (the body itself is level 1)
+MAX_ID_CHARS = 1000  # a path id (the log's longest session id)
+MAX_TITLE_CHARS = 1000
+MAX_MODEL_CHARS = 200
+MAX_SYSTEM_CHARS = 100_000
+MAX_TEXT_CHARS = 1_000_000  # a user message
+MAX_TOOLS = 32
+MAX_NAME_CHARS = 200  # a tool, credential or plugin name
+MAX_SQL_CHARS = 100_000
+MAX_PARAMS = 1000  # the log's own query_max_params (default 100) applies as well
+MAX_PARAM_CHARS = 100_000
+MAX_EGRESS_ALLOW = 256
+MAX_HOSTPORT_CHARS = 300
+MAX_CREDENTIALS = 64
+MAX_ENV = 256
+MAX_ENV_NAME_CHARS = 256
+MAX_ENV_VALUE_CHARS = 10_000
+MAX_PATH_CHARS = 4096
+MAX_INT = 2**53 - 1  # the largest integer every JSON reader reads exactly
+MAX_SECONDS = 1e9
+MAX_DIGITS = 18  # `after` and `limit`: below 2**63
+MAX_EVENTS_PAGE = 100_000  # `limit` of GET .../events
+
 THINKING = ("adaptive", "disabled")
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
+# Jupyter's own query arguments: auth for websockets (browsers cannot send headers) and XSRF
+JUPYTER_ARGS = frozenset({"token", "_xsrf"})
 
+
+class BodyTooLarge(ConfigError):
+    """A request body over the route's limit."""
+
+    http_status = 413
+
+
+# -- building blocks ------------------------------------------------------------------------------------
+
+
+def _valid_unicode(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("is not valid Unicode (it has a lone surrogate)") from None
+    return text
+
+
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("must not be empty")
+    return text
+
+
+def _no_nul(text: str) -> str:
+    if "\x00" in text:
+        raise ValueError("must not contain a NUL character")
+    return text
+
+
+def Text(max_chars: int, *, blank: bool = True) -> Any:
+    """A string of valid Unicode, at most `max_chars` characters (blank=False: not only whitespace)."""
+    checks = [AfterValidator(_valid_unicode)] + ([] if blank else [AfterValidator(_not_blank)])
+    return Annotated[str, StringConstraints(strict=True, max_length=max_chars), *checks]
+
+
+def Int(lo: int, hi: int = MAX_INT) -> Any:
+    """An integer (not a float, a bool or a string) within [lo, hi]."""
+    return Annotated[int, Field(strict=True, ge=lo, le=hi)]
+
+
+def Seconds() -> Any:
+    """A finite number of seconds above 0."""
+    return Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
+
+
+def Items(item: Any, max_items: int) -> Any:
+    """A list of at most `max_items` items."""
+    return Annotated[list[item], Field(max_length=max_items)]
+
+
+def _digits(text: str) -> int:
+    return int(text)
+
+
+# plain ASCII digits: no sign, space, underscore or other script's digits ("+1", " 1", "1_0", "١")
+Digits = Annotated[str, StringConstraints(strict=True, pattern=r"^[0-9]+$", max_length=MAX_DIGITS), AfterValidator(_digits)]
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, str):
+        if len(value) > MAX_PARAM_CHARS:
+            raise ValueError(f"is longer than {MAX_PARAM_CHARS:,} characters")
+        return _valid_unicode(value)
+    if value is None or isinstance(value, (bool, int)) or (isinstance(value, float) and math.isfinite(value)):
+        return value
+    raise ValueError(f"must be a string, a number, true, false or null, not {kind_of(value)}")
+
+
+Scalar = Annotated[Any, AfterValidator(_scalar)]
+
+
+class Body(BaseModel):
+    """Base of every body and query model: unknown fields refused, strict types, finite numbers."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+# -- step 2: strict JSON ---------------------------------------------------------------------------------
 
 
 def decode(raw: bytes) -> Any:
-    """The JSON of a request body; an empty body is {}."""
+    """The JSON of a request body, strictly; an empty body is {}."""
     if not raw or not raw.strip():
         return {}
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise ConfigError("the body is not valid JSON") from None
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        reason = str(e).split(": line ")[0]
+        if "not valid UTF-8" in reason:
+            reason = "it is not valid UTF-8"
+        elif "surrogate" in reason:
+            reason += " (a lone \\ud800-\\udfff escape is not valid Unicode)"
+        elif "expected a JSON value" in reason and any(w in raw for w in (b"NaN", b"Infinity")):
+            reason += " (NaN and Infinity are not JSON)"
+        raise ConfigError(f"the body is not strict JSON: {reason}") from None
+    if not _depth_within(value, MAX_DEPTH):
+        raise ConfigError(f"the body nests objects and arrays deeper than {MAX_DEPTH} levels")
+    return value
 
 
-def _object(body: Any) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise ConfigError("the body must be a JSON object")
-    return body
+def _depth_within(value: Any, limit: int) -> bool:
+    # iterative: a body nested a thousand deep costs no stack
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return False
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return True
 
 
-def _optional_str(body: dict[str, Any], key: str, limit: int = 100_000) -> str | None:
-    v = body.get(key)
-    if v is None:
-        return None
-    if not isinstance(v, str):
-        raise ConfigError(f'"{key}" must be a string')
-    if len(v) > limit:
-        raise ConfigError(f'"{key}" is longer than {limit:,} characters')
-    return v
+# -- step 3: the route's shape ---------------------------------------------------------------------------
 
 
-def _positive_int(key: str, v: Any) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise ConfigError(f'config "{key}" must be a positive integer')
+def parse(model: type[M], value: Any, what: str = "the body", prefix: str = "") -> M:
+    """`value` (decoded JSON) as `model`, or ConfigError with one line naming the field and the fault.
+
+    `what` names the whole value in messages; `prefix` goes before field names (e.g. "config.hands.").
+    """
+    if not isinstance(value, dict):
+        raise ConfigError(f"{what} must be a JSON object, not {kind_of(value)}")
+    try:
+        return model.model_validate(value, strict=True)
+    except ValidationError as e:
+        raise ConfigError(explain(e, what, model, prefix)) from None
 
 
-def _check_hands(v: Any) -> None:
-    if not isinstance(v, dict):
-        raise ConfigError('config "hands" must be an object (see docs/settings.md, Hands)')
-    from ..hands import HandsConfig
+def explain(e: ValidationError, what: str, model: type[BaseModel] | None = None, prefix: str = "") -> str:
+    """The first error of a pydantic validation as one line a person can act on."""
+    err = e.errors(include_url=False)[0]
+    loc = err["loc"]
+    field = prefix + "".join(f"[{p}]" if isinstance(p, int) else f".{p[:40]}" if p.isidentifier() else f"[{p[:40]!r}]"
+                             for p in loc).lstrip(".")
+    name = f'"{field}"' if field else what
+    ctx, t, got = err.get("ctx") or {}, err["type"], err.get("input")
+    if t == "extra_forbidden":
+        known = f"; {what} takes {', '.join(f.alias or n for n, f in model.model_fields.items())}" if model is not None and len(loc) == 1 else ""
+        return f"unknown field {name[:60]}{known}"
+    if t == "missing":
+        return f"{name} is required"
+    expected = {"string_type": "a string", "int_type": "an integer", "float_type": "a number", "bool_type": "true or false",
+                "list_type": "a list", "dict_type": "an object", "model_type": "an object", "model_attributes_type": "an object",
+                "none_required": "null", "int_from_float": "an integer", "finite_number": "a finite number"}
+    if t in expected:
+        return f"{name} must be {expected[t]}, not {kind_of(got)}"
+    if t == "string_unicode":
+        return f"{name} is not valid Unicode (it has a lone surrogate)"
+    if t == "string_too_long":
+        return f"{name} is longer than {ctx['max_length']:,} characters"
+    if t == "too_long":
+        return f"{name} has more than {ctx['max_length']:,} items"
+    if t == "string_pattern_mismatch":
+        return f"{name} must be plain ASCII digits (0-9), not {str(got)[:40]!r}"
+    bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
+    if t in bounds:
+        limit = next(iter(ctx.values()))
+        return f"{name} must be {bounds[t]} {limit:,}, not {str(got)[:40]}" if isinstance(limit, int) else \
+            f"{name} must be {bounds[t]} {limit}, not {str(got)[:40]}"
+    if t == "literal_error":
+        return f"{name} must be one of {ctx['expected']}"
+    if t == "value_error":
+        return f"{name} {str(ctx.get('error') or err['msg']).removeprefix('Value error, ')}"
+    return f"{name}: {err['msg']}"
 
-    fields = HandsConfig.__dataclass_fields__
-    unknown = set(v) - set(fields)
-    if unknown:
-        raise ConfigError(f"unknown hands settings: {', '.join(sorted(unknown))}; known: {', '.join(fields)}")
-    for k, x in v.items():
-        default = fields[k].default
-        if k == "env":
-            if not isinstance(x, dict) or not all(isinstance(a, str) and isinstance(b, str) for a, b in x.items()):
-                raise ConfigError('hands "env" must be an object of strings')
-        elif k == "workdir":
-            if x is not None and not isinstance(x, str):
-                raise ConfigError('hands "workdir" must be a string')
-        elif isinstance(default, bool):
-            if not isinstance(x, bool):
-                raise ConfigError(f'hands "{k}" must be true or false')
-        elif isinstance(default, (int, float)):
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or x <= 0:
-                raise ConfigError(f'hands "{k}" must be a positive number')
+
+def kind_of(value: Any) -> str:
+    """How a JSON value is named in messages: "a string", "an integer", "null", ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return {str: "a string", int: "an integer", float: "a number", list: "a list", dict: "an object"}.get(
+        type(value), type(value).__name__)
 
 
-def _check_thinking(v: Any) -> None:
-    if v not in THINKING:
-        raise ConfigError(f'config "thinking" must be one of {", ".join(THINKING)}')
+def query_args(model: type[M], arguments: Mapping[str, list[bytes]]) -> M:
+    """A request's query arguments as `model`: each at most once, UTF-8, no unknown names (Jupyter's own and
+    JupyterLab's cache-buster aside)."""
+    values: dict[str, str] = {}
+    for name, raw in arguments.items():
+        if name in JUPYTER_ARGS or (name.isascii() and name.isdigit() and raw == [b""]):
+            continue  # Jupyter's own, or JupyterLab's cache-buster (`?1796069398248`, the time, with no value)
+        shown = repr(name[:40])
+        if len(raw) > 1:
+            raise ConfigError(f"query argument {shown} is given {len(raw)} times; give it once")
+        try:
+            values[name] = raw[0].decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"query argument {shown} is not valid UTF-8") from None
+    try:
+        return model.model_validate(values, strict=True)
+    except ValidationError as e:
+        message = explain(e, "the query", model)
+        if e.errors()[0]["type"] == "extra_forbidden":
+            known = ", ".join(model.model_fields) or "no arguments"
+            message = f"unknown query argument {str(e.errors()[0]['loc'][0])[:40]!r}; this route takes {known}"
+        raise ConfigError(message) from None
 
 
-def _check_effort(v: Any) -> None:
-    if v is not None and v not in EFFORTS:
-        raise ConfigError(f'config "effort" must be one of {", ".join(EFFORTS)}')
+def path_id(value: str, unknown: type[WorkbenchError], what: str) -> str:
+    """A path id that can name something: at most MAX_ID_CHARS printable characters, else `unknown` (404)."""
+    if len(value) > MAX_ID_CHARS or not value.isprintable():
+        raise unknown(f"no {what} {value[:40]!r}{'...' if len(value) > 40 else ''}")
+    return value
 
 
-def _check_egress(v: Any) -> None:
-    if not isinstance(v, dict):
-        raise ConfigError('config "egress" must be an object (see docs/settings.md, egress)')
+# -- the core's bodies and query arguments ---------------------------------------------------------------
+
+
+class SessionBody(Body):
+    """`POST /sessions`."""
+
+    title: Text(MAX_TITLE_CHARS) | None = None
+    model: Text(MAX_MODEL_CHARS) | None = None
+    system: Text(MAX_SYSTEM_CHARS) | None = None
+    config: dict[str, Any] | None = None
+    tools: Items(Text(MAX_NAME_CHARS), MAX_TOOLS) | None = None
+
+
+class MessageBody(Body):
+    """`POST /sessions/{id}/messages`."""
+
+    text: Text(MAX_TEXT_CHARS, blank=False)
+
+
+class QueryBody(Body):
+    """`POST /query`."""
+
+    sql: Text(MAX_SQL_CHARS, blank=False)
+    params: Items(Scalar, MAX_PARAMS) | None = None
+
+
+class EmptyBody(Body):
+    """The routes that take no body: nothing, or `{}`."""
+
+
+class NoArgs(Body):
+    """The routes that take no query arguments."""
+
+
+class EventsArgs(Body):
+    """`GET /sessions/{id}/events?after=&limit=`."""
+
+    after: Digits | None = None
+    limit: Annotated[Digits, AfterValidator(lambda n: _within(n, 1, MAX_EVENTS_PAGE))] | None = None
+
+
+class StreamArgs(Body):
+    """`websocket /sessions/{id}/stream?after=`."""
+
+    after: Digits | None = None
+
+
+def _within(n: int, lo: int, hi: int) -> int:
+    if not lo <= n <= hi:
+        raise ValueError(f"must be between {lo} and {hi:,}")
+    return n
+
+
+# -- per-session config: the core's checks and the plugins', robust to anything JSON -----------------------
+
+
+class _CoreConfig(Body):
+    # defaults are never used (only the keys a body has are checked); a key given as null is refused but effort's
+    max_tokens: Int(1) = 1
+    thinking: Literal[THINKING] = "adaptive"  # type: ignore[valid-type]
+    effort: Literal[EFFORTS] | None = None  # type: ignore[valid-type]
+
+
+class _Egress(Body):
+    # known keys strictly typed here; unknown ones reach EgressPolicy.from_config, which names the known ones
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False, frozen=True)
+    allow: Items(Text(MAX_HOSTPORT_CHARS), MAX_EGRESS_ALLOW) | None = None
+    credentials: Items(Text(MAX_NAME_CHARS), MAX_CREDENTIALS) | None = None
+    max_requests: Int(0) | None = None
+
+
+def _core_check(key: str) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        parse(_CoreConfig, {key: value}, what="the config", prefix="config.")
+
+    return check
+
+
+def _check_egress(value: Any) -> None:
     from ..egress.policy import EgressPolicy
 
-    EgressPolicy.from_config(v)
+    _nested(_Egress, value, "egress")
+    EgressPolicy.from_config(value)
+
+
+def _check_hands(value: Any) -> None:
+    _nested(_hands_model(), value, "hands")
+
+
+def _nested(model: type[BaseModel], value: Any, key: str) -> None:
+    if not isinstance(value, dict):
+        raise ConfigError(f'"config.{key}" must be an object, not {kind_of(value)} (see docs/settings.md)')
+    parse(model, value, what=f'"config.{key}"', prefix=f"config.{key}.")
+
+
+@functools.cache
+def _hands_model() -> type[BaseModel]:
+    """A strict model of HandsConfig, made from its fields (whatever fields it has now)."""
+    from ..hands import HandsConfig
+
+    hints = typing.get_type_hints(HandsConfig)
+    env_name = Annotated[Text(MAX_ENV_NAME_CHARS, blank=False), AfterValidator(_env_name)]
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(HandsConfig):
+        hint = hints[f.name]
+        if hint is bool:
+            kind: Any = bool
+        elif hint is int:
+            kind = Int(1)
+        elif hint is float:
+            kind = Seconds()
+        elif f.name == "env":
+            kind = Annotated[dict[env_name, Annotated[Text(MAX_ENV_VALUE_CHARS), AfterValidator(_no_nul)]],
+                             Field(max_length=MAX_ENV)]
+        elif typing.get_origin(hint) in (typing.Union, types.UnionType) and str in typing.get_args(hint):
+            kind = Annotated[Text(MAX_PATH_CHARS), AfterValidator(_no_nul)] | None
+        else:  # a field this module does not know yet: any JSON value (already bounded by the body's checks)
+            kind = Any
+        fields[f.name] = (kind | None if kind is not Any else Any, None)
+    return create_model("HandsConfigBody", __base__=Body, **fields)
+
+
+def _env_name(name: str) -> str:
+    if "=" in name or "\x00" in name:
+        raise ValueError("must not contain '=' or NUL")
+    return name
 
 
 # Per-session config keys of the core and their checks (plugins add theirs: Plugin.config_checks).
 CONFIG_CHECKS: Mapping[str, Callable[[Any], None]] = MappingProxyType({
-    "max_tokens": lambda v: _positive_int("max_tokens", v),
-    "thinking": _check_thinking,
-    "effort": _check_effort,
+    "max_tokens": _core_check("max_tokens"),
+    "thinking": _core_check("thinking"),
+    "effort": _core_check("effort"),
     "hands": _check_hands,
     "egress": _check_egress,
 })
+
+
+def _robust(key: str, check: Callable[[Any], None]) -> Callable[[Any], None]:
+    """A check that refuses what it cannot handle with a ConfigError instead of failing the request."""
+
+    def guarded(value: Any) -> None:
+        try:
+            check(value)
+        except WorkbenchError:
+            raise
+        except Exception as e:  # a check that breaks on a hostile value still refuses it, and says so in the log
+            log.warning("workbench: the config check of %r failed on a hostile value", key, exc_info=True)
+            raise ConfigError(f'"config.{key}" is not valid ({type(e).__name__})') from None
+
+    return guarded
 
 
 def config_checks(host: Any) -> dict[str, Callable[[Any], None]]:
@@ -109,77 +437,58 @@ def config_checks(host: Any) -> dict[str, Callable[[Any], None]]:
     checks = dict(CONFIG_CHECKS)
     for p in host.plugins:
         checks.update(p.config_checks())
-    return checks
+    return {k: _robust(k, fn) for k, fn in checks.items()}
 
 
 def session_body(body: Any, host: Any) -> dict[str, Any]:
     """Arguments for Brain.create_session from a `POST /sessions` body, checked against this host."""
-    body = _object(body)
-    unknown = set(body) - set(SESSION_FIELDS)
-    if unknown:
-        raise ConfigError(f"unknown fields {', '.join(sorted(unknown))}; a session takes {', '.join(SESSION_FIELDS)}")
-    out: dict[str, Any] = {
-        "title": _optional_str(body, "title", 1000),
-        "model": _optional_str(body, "model", 200),
-        "system": _optional_str(body, "system"),
-    }
-    config = body.get("config")
-    if config is not None:
-        if not isinstance(config, dict):
-            raise ConfigError('"config" must be an object (see docs/settings.md, per-session config)')
+    b = parse(SessionBody, body)
+    out: dict[str, Any] = {"title": b.title, "model": b.model, "system": b.system}
+    if b.config is not None:
         checks = config_checks(host)
-        unknown = set(config) - set(checks)
+        unknown = sorted(set(b.config) - set(checks))
         if unknown:
-            raise ConfigError(f"unknown config keys {', '.join(sorted(unknown))}; known: {', '.join(checks)}")
-        for k, v in config.items():
+            raise ConfigError(f"unknown config key {unknown[0][:40]!r}; known: {', '.join(checks)}")
+        for k, v in b.config.items():
             checks[k](v)
-        out["config"] = config
-    tools = body.get("tools")
-    if tools is not None:
-        if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
-            raise ConfigError('"tools" must be a list of tool names')
+        out["config"] = b.config
+    if b.tools is not None:
         from ..brain.tools import tool_named
 
-        for t in tools:
+        seen: set[str] = set()
+        for t in b.tools:
+            if t in seen:
+                raise ConfigError(f'"tools" names {t[:40]!r} twice; name each tool once')
+            seen.add(t)
             tool_named(host.tools, t)  # raises ConfigError naming the known tools
-        out["tools"] = tools
-    if out["model"]:
-        host.models.check(out["model"])  # UnknownModel / MissingAPIKey, before anything is written
+        out["tools"] = list(b.tools)
+    if b.model:
+        check_model(host, b.model)
     return out
+
+
+def check_model(host: Any, name: str) -> None:
+    """UnknownModel / MissingAPIKey now, before anything is written; a maker that breaks on the name refuses it."""
+    try:
+        host.models.check(name)
+    except WorkbenchError:
+        raise
+    except Exception as e:
+        log.warning("workbench: making model %r failed", name[:100], exc_info=True)
+        raise ConfigError(f"cannot make model {name[:100]!r} ({type(e).__name__})") from None
 
 
 def message_body(body: Any) -> str:
     """The text of a `POST /sessions/{id}/messages` body."""
-    body = _object(body)
-    text = body.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise ConfigError('the body needs "text": a non-empty string')
-    if len(text) > 1_000_000:
-        raise ConfigError('"text" is longer than 1,000,000 characters')
-    return text
+    return parse(MessageBody, body).text
 
 
 def query_body(body: Any) -> tuple[str, list[Any]]:
     """(sql, params) of a `POST /query` body."""
-    body = _object(body)
-    sql, params = body.get("sql"), body.get("params", [])
-    if not isinstance(sql, str) or not sql.strip():
-        raise ConfigError('the body needs "sql": one read-only statement')
-    if params is None:
-        params = []
-    if not isinstance(params, list):
-        raise ConfigError('"params" must be a list')
-    return sql, params
+    b = parse(QueryBody, body)
+    return b.sql, list(b.params or [])
 
 
-def int_arg(value: str | None, name: str, *, minimum: int = 0, maximum: int | None = None) -> int | None:
-    """A non-negative integer query argument, or None when absent."""
-    if value is None or value == "":
-        return None
-    try:
-        n = int(value)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, not {value[:40]!r}") from None
-    if n < minimum or (maximum is not None and n > maximum):
-        raise ConfigError(f"{name} must be between {minimum} and {maximum}" if maximum else f"{name} must be >= {minimum}")
-    return n
+def empty_body(body: Any) -> None:
+    """A route that takes no body: nothing, or `{}`."""
+    parse(EmptyBody, body)

@@ -1,8 +1,10 @@
 """REST and websocket handlers of the workbench API (docs/api.md).
 
 Every verb is behind Jupyter's authentication (and XSRF rules for cookie
-auth). Errors are `{"error": "..."}` with a 4xx status; a request is checked
-completely before anything is written.
+auth). A request is checked completely before anything is written
+(bodies.py); every error, ours or tornado's, is `{"error": "<one line>"}` with
+its status, which the error itself carries (`status_of`). While the server
+stops, every request gets a 503, never a 500.
 """
 
 from __future__ import annotations
@@ -19,29 +21,16 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
-from ..errors import DatabaseLocked, WorkbenchError
+from ..errors import DatabaseLocked, UnknownSession, WorkbenchError
 from . import bodies
-from .runtime import Runtime
+from .runtime import STOPPING, Runtime, ServerStopping
+
+MAX_ERROR_CHARS = 2000
 
 
 def status_of(exc: WorkbenchError) -> int:
     """The HTTP status of an error of ours (each error class says which: workbench/errors.py)."""
     return exc.http_status
-
-
-def api(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[None]]:
-    """Turn workbench errors into a 4xx with a JSON error body."""
-
-    @functools.wraps(fn)
-    async def wrapper(self: "WorkbenchHandler", *args: Any, **kwargs: Any) -> None:
-        try:
-            await self.runtime.ready()
-            await fn(self, *args, **kwargs)
-        except WorkbenchError as e:
-            self.set_status(status_of(e))
-            self.finish({"error": str(e)})
-
-    return wrapper
 
 
 def runtime_of(handler: web.RequestHandler) -> Runtime:
@@ -52,15 +41,92 @@ def runtime_of(handler: web.RequestHandler) -> Runtime:
     return runtime
 
 
+def send_error(handler: web.RequestHandler, status: int, message: str) -> None:
+    """Finish the request with `{"error": message}` (one line) and `status`, unless it is finished already."""
+    if handler._finished:
+        return
+    handler.set_status(status)
+    handler.set_header("Content-Type", "application/json")
+    handler.finish(json.dumps({"error": " ".join(message.split())[:MAX_ERROR_CHARS] or f"HTTP {status}"}))
+
+
+def tornado_error(handler: web.RequestHandler, status_code: int, kwargs: dict[str, Any]) -> None:
+    """Tornado's own errors (403, 404, 405, a 500 from a bug) in the same JSON shape as ours."""
+    exc = kwargs.get("exc_info", (None, None, None))[1]
+    message = handler._reason
+    if isinstance(exc, web.HTTPError) and exc.log_message:
+        message = exc.log_message % exc.args if exc.args else exc.log_message
+    elif status_code >= 500:
+        message = "internal error in the workbench server (see the server log)"
+    send_error(handler, status_code, message)
+
+
+def api(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[None]]:
+    """Check the path id and query arguments, run the handler, and answer errors as JSON with their status.
+
+    An unexpected exception is a bug and a 500 (tornado logs it), except while the server stops:
+    then whatever a request was doing may fail under it, and it gets a 503.
+    """
+
+    @functools.wraps(fn)
+    async def wrapper(self: "WorkbenchHandler", *args: Any, **kwargs: Any) -> None:
+        runtime = None
+        try:
+            if "id" in kwargs:
+                bodies.path_id(kwargs["id"], self.unknown, self.what)
+            self.query = bodies.query_args(self.args, self.request.query_arguments)
+            runtime = self.runtime
+            async with runtime.serving():
+                await runtime.ready()
+                await fn(self, *args, **kwargs)
+        except WorkbenchError as e:
+            send_error(self, status_of(e), str(e))
+        except Exception:
+            if runtime is None or not runtime.stopping:
+                raise
+            self.log.info("workbench: a request failed while the server stopped", exc_info=True)
+            send_error(self, ServerStopping.http_status, STOPPING)
+
+    return wrapper
+
+
+@web.stream_request_body
 class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
-    """Base of the REST handlers: JSON in, JSON out, errors as {"error": ...}."""
+    """Base of the REST handlers: JSON in, JSON out, errors as {"error": ...}.
+
+    Bodies are streamed: at most `max_body` bytes are kept, the rest of a bigger one
+    is read and dropped, and the request gets a 413 (a connection cut mid-upload
+    would leave the client without an answer).
+    """
+
+    max_body = bodies.MAX_BODY_BYTES
+    args: type[bodies.Body] = bodies.NoArgs  # the query arguments this route takes
+    unknown: type[WorkbenchError] = UnknownSession  # the 404 of an id in the path
+    what = "session"
+    query: Any = None
+
+    async def prepare(self) -> None:  # type: ignore[override]
+        self._chunks: list[bytes] | None = []
+        self._size = 0
+        await super().prepare()
+
+    def data_received(self, chunk: bytes) -> None:
+        self._size += len(chunk)
+        if self._chunks is not None:
+            if self._size > self.max_body:
+                self._chunks = None  # over the limit: keep nothing, read the rest and drop it
+            else:
+                self._chunks.append(chunk)
 
     @property
     def runtime(self) -> Runtime:
         return runtime_of(self)
 
     def body(self) -> Any:
-        return bodies.decode(self.request.body)
+        """The decoded JSON body (strictly; an empty body is {}); BodyTooLarge over `max_body`."""
+        if self._chunks is None:
+            raise bodies.BodyTooLarge(f"the body is {self._size:,} bytes; this route takes at most {self.max_body:,}")
+        return bodies.decode(b"".join(self._chunks))
 
     def reply(self, obj: Any, status: int = 200) -> None:
         self.set_status(status)
@@ -68,15 +134,17 @@ class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
         self.finish(json.dumps(obj, default=str))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        """Tornado's own errors (403, 404, 405, ...) in the same JSON shape as ours."""
-        self.set_header("Content-Type", "application/json")
-        exc = kwargs.get("exc_info", (None, None, None))[1]
-        message = self._reason
-        if isinstance(exc, web.HTTPError) and exc.log_message:
-            message = exc.log_message % exc.args if exc.args else exc.log_message
-        elif status_code >= 500:
-            message = "internal error in the workbench server (see the server log)"
-        self.finish(json.dumps({"error": message}))
+        tornado_error(self, status_code, kwargs)
+
+
+class NotFoundHandler(WorkbenchHandler):
+    """Any other path under the API: a JSON 404 (served last, after every route)."""
+
+    @web.authenticated
+    async def get(self, *args: Any) -> None:
+        raise web.HTTPError(404, "no such route in the workbench API (see docs/api.md)")
+
+    post = put = patch = delete = get
 
 
 class SessionsHandler(WorkbenchHandler):
@@ -89,8 +157,9 @@ class SessionsHandler(WorkbenchHandler):
     @api
     async def post(self) -> None:
         runtime = self.runtime
+        body = self.body()
         # off the loop: checking a model name may import and set up the Anthropic SDK (seconds)
-        kw = await asyncio.to_thread(bodies.session_body, self.body(), runtime.host)
+        kw = await asyncio.to_thread(bodies.session_body, body, runtime.host)
         self.reply(await runtime.create_session(**kw), 201)
 
 
@@ -102,6 +171,8 @@ class SessionHandler(WorkbenchHandler):
 
 
 class MessagesHandler(WorkbenchHandler):
+    max_body = bodies.MAX_MESSAGE_BODY_BYTES
+
     @web.authenticated
     @api
     async def post(self, id: str) -> None:
@@ -111,11 +182,12 @@ class MessagesHandler(WorkbenchHandler):
 
 
 class EventsHandler(WorkbenchHandler):
+    args = bodies.EventsArgs
+
     @web.authenticated
     @api
     async def get(self, id: str) -> None:
-        after = bodies.int_arg(self.get_query_argument("after", None), "after")
-        limit = bodies.int_arg(self.get_query_argument("limit", None), "limit", minimum=1, maximum=100_000)
+        after, limit = self.query.after, self.query.limit
         events = await self.runtime.events(id, after, limit=limit)  # 404 for an unknown session
         last = events[-1].seq if events else (after or 0)
         self.reply({"events": [e.to_json() for e in events], "last_seq": last})
@@ -125,6 +197,7 @@ class InterruptHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def post(self, id: str) -> None:
+        bodies.empty_body(self.body())
         self.reply({"interrupted": await self.runtime.interrupt(id)})
 
 
@@ -132,6 +205,7 @@ class ResumeHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def post(self, id: str) -> None:
+        bodies.empty_body(self.body())
         self.reply({"resumed": await self.runtime.resume(id)}, 202)
 
 
@@ -146,6 +220,7 @@ class HandsRestartHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def post(self, id: str) -> None:
+        bodies.empty_body(self.body())
         self.reply(await self.runtime.restart_hands(id))
 
 
@@ -162,34 +237,67 @@ class StatusHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def get(self) -> None:
-        runtime_of(self)  # 503 with the reason when the extension could not open the log
-        self.reply(self.extensionapp.status())
+        self.reply({**self.runtime.status(), "resume_on_start": self.extensionapp.resume_on_start})
 
 
 class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
     """Every committed event after `after`, then each as it is committed, plus live deltas.
 
-    No gap and no duplicate between the stored backlog and the live feed: the
-    watcher is registered first and buffers; then the backlog is read and
-    sent; then the buffer is drained, skipping seqs already sent.
+    Everything is checked before the upgrade (auth, `after`, the upgrade headers, the
+    origin, the session), and a refusal is JSON like every other route's. No gap and
+    no duplicate between the stored backlog and the live feed: the watcher is
+    registered first and buffers; then the backlog is read and sent; then the buffer
+    is drained, skipping seqs already sent.
     """
 
     def set_default_headers(self) -> None:
         """JupyterHandler's headers make no sense for a websocket."""
 
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        tornado_error(self, status_code, kwargs)
+
     @ws_authenticated
     async def get(self, id: str) -> None:
+        runtime = None
         try:
+            bodies.path_id(id, UnknownSession, "session")
+            self.after = bodies.query_args(bodies.StreamArgs, self.request.query_arguments).after or 0
+            refused = self._refuse_upgrade()
+            if refused:
+                if refused[0] == 426:
+                    self.set_header("Sec-WebSocket-Version", "13")
+                send_error(self, *refused)
+                return
             runtime = runtime_of(self)
-            await runtime.ready()
-            self.after = bodies.int_arg(self.get_query_argument("after", None), "after") or 0
-            await runtime.session(id)
+            async with runtime.serving():
+                await runtime.ready()
+                await runtime.session(id)
         except WorkbenchError as e:
-            self.set_status(status_of(e))
-            self.set_header("Content-Type", "application/json")
-            self.finish(json.dumps({"error": str(e)}))
+            send_error(self, status_of(e), str(e))
+            return
+        except Exception:
+            if runtime is None or not runtime.stopping:
+                raise
+            send_error(self, ServerStopping.http_status, STOPPING)
             return
         await super().get(id)
+
+    def _refuse_upgrade(self) -> tuple[int, str] | None:
+        """What tornado would refuse with a text body, as (status, message); None for a good upgrade."""
+        headers = self.request.headers
+        if headers.get("Upgrade", "").lower() != "websocket":
+            return 400, "this route is a websocket: connect with Upgrade: websocket (docs/api.md)"
+        if "upgrade" not in [s.strip().lower() for s in headers.get("Connection", "").split(",")]:
+            return 400, 'a websocket upgrade needs "Connection: Upgrade"'
+        check = getattr(self, "_check_cross_origin", None)  # tornado's own algorithm (6.5)
+        origin = headers.get("Origin")
+        if (check(self.check_origin) if check is not None else (origin is not None and not self.check_origin(origin))):
+            return 403, f"cross-origin websockets are not allowed (origin {str(origin)[:100]!r})"
+        if headers.get("Sec-WebSocket-Version") != "13":
+            return 426, "this server speaks websocket version 13 (Sec-WebSocket-Version: 13)"
+        if not headers.get("Sec-WebSocket-Key") or not headers.get("Host"):
+            return 400, "a websocket upgrade needs the Sec-WebSocket-Key and Host headers"
+        return None
 
     async def open(self, id: str) -> None:  # type: ignore[override]
         super().open()  # the ping loop of WebSocketMixin
@@ -200,6 +308,9 @@ class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
         try:
             backlog = await runtime.events(id, self.after)
         except Exception:
+            if runtime.stopping:
+                self.close(1001, STOPPING)
+                return
             self.close(1011, "cannot read the session log")
             raise
         for e in backlog:
@@ -210,7 +321,10 @@ class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
         self._live = True
 
     def _on_live(self, kind: str, obj: Any) -> None:
-        if self._live:
+        if kind == "closed":  # the server stops
+            self._stop()
+            self.close(1001, STOPPING)
+        elif self._live:
             self._send(kind, obj)
         else:
             self._buffer.append((kind, obj))
@@ -224,8 +338,15 @@ class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
         else:
             msg = {"kind": "delta", "session_id": self.session_id, "event": obj}
         try:
-            self.write_message(json.dumps(msg, default=str))
+            written = self.write_message(json.dumps(msg, default=str))
         except WebSocketClosedError:
+            self._stop()
+            return
+        # a client that goes away mid-write fails the write later, on its own: hear it, or asyncio logs it as unretrieved
+        written.add_done_callback(self._written)
+
+    def _written(self, written: asyncio.Future) -> None:
+        if not written.cancelled() and written.exception() is not None:
             self._stop()
 
     def on_message(self, message: Any) -> None:

@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ..brain import turn_state
@@ -23,9 +23,18 @@ from ..errors import WorkbenchError
 from ..host import Host
 from ..log import Event
 
-# A watcher hears ("event", Event) for each committed event of its session and
-# ("delta", stream_event) for each live model stream event; on the event loop.
+# A watcher hears ("event", Event) for each committed event of its session,
+# ("delta", stream_event) for each live model stream event, and ("closed", None)
+# once when the server stops; on the event loop.
 Watcher = Callable[[str, Any], None]
+
+STOPPING = "the workbench server is shutting down; try again when it is back"
+
+
+class ServerStopping(WorkbenchError):
+    """The server is stopping: a request arriving now, or failing under the shutdown, gets a 503."""
+
+    http_status = 503
 
 
 class Runtime:
@@ -39,6 +48,9 @@ class Runtime:
         self._watchers: dict[str, list[Watcher]] = defaultdict(list)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started: asyncio.Future | None = None
+        self.stopping = False
+        self._serving = 0  # requests being served now
+        self._idle: asyncio.Event | None = None
         self._unsubscribe = self.log.subscribe(self._on_commit)
         self._unlisten = self.brain.listen(self._on_delta)
 
@@ -49,10 +61,25 @@ class Runtime:
 
         (A server started without its start hooks, as pytest-jupyter does, still gets a started host.)
         """
+        if self.stopping:
+            raise ServerStopping(STOPPING)
         if self._started is None:
             self._loop = asyncio.get_running_loop()
             self._started = asyncio.ensure_future(self.host.start())
         await asyncio.shield(self._started)
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[None]:
+        """Count a request being served, so that `close` lets it finish; ServerStopping once the server stops."""
+        if self.stopping:
+            raise ServerStopping(STOPPING)
+        self._serving += 1
+        try:
+            yield
+        finally:
+            self._serving -= 1
+            if not self._serving and self._idle is not None:
+                self._idle.set()
 
     def _on_commit(self, event: Event) -> None:
         # Called on the log's writer thread after the commit: hop to the loop.
@@ -189,10 +216,18 @@ class Runtime:
     def status(self) -> dict[str, Any]:
         return self.host.status()
 
-    async def close(self) -> None:
-        """Stop hearing the log and the brain (the host closes everything else)."""
+    async def close(self, grace: float = 5.0) -> None:
+        """Refuse new requests (503), give those being served `grace` seconds, close the streams,
+        stop hearing the log and the brain (the host closes everything else, after this)."""
+        self.stopping = True
+        if self._serving:
+            self._idle = asyncio.Event()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), grace)
+        for sid in list(self._watchers):
+            self._dispatch(sid, "closed", None)
         self._unsubscribe()
         self._unlisten()
 
 
-__all__ = ["Runtime", "Watcher"]
+__all__ = ["STOPPING", "Runtime", "ServerStopping", "Watcher"]
