@@ -16,9 +16,10 @@ a dead kernel) are observations for the model, never exceptions in the brain.
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 # A sink for hands events (`hands_started`, `hands_died`, ...): the brain
 # passes one in so that hands never import the log or the brain.
@@ -60,7 +61,7 @@ class Observation:
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Observation":
+    def from_json(cls, d: dict[str, Any]) -> Observation:
         return cls(**{k: d.get(k) for k in cls.__dataclass_fields__ if k in d})
 
     def text(self) -> str:

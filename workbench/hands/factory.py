@@ -167,7 +167,7 @@ class HandsFactory:
         if self.launcher is not None:
             await self.launcher.aclose()
 
-    async def __aenter__(self) -> "HandsFactory":
+    async def __aenter__(self) -> HandsFactory:
         await self.start()
         return self
 

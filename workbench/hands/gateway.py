@@ -21,7 +21,7 @@ import asyncio
 import json
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -73,7 +73,7 @@ class GatewayLauncher:
         scheme = "wss" if u.scheme == "https" else "ws"
         return urlunsplit((scheme, u.netloc, f"{u.path}/api/kernels/{kernel_id}/channels", "", ""))
 
-    async def start(self, place: Place | None) -> "GatewayKernel":
+    async def start(self, place: Place | None) -> GatewayKernel:
         """Create a kernel on the gateway, connect to it and wait for its kernel_info reply."""
         timeout = place.startup_timeout if place else 60.0
         t0 = time.perf_counter()
@@ -96,7 +96,7 @@ class GatewayLauncher:
         """A pooled gateway kernel was started without the session's variables: only for sessions with none."""
         return not place.env
 
-    async def adopt(self, kernel: "GatewayKernel", place: Place) -> str:
+    async def adopt(self, kernel: GatewayKernel, place: Place) -> str:
         """Nothing to do: the workdir is the gateway's business."""
         return ""
 
@@ -162,7 +162,7 @@ class GatewayKernel:
         """Send a message on the websocket; returns its msg_id."""
         msg_id = uuid.uuid4().hex
         header = {"msg_id": msg_id, "msg_type": msg_type, "username": "workbench", "session": self._session,
-                  "date": datetime.now(timezone.utc).isoformat(), "version": "5.3"}
+                  "date": datetime.now(UTC).isoformat(), "version": "5.3"}
         if self._ws is not None and self._death is None:
             self._ws.write_message(json.dumps({"header": header, "parent_header": {}, "metadata": {}, "content": content,
                                                "channel": channel, "buffers": []}))
@@ -179,7 +179,7 @@ class GatewayKernel:
             return WAKE
         try:
             return await asyncio.wait_for(self._queue.get(), max(0.0, deadline - time.monotonic()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
 
     async def message(self, msg_id: str, timeout: float) -> tuple[str, dict[str, Any]] | None:

@@ -18,9 +18,10 @@ import math
 import shutil
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from .base import Death, EventSink, Kernel, Launcher, Observation, Place, failure
 from .collect import TIMED_OUT, Collector, death_note, replay, setup_code, stuck_note
@@ -101,7 +102,7 @@ class KernelHands:
         self._lock = asyncio.Lock()
         self._start_lock = asyncio.Lock()
 
-    async def __aenter__(self) -> "KernelHands":
+    async def __aenter__(self) -> KernelHands:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

@@ -102,7 +102,7 @@ class RefusedHands:
             ename="SandboxUnavailable",
         )
 
-    async def __aenter__(self) -> "RefusedHands":
+    async def __aenter__(self) -> RefusedHands:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

@@ -19,15 +19,15 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.provisioning import LocalProvisioner
 
-from . import launch
-from . import limits as _limits
+from . import launch, limits as _limits
 from .base import Death
 from .limits import Limits
 from .output import OutputTail
