@@ -3,7 +3,7 @@
 The kernel runs in new network, PID, IPC and UTS namespaces and sees only
 read-only /usr, its Python environment, a curated /etc, its own run
 directory (connection file, ZMQ sockets, the proxy socket) and workspace,
-and empty tmpfs /tmp and $HOME: never the Jupyter runtime directory, the
+and empty tmpfs /tmp, /dev/shm and $HOME: never the Jupyter runtime directory, the
 session database, the server's config or key files, or anyone's home.
 
 When the server runs as root, the kernel runs as a separate unprivileged uid
@@ -180,7 +180,10 @@ def base_args(owner: tuple[int, int] | None) -> list[str]:
             args += ["--symlink", os.readlink(p), str(p)]
         elif p.is_dir():
             args += ["--ro-bind", str(p), str(p)]
-    return args + ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    # a /dev/shm of its own, writable by the kernel's uid: bwrap's --dev leaves a root-owned 0755 one,
+    # and POSIX semaphores (multiprocessing's Pool, Queue, ProcessPoolExecutor) live there
+    return args + ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm",
+                   "--perms", "1777", "--tmpfs", "/tmp"]
 
 
 def setpriv_args(owner: tuple[int, int]) -> list[str]:
