@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from workbench.hands.preflight import preflight
-from workbench.log import SessionLog
+from workbench.log import DuckDBLog
 from workbench.testing import JupyterProcess
 
 from wbsupport import WORKBENCH, cli_env
@@ -148,7 +148,7 @@ def test_under_workbench_run_in_a_terminal(tmp_path, backend):
     finally:
         os.close(master)
     assert os.waitstatus_to_exitcode(status) == 0, shown.decode(errors="replace")[-2000:]
-    with SessionLog(db, read_only=True) as log:
+    with DuckDBLog(db, read_only=True) as log:
         report = probe_result(log.events(log.sessions()[0]["id"]))
     assert strangers(report) == []
     assert Path(report["fds"]["0"][0]).as_posix() == "/dev/null"
