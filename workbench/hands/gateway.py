@@ -29,7 +29,7 @@ import httpx
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
-from .base import Death, Place
+from .base import Death, Kernel, Place
 
 MAX_MESSAGE = 64 * 1024 * 1024  # the largest websocket message taken from the gateway
 WAKE = object()  # put on a kernel's queue when it dies, so that a reader waiting on it looks again
@@ -96,7 +96,7 @@ class GatewayLauncher:
         """A pooled gateway kernel was started without the session's variables: only for sessions with none."""
         return not place.env
 
-    async def adopt(self, kernel: GatewayKernel, place: Place) -> str:
+    async def adopt(self, kernel: Kernel, place: Place) -> str:
         """Nothing to do: the workdir is the gateway's business."""
         return ""
 
