@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from . import clean
+
 # A sink for hands events (`hands_started`, `hands_died`, ...): the brain
 # passes one in so that hands never import the log or the brain.
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
@@ -168,6 +170,13 @@ class Place:
     held: dict[str, Any] = field(default_factory=dict)  # what a launcher keeps per session across kernels
 
 
+@dataclass
+class Dropped:
+    """What a kernel's channel threw away instead of delivering (too big, malformed, lost): a note for the model."""
+
+    note: str
+
+
 @runtime_checkable
 class Kernel(Protocol):
     """One started, ready kernel: the channel the execute loop talks through."""
@@ -186,8 +195,9 @@ class Kernel(Protocol):
         """Send an execute request; returns its msg_id."""
         ...
 
-    async def message(self, msg_id: str, timeout: float) -> tuple[str, dict[str, Any]] | None:
-        """The next iopub (msg_type, content) of request `msg_id`; None if none came in `timeout` or the kernel is gone."""
+    async def message(self, msg_id: str, timeout: float) -> tuple[str, dict[str, Any]] | Dropped | None:
+        """The next iopub (msg_type, content) of request `msg_id`, or what was dropped instead of one;
+        None if none came in `timeout` or the kernel is gone. `content` is a dict; nothing else is checked."""
         ...
 
     async def reply(self, msg_id: str, timeout: float) -> dict[str, Any]:
@@ -248,7 +258,7 @@ class OutputCap:
         room = self.limit - self.kept
         if room > 0:
             piece = text[:room]
-            self.parts.append(piece)
+            self.parts.append(clean.text(piece))  # what a kernel sends may hold lone surrogates
             self.kept += len(piece)
             self.dropped += len(text) - len(piece)
         else:

@@ -55,6 +55,7 @@ class HandsSettings:
     max_open_files: int = 1024  # RLIMIT_NOFILE
     max_file_mb: int = 4096  # RLIMIT_FSIZE: the largest file a kernel may write
     cpu_seconds: int = 0  # RLIMIT_CPU per kernel process; 0 = unlimited
+    max_message_mb: int = 16  # the largest message the hands read from a kernel; bigger ones are dropped with a note
     registry_dir: str = ""  # where kernel pids are recorded for reaping (default: Jupyter runtime dir)
 
     def limits(self) -> Limits:
@@ -104,8 +105,11 @@ class HandsFactory:
             raise ConfigError(f"unknown hands backend {s.backend!r}; choose one of {', '.join(BACKENDS)}")
         if s.backend == "gateway" and not s.gateway_url:
             raise ConfigError("the gateway backend needs a URL: set WORKBENCH_HANDS_GATEWAY_URL")
+        if isinstance(s.max_message_mb, bool) or not isinstance(s.max_message_mb, int) or not 1 <= s.max_message_mb <= 2048:
+            raise ConfigError(f"max_message_mb must be a whole number of MiB from 1 to 2048, not {s.max_message_mb!r}")
         self.registry = KernelRegistry(Path(s.registry_dir or default_registry_dir()))
         self.limits: Limits = s.limits()
+        self.max_message = s.max_message_mb * 1024 * 1024
         self.preflight: Preflight | None = None  # the sandbox's, run once here
         self.seccomp: SeccompFilter | None = None  # the sandbox's, compiled once here
         self.workspaces: WorkspaceSettings | None = None  # the sandbox's
@@ -113,9 +117,9 @@ class HandsFactory:
         self.vault: Vault | None = None
         self.launcher: Launcher | None = None  # None: model code is refused
         if s.backend == "local":
-            self.launcher = LocalLauncher(limits=self.limits, registry=self.registry)
+            self.launcher = LocalLauncher(limits=self.limits, registry=self.registry, max_message=self.max_message)
         elif s.backend == "gateway":
-            self.launcher = GatewayLauncher(s.gateway_url, s.gateway_token)
+            self.launcher = GatewayLauncher(s.gateway_url, s.gateway_token, max_message=self.max_message)
         else:
             self.seccomp = seccomp if isinstance(seccomp, SeccompFilter) else prepare(seccomp or from_env(SeccompSettings))
             self.workspaces = workspaces or from_env(WorkspaceSettings)
@@ -135,9 +139,11 @@ class HandsFactory:
             if self.seccomp is not None and not self.seccomp.enforced:
                 log.warning("sandboxed hands: the seccomp filter is %s", self.seccomp.how)
             return SandboxLauncher(settings, limits=self.limits, registry=self.registry, vault=self.vault,
-                                   egress_settings=egress, seccomp=self.seccomp, workspaces=self.workspaces)
+                                   egress_settings=egress, seccomp=self.seccomp, workspaces=self.workspaces,
+                                   max_message=self.max_message)
         if self.settings.unsafe_unsandboxed:
-            return LocalLauncher(limits=self.limits, registry=self.registry, name="unsafe-local")
+            return LocalLauncher(limits=self.limits, registry=self.registry, name="unsafe-local",
+                                 max_message=self.max_message)
         return None
 
     @property

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .base import Death, EventSink, Kernel, Launcher, Observation, Place, failure
-from .collect import TIMED_OUT, Collector, death_note, replay, setup_code, stuck_note
+from .base import Death, Dropped, EventSink, Kernel, Launcher, Observation, Place, failure
+from .collect import TIMED_OUT, Budget, Collector, death_note, replay, setup_code, stuck_note
 
 POLL = 0.03  # seconds between looks at the kernel (alive? past the deadline?) while a call runs
 
@@ -37,11 +37,18 @@ class HandsConfig:
     timeout: float = 60.0  # default per-call timeout, seconds
     max_timeout: float = 600.0  # the cap on a timeout the model asks for
     interrupt_grace: float = 5.0  # after an interrupt, how long before the kernel is replaced
-    output_limit: int = 20_000  # characters of stdout/stderr/results kept per call
+    output_limit: int = 20_000  # characters of stdout/stderr/results (and of each text part of a display) kept per call
+    max_displays: int = 20  # displays kept per call; later ones are dropped with a note
+    max_observation_bytes: int = 4 * 1024 * 1024  # all of a call's output together, as the log stores it
+    max_image_bytes: int = 1024 * 1024  # one image, decoded; a bigger one is downscaled (or dropped) with a note
     startup_timeout: float = 60.0
     workdir: str | None = None  # the kernel's working directory (default: a workspace of the session's own)
     env: dict[str, str] = field(default_factory=dict)  # extra variables for the kernel
     replay: bool = False  # re-run replayable calls in a fresh kernel after a death
+
+    def budget(self) -> Budget:
+        """What one call's observation may hold."""
+        return Budget(self.output_limit, self.max_displays, self.max_observation_bytes, self.max_image_bytes)
 
 
 class Deadline:
@@ -276,7 +283,7 @@ class KernelHands:
 
     async def _run(self, kernel: Kernel, call: Call, code: str, timeout: float) -> Observation:
         """The execute loop: send the cell, fold its messages, watch the kernel and the clock."""
-        col = Collector(self.config.output_limit, self.generation)
+        col = Collector(self.config.budget(), self.generation)
         call.msg_id = msg_id = kernel.execute(code)
         deadline = Deadline(timeout, self.config.interrupt_grace)
         next_look = 0.0
@@ -297,13 +304,16 @@ class KernelHands:
             if got is None:  # nothing came, or the kernel went: look at it now
                 next_look = 0.0
                 continue
+            if isinstance(got, Dropped):
+                col.note(got.note)
+                continue
             msg_type, content = got
             if msg_type == "execute_input":
                 call.started = True
                 if call.interrupt == "pending":
                     call.interrupt = "sent"
                     await kernel.interrupt()
-            elif col.feed(msg_type, content):
+            elif await col.feed(msg_type, content):
                 break
         obs = col.done()
         if deadline.passed:
@@ -330,7 +340,7 @@ class KernelHands:
                     await self._lose()
                     return
                 got = await kernel.message(msg_id, POLL)
-                if got is None:
+                if got is None or isinstance(got, Dropped):
                     continue
                 msg_type, content = got
                 if msg_type == "execute_input" and not interrupted:

@@ -14,7 +14,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 
 from .base import Kernel, Place
 from .limits import Limits
-from .process import ProcessKernel, start_process
+from .process import MAX_MESSAGE, ProcessKernel, start_process
 
 # Variables a kernel may inherit from the host. Everything else, secrets
 # included, stays out: the kernel gets this allowlist and nothing more.
@@ -53,8 +53,8 @@ class LocalLauncher:
     """Starts an ipykernel in this Python environment, unsandboxed."""
 
     def __init__(self, *, limits: Limits | None = None, registry: Any = None, kernel_name: str = "python3",
-                 spec_dirs: list[str] | None = None, name: str = "local"):
-        self.limits, self.registry = limits, registry
+                 spec_dirs: list[str] | None = None, name: str = "local", max_message: int = MAX_MESSAGE):
+        self.limits, self.registry, self.max_message = limits, registry, max_message
         self.kernel_name, self.spec_dirs, self.name = kernel_name, spec_dirs, name
 
     async def start(self, place: Place | None) -> ProcessKernel:
@@ -75,7 +75,8 @@ class LocalLauncher:
         env = {**kernel_env(place.env if place else None), "IPYTHONDIR": str(run_dir / "ipython")}
         return await start_process(spec, launcher=self.name, env=env, run_dir=run_dir, workdir=workdir,
                                    workspace=own, limits=self.limits, registry=self.registry,
-                                   startup_timeout=place.startup_timeout if place else 60.0)
+                                   startup_timeout=place.startup_timeout if place else 60.0,
+                                   max_message=self.max_message)
 
     def fits(self, place: Place) -> bool:
         """Any pooled kernel can serve any session: its workdir and variables are set by code."""

@@ -23,17 +23,23 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from jupyter_client import AsyncKernelClient, AsyncKernelManager
+import zmq
+from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.provisioning import LocalProvisioner
 
 from . import launch, limits as _limits
-from .base import Death, Workspace
+from .base import Death, Dropped, Workspace
+from .channel import MAX_MESSAGE, HandsKernelClient, IOPub
 from .limits import Limits
 from .output import OutputTail
 
 REPLY_LOOK = 0.25  # seconds between looks at a kernel that has not replied yet
 SUPERVISOR_GRACE = 2.0  # seconds a supervising launch wrapper has to end its sandbox before a SIGKILL
+# after output was lost, how long a call whose execute_reply came may wait for its idle status
+# (which may have been lost with the rest) before the hands take the reply as its end
+IDLE_AFTER_REPLY = 2.0
+__all__ = ["MAX_MESSAGE", "ProcessKernel", "start_process"]
 
 
 class _OneSpec(KernelSpecManager):
@@ -119,7 +125,8 @@ class ProcessKernel:
                  workspace: Workspace | None, registry: Any, closers: list[Callable[[], Awaitable[None]]],
                  held: dict[str, Any]):
         self.km: HandsKernelManager = km
-        self.kc: AsyncKernelClient | None = None
+        self.kc: HandsKernelClient | None = None
+        self.iopub: IOPub | None = None
         self.launcher, self.kid = launcher, kid
         self.run_dir, self.workdir = run_dir, workdir
         self.workspace = workspace  # a pooled kernel's own workspace, until a session adopts it
@@ -128,6 +135,7 @@ class ProcessKernel:
         self.boot_ms = 0.0
         self.limits: dict[str, str] = {}
         self.stopped = False
+        self._replied: dict[str, float] = {}  # msg_id -> when its execute_reply came (looked for after a loss)
 
     @property
     def pid(self) -> int | None:
@@ -138,7 +146,7 @@ class ProcessKernel:
     def ident(self) -> dict[str, Any]:
         return {"pid": self.pid}
 
-    def _client(self) -> AsyncKernelClient:
+    def _client(self) -> HandsKernelClient:
         if self.kc is None:
             raise RuntimeError("the kernel has no client: it did not start, or it was stopped")
         return self.kc
@@ -147,20 +155,36 @@ class ProcessKernel:
         """Send an execute request; returns its msg_id."""
         msg_id: str = self._client().execute(code, silent=silent, store_history=not silent, allow_stdin=False,
                                              stop_on_error=not silent)
+        if not silent and self.iopub is not None:
+            self.iopub.expect(msg_id)
         return msg_id
 
-    async def message(self, msg_id: str, timeout: float) -> tuple[str, dict[str, Any]] | None:
-        """The next iopub message of request `msg_id`, or None if none came within `timeout`."""
+    async def message(self, msg_id: str, timeout: float) -> tuple[str, dict[str, Any]] | Dropped | None:
+        """The next iopub message of request `msg_id` (or a note of one dropped); None if none came within `timeout`."""
+        if self.iopub is None:
+            return None
+        got = await self.iopub.next(msg_id, timeout)
+        if got is None and self.iopub.lost_at is not None:
+            return await self._idle_after_loss(msg_id)
+        return got
+
+    async def _idle_after_loss(self, msg_id: str) -> tuple[str, dict[str, Any]] | None:
+        """The call's end when output was lost, its idle status perhaps with it: its execute_reply, then a wait."""
         kc = self._client()
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
+        while msg_id not in self._replied:
             try:
-                msg = await kc.get_iopub_msg(timeout=left)
-            except queue.Empty:
+                msg = await kc.get_shell_msg(timeout=0)
+            except (queue.Empty, zmq.ZMQError):
                 return None
-            if msg["parent_header"].get("msg_id") == msg_id:
-                return msg["msg_type"], msg["content"]
-        return None
+            except Exception:  # a malformed reply: the kernel's, not ours
+                continue
+            parent = msg.get("parent_header")
+            if isinstance(parent, dict) and parent.get("msg_id") == msg_id:
+                self._replied[msg_id] = time.monotonic()
+        if time.monotonic() - self._replied[msg_id] < IDLE_AFTER_REPLY:
+            return None
+        del self._replied[msg_id]
+        return "status", {"execution_state": "idle"}
 
     async def reply(self, msg_id: str, timeout: float) -> dict[str, Any]:
         """The content of the shell reply to `msg_id`; a kernel that dies meanwhile is an error at once."""
@@ -176,9 +200,9 @@ class ProcessKernel:
                 if (death := await self.death()) is not None:
                     raise RuntimeError(f"the kernel died ({death.how})") from None
                 continue
-            if msg["parent_header"].get("msg_id") == msg_id:
-                content: dict[str, Any] = msg["content"]
-                return content
+            parent, content = msg.get("parent_header"), msg.get("content")
+            if isinstance(parent, dict) and parent.get("msg_id") == msg_id:
+                return content if isinstance(content, dict) else {"status": "error", "ename": "MalformedReply"}
 
     async def death(self) -> Death | None:
         """How the kernel process ended (exit code, signal, out of memory), or None while it runs."""
@@ -211,6 +235,8 @@ class ProcessKernel:
         if self.stopped:
             return
         self.stopped = True
+        if self.iopub is not None:
+            self.iopub.close()
         if self.kc is not None:
             self.kc.stop_channels()
         try:
@@ -239,11 +265,12 @@ async def start_process(spec: KernelSpec, *, launcher: str, env: dict[str, str],
                         workspace: Workspace | None = None, limits: Limits | None, registry: Any,
                         startup_timeout: float, owner: tuple[int, int] | None = None, supervise: bool = False,
                         signal_codes: bool = False, closers: list[Callable[[], Awaitable[None]]] | None = None,
-                        held: dict[str, Any] | None = None) -> ProcessKernel:
+                        held: dict[str, Any] | None = None, max_message: int = MAX_MESSAGE) -> ProcessKernel:
     """Start a kernel from `spec` in `run_dir` and wait until it is ready; `closers` run when it is killed.
 
     From the call on, the kernel owns `run_dir` (and `workspace`, a pooled kernel's own, at `workdir`):
-    a start that fails removes them, and raises RuntimeError with the kernel's last words.
+    a start that fails removes them, and raises RuntimeError with the kernel's last words. Its
+    iopub messages over `max_message` bytes are refused (`channel.IOPub`).
     """
     t0 = time.perf_counter()
     kid = uuid.uuid4().hex[:12]
@@ -259,9 +286,13 @@ async def start_process(spec: KernelSpec, *, launcher: str, env: dict[str, str],
         await km.start_kernel(env=env, cwd=str(workdir))
         if registry is not None and kernel.pid:
             registry.add(kid, kernel.pid, run_dir=str(run_dir), cgroup=kid, launcher=launcher)
-        kc = kernel.kc = km.client()
+        km.client_factory = HandsKernelClient
+        kc = km.client()
+        assert isinstance(kc, HandsKernelClient)
+        kernel.kc, kc.max_message = kc, max_message
         kc.start_channels()
         await kc.wait_for_ready(timeout=startup_timeout)
+        kernel.iopub = IOPub(kc, max_message)
     except Exception as e:
         await asyncio.shield(kernel.kill())
         last = kernel.output.last_line()

@@ -46,7 +46,7 @@ from . import quota
 from .base import Kernel, Place, Workspace
 from .limits import Limits
 from .local import kernel_env
-from .process import ProcessKernel, start_process
+from .process import MAX_MESSAGE, ProcessKernel, start_process
 from .quota import WorkspaceSettings
 from .seccomp import SeccompFilter, SeccompSettings, prepare
 
@@ -82,13 +82,15 @@ class SandboxLauncher:
 
     def __init__(self, settings: SandboxSettings | None = None, *, limits: Limits | None = None, registry: Any = None,
                  vault: Vault | None = None, egress_settings: EgressSettings | None = None,
-                 seccomp: SeccompFilter | None = None, workspaces: WorkspaceSettings | None = None):
+                 seccomp: SeccompFilter | None = None, workspaces: WorkspaceSettings | None = None,
+                 max_message: int = MAX_MESSAGE):
         self.settings = settings or SandboxSettings()
         self.limits, self.registry = limits, registry
         self.vault, self.egress_settings = vault, egress_settings
         # a host prepares its filter once (HandsFactory); a launcher made by itself prepares the default one
         self.seccomp = seccomp if seccomp is not None else prepare(from_env(SeccompSettings))
         self.workspaces = workspaces if workspaces is not None else from_env(WorkspaceSettings)
+        self.max_message = max_message
         self._pool_proxy: EgressProxy | None = None
 
     def proxy(self, place: Place | None) -> EgressProxy:
@@ -183,7 +185,7 @@ class SandboxLauncher:
             spec, launcher=self.name, env={"PATH": "/usr/bin:/bin"}, run_dir=run_dir, workdir=workdir.resolve(),
             workspace=own, limits=self.limits, registry=self.registry,
             startup_timeout=place.startup_timeout if place else 60.0, owner=owner, supervise=True, signal_codes=True,
-            closers=[listener.close] if listener else [], held={"egress": listener},
+            closers=[listener.close] if listener else [], held={"egress": listener}, max_message=self.max_message,
         )
         kernel.limits.update(seccomp=self.seccomp.how, workspace=how)
         return kernel
