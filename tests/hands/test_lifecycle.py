@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from workbench.errors import ConfigError
+from workbench.hands import quota
 from workbench.hands.factory import HandsFactory, HandsSettings
 from workbench.hands.reaper import KernelRegistry, reap_orphans
 from workbench.log import DuckDBLog
@@ -52,6 +53,12 @@ asyncio.run(main())
 def host(registry: Path, mode: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", HOST, str(registry), mode], stdout=subprocess.PIPE, text=True,
                             env=cli_env())
+
+
+def mounts_under(root: Path) -> list[str]:
+    """Mount points at or below `root`."""
+    lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    return [p for p in (line.split()[4] for line in lines) if p == str(root) or p.startswith(f"{root}/")]
 
 
 def registered_pids(registry: Path) -> list[int]:
@@ -213,7 +220,7 @@ def test_a_host_killed_while_kernels_boot_leaves_no_process(hands_tmp, backend):
     for attempt in range(3):
         # short: a unix socket's path (a kernel's ZMQ and egress sockets live under it) has ~107 bytes
         root = Path(tempfile.mkdtemp(prefix="h", dir=hands_tmp))
-        env = cli_env(TMPDIR=str(root), JUPYTER_RUNTIME_DIR=str(root / "runtime"))
+        env = cli_env(TMPDIR=str(root), JUPYTER_RUNTIME_DIR=str(root / "runtime"), WORKBENCH_WORKSPACE_ROOT=str(root / "ws"))
         proc = subprocess.Popen([sys.executable, "-c", BOOTING, backend, str(root / "registry"), str(count), str(gap)],
                                 stdout=subprocess.PIPE, text=True, env=env)
         try:
@@ -222,6 +229,7 @@ def test_a_host_killed_while_kernels_boot_leaves_no_process(hands_tmp, backend):
         finally:
             proc.kill()
             proc.wait()
+            proc.stdout.close()
         # the wait is for a loaded machine; nothing here needs more than the kernel's own exit
         _, alive = psutil.wait_procs(_mentioning(str(root)), timeout=15)
         for p in alive:
@@ -230,6 +238,8 @@ def test_a_host_killed_while_kernels_boot_leaves_no_process(hands_tmp, backend):
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
+        quota.reap(root / "ws")  # what the next host does at its start: the killed host's workspaces go
+        assert mounts_under(root) == []
     assert not left, "processes of a killed host's kernels live on:\n" + "\n".join(left)
 
 
@@ -259,6 +269,13 @@ async def test_kernels_stopped_while_they_boot_leave_no_process(hands_tmp, backe
         for p in alive:
             p.kill()
     assert not left, "processes of stopped kernels live on:\n" + "\n".join(left)
+    # and the pool kernels' workspaces went with them, also those being made when the close came (those go
+    # once they are done: wait for that, on a loaded machine)
+    root = quota.default_root()
+    deadline = time.monotonic() + 60
+    while (mounts_under(root) or list(root.glob("*.img"))) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert mounts_under(root) == [] and not list(root.glob("*.img"))
 
 
 @pytest.mark.asyncio

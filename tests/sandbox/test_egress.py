@@ -148,11 +148,13 @@ async def make_session(tmp_path):
             events.append((type, payload))
 
         mark = "wbmark" + uuid.uuid4().hex
-        launcher = SandboxLauncher(egress=egress, egress_settings=EgressSettings(**settings), on_event=sink)
+        # the host's egress settings are the launcher's; the session's policy, and its proxy (budgets and all), its own
+        launcher = SandboxLauncher(egress_settings=EgressSettings(**settings))
         work = tmp_path / f"session-{len(made)}"
-        hands = KernelHands(HandsConfig(workdir=str(work), env={"WB_TEST_MARK": mark}), launcher=launcher, on_event=sink)
+        hands = KernelHands(HandsConfig(workdir=str(work), env={"WB_TEST_MARK": mark}), launcher=launcher, on_event=sink,
+                            session_config={"egress": egress})
         made.append((hands, mark))
-        return hands, events, launcher.proxy()
+        return hands, events, launcher.proxy(hands.place)
 
     try:
         yield make

@@ -25,10 +25,12 @@ import pytest
 import pytest_asyncio
 
 from workbench.errors import ConfigError
-from workbench.hands import HandsConfig, KernelHands
-from workbench.hands.factory import HandsSettings
+from workbench.hands import KernelHands
+from workbench.hands.factory import HandsFactory, HandsSettings
 from workbench.hands.sandbox import SandboxLauncher, base_args
-from workbench.hands.seccomp import CLONE_NEW, DENIED, SeccompSettings, SeccompUnavailable, compile_filter, prepare
+from workbench.hands.seccomp import (
+    CLONE_NEW, DENIED, SeccompFilter, SeccompSettings, SeccompUnavailable, compile_filter, prepare,
+)
 
 from .conftest import needs_sandbox, no_process_left, run
 
@@ -88,47 +90,36 @@ def flt(tmp_path):
     return f
 
 
-class FilteredLauncher(SandboxLauncher):
-    """The sandbox launcher with the filter: the integration is this one line on the kernel's bwrap argv."""
-
-    def __init__(self, flt, **kw):
-        super().__init__(**kw)
-        self.flt = flt
-
-    def manager(self, run_dir, env, workdir):
-        km, kw = super().manager(run_dir, env, workdir)
-        km.kernel_spec.argv = self.flt.wrap(list(km.kernel_spec.argv))
-        return km, kw
-
-
 @pytest_asyncio.fixture
 async def filtered(tmp_path, flt):
-    """filtered() -> hands whose kernel runs in the sandbox with the filter; all stopped and checked gone."""
+    """filtered() -> a session's hands from a sandbox hands factory given this filter; all stopped and checked gone."""
     made: list[tuple[KernelHands, str]] = []
+    # as a host makes them: the host's default limits (limits.py, then the filter's shell, then bwrap), sessions'
+    # own workspaces, the filter compiled once for the host
+    factory = HandsFactory(HandsSettings(backend="sandbox", pool_size=0, registry_dir=str(tmp_path / "reg")), seccomp=flt)
+    assert factory.mode == "sandbox", factory.message
 
     async def make(workdir: Path | None = None) -> KernelHands:
         mark = "wbmark" + uuid.uuid4().hex
-        work = workdir or tmp_path / f"work-{len(made)}"
-        # with the host's default limits, as a hands factory starts kernels: limits.py, then the shell, then bwrap
-        hands = KernelHands(HandsConfig(workdir=str(work), env={"WB_TEST_MARK": mark}), launcher=FilteredLauncher(flt),
-                            limits=HandsSettings().limits())
+        config = {"env": {"WB_TEST_MARK": mark}, **({"workdir": str(workdir)} if workdir else {})}
+        hands = factory(f"session-{len(made)}", {"hands": config}, None)
+        assert isinstance(hands, KernelHands)
         made.append((hands, mark))
         return hands
 
     try:
         yield make
     finally:
+        await factory.close()
         for hands, mark in made:
-            await hands.shutdown()
             await no_process_left(mark)
 
 
 def sandbox_argv(tmp: Path, flt, code: str) -> list[str]:
-    """The kernels' own bwrap command line (SandboxLauncher.manager), running `python -c code` instead."""
-    launcher = SandboxLauncher()
+    """The kernels' own bwrap command line (SandboxLauncher.argv, without a filter), running `python -c code` instead."""
+    launcher = SandboxLauncher(seccomp=SeccompFilter(None, "off"))
     run_dir, workdir = Path(tempfile.mkdtemp(dir=tmp)), Path(tempfile.mkdtemp(dir=tmp))
-    km, _ = launcher.manager(run_dir, {}, workdir)
-    argv = list(km.kernel_spec.argv)
+    argv = launcher.argv(run_dir, workdir, {})
     assert argv[-4:-2] == ["/bin/sh", "-c"], argv[-4:]  # the kernel's start script, replaced below
     python = launcher.settings.sandbox_python or sys.executable
     return flt.wrap(argv[:-4] + [python, "-c", code])
@@ -317,3 +308,89 @@ def test_an_unprivileged_hosts_sandbox_gets_the_filter_too(tmp_path, flt):
         p = subprocess.run(argv, capture_output=True, text=True, timeout=120, pass_fds=(fd,), cwd="/")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout) == [-errno.ENOSYS, -errno.EPERM, 64124]
+
+
+SESSION_HOST = """
+import asyncio, ctypes, json, sys
+from workbench.hands.factory import HandsFactory, HandsSettings
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+nr, registry, secret, code = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3].encode(), sys.argv[4]
+assert libc.syscall(nr["keyctl"], 1, None) > 0  # KEYCTL_JOIN_SESSION_KEYRING: this host's own session keyring
+assert libc.syscall(nr["add_key"], b"user", b"wb-host-key", secret, len(secret), ctypes.c_long(-3)) > 0
+
+async def main():
+    events = []
+
+    async def sink(type, payload):
+        events.append([type, payload])
+
+    # a host's hands as the CLI and the server make them: the filter from WORKBENCH_SECCOMP*, a session's hands
+    async with HandsFactory(HandsSettings(backend="sandbox", pool_size=0, registry_dir=registry)) as factory:
+        hands = factory("keyring-session", {}, sink)
+        obs = await hands.execute(code, timeout=60)
+        status = hands.status()
+    print(json.dumps({"obs": obs.to_json(), "events": events, "status": status, "how": factory.seccomp.how}))
+
+asyncio.run(main())
+"""
+
+
+def test_no_key_crosses_between_two_hosts_sessions_or_from_a_host_into_its_sessions(tmp_path):
+    """Two host processes, one after the other, each with a session's hands: no key of one reaches the other's."""
+    name = "wbkey-" + uuid.uuid4().hex
+    key_of = {"first": "canary-a-" + secrets.token_hex(8), "second": "canary-b-" + secrets.token_hex(8)}
+    host_keys = {"first": "host-a-" + secrets.token_hex(8), "second": "host-b-" + secrets.token_hex(8)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
+    env.pop("WORKBENCH_SECCOMP", None)
+    results = {}
+    for host in ("first", "second"):
+        code = prelude() + textwrap.dedent(f"""
+            out = {{"added": add_key({name + host!r}, {key_of[host]!r}, USER)}}
+            out["other"] = [read_key(n, USER) for n in {[name + h for h in key_of if h != host]!r}]
+            out["host_key"] = read_key("wb-host-key", SESSION)
+            print(json.dumps(out))
+        """)
+        p = subprocess.run([sys.executable, "-c", SESSION_HOST, json.dumps(numbers(["keyctl", "add_key"])),
+                            str(tmp_path / f"reg-{host}"), host_keys[host], code],
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert p.returncode == 0, p.stderr[-3000:]
+        results[host] = json.loads(p.stdout.strip().splitlines()[-1])
+    for host, result in results.items():
+        out = result["obs"]["stdout"]
+        assert result["obs"]["error"] is None, result["obs"]
+        assert not [s for s in [*key_of.values(), *host_keys.values()] if s in json.dumps(result)], out
+        parsed = json.loads(out)
+        assert parsed == {"added": -errno.ENOSYS, "other": [-errno.ENOSYS], "host_key": -errno.ENOSYS}, parsed
+        started = [p for t, p in result["events"] if t == "hands_started"]
+        assert [s["limits"]["seccomp"] for s in started] == [result["how"]] and "calls denied" in result["how"]
+        assert result["status"]["limits"]["seccomp"] == result["how"]
+
+
+@pytest.mark.asyncio
+async def test_the_filter_is_in_every_sessions_hands_started_and_status(filtered, flt):
+    hands = await filtered()
+    assert (await run(hands, "print(open('/proc/self/status').read().count('Seccomp:\\t2'))")).strip() == "1"
+    assert hands.status()["limits"]["seccomp"] == flt.how
+
+
+def test_a_filter_that_breaks_start_up_refuses_the_host_loudly(tmp_path, caplog):
+    """A filter under which no sandbox starts (here: execve denied) fails the preflight: model code is refused."""
+    import logging
+
+    import pyseccomp as sc
+
+    broken = sc.SyscallFilter(sc.ALLOW)
+    broken.add_rule(sc.ERRNO(errno.EPERM), "execve")
+    path = tmp_path / "broken.bpf"
+    with open(path, "wb") as f:
+        broken.export_bpf(f)
+    with caplog.at_level(logging.WARNING, logger="workbench.hands"):
+        factory = HandsFactory(HandsSettings(backend="sandbox", pool_size=0, registry_dir=str(tmp_path / "reg")),
+                               seccomp=SeccompFilter(path, "test: execve denied"))
+    status = factory.status()["sandbox"]
+    assert status["mode"] == "refused" and factory.launcher is None
+    assert "under the seccomp filter" in status["reason"] and str(path) in status["reason"]
+    assert "WORKBENCH_SECCOMP_ALLOW" in status["fix"] and status["seccomp"] == "test: execve denied"
+    assert "sandbox unavailable" in caplog.text and "seccomp" in caplog.text

@@ -100,3 +100,26 @@ async def test_host_files_unreadable_and_writes_confined(make_hands, tmp_path, v
     assert not Path("/tmp/sandbox-tmp-file").exists()
     for p in ["/usr/evil", "/etc/evil", "/evil", str(tmp_path / "evil")]:
         assert not Path(p).exists()
+
+
+PROCESSES = """
+import concurrent.futures as cf, json, multiprocessing as mp, os, stat
+out = {}
+with mp.Pool(2) as pool:
+    out["pool"] = pool.map(abs, [-1, -2, -3])
+q = mp.Queue()
+q.put("through a queue")
+out["queue"] = q.get(timeout=30)
+with cf.ProcessPoolExecutor(2) as ex:
+    out["executor"] = list(ex.map(abs, [-4, -5]))
+st = os.stat("/dev/shm")
+out["shm"] = [oct(stat.S_IMODE(st.st_mode)), os.statvfs("/dev/shm").f_fsid != os.statvfs("/tmp").f_fsid]
+print(json.dumps(out))
+"""
+
+
+async def test_multiprocessing_works_with_a_private_dev_shm(make_hands):
+    """Pools, queues and process executors need POSIX semaphores, which live in a writable /dev/shm."""
+    hands, _ = await make_hands()
+    out = json.loads(await run(hands, PROCESSES))
+    assert out == {"pool": [1, 2, 3], "queue": "through a queue", "executor": [4, 5], "shm": ["0o1777", True]}

@@ -243,3 +243,149 @@ def test_hostile_sizes_and_labels_and_no_quota(ws_root):
         ws = quota.create(ws_root, 8)
         assert not ws.enforced and ws.how.startswith("not enforced: only root can loop-mount")
         ws.destroy()
+
+
+# -- the workspaces of sessions' hands, as a host's hands factory makes them -------------------------------------
+
+@pytest_asyncio.fixture
+async def sessions(ws_root, tmp_path):
+    """sessions(pool_size=0) -> (factory, make): sandbox hands with 32 MiB workspaces under ws_root; all stopped after."""
+    from workbench.hands.factory import HandsFactory, HandsSettings
+
+    made: list[tuple[KernelHands, str]] = []
+    factories: list[HandsFactory] = []
+
+    async def open_factory(pool_size: int = 0) -> tuple[HandsFactory, object]:
+        factory = HandsFactory(HandsSettings(backend="sandbox", pool_size=pool_size, registry_dir=str(tmp_path / "reg")),
+                               workspaces=quota.WorkspaceSettings(workspace_mb=32, workspace_root=str(ws_root)))
+        await factory.start()
+        factories.append(factory)
+
+        def make(name: str, hands: dict | None = None, sink=None) -> KernelHands:
+            mark = "wbmark" + uuid.uuid4().hex
+            h = factory(name, {"hands": {**(hands or {}), **({} if pool_size else {"env": {"WB_TEST_MARK": mark}})}}, sink)
+            made.append((h, mark))
+            return h
+
+        return factory, make
+
+    try:
+        yield open_factory
+    finally:
+        for factory in factories:
+            await factory.close()
+        for _, mark in made:
+            await no_process_left(mark)
+
+
+def recorder():
+    events: list[tuple[str, dict]] = []
+
+    async def sink(type: str, payload: dict) -> None:
+        events.append((type, payload))
+
+    return events, sink
+
+
+@root_only
+@pytest.mark.asyncio
+async def test_a_sessions_kernel_fills_its_workspace_and_no_more(sessions, ws_root):
+    _, make = await sessions()
+    (a_events, a_sink), (b_events, b_sink) = recorder(), recorder()
+    a, b = make("fill-a", sink=a_sink), make("fill-b", sink=b_sink)
+    out = json.loads(await run(a, WRITE + "print(json.dumps(fill('big', 64)))"))
+    assert out["error"] in ("ENOSPC", "EDQUOT") and out["written"] <= 32 * MB, out
+    other = json.loads(await run(b, WRITE + "print(json.dumps(fill('mid', 16)))"))
+    assert other == {"written": 16 * MB, "error": None}
+    # the host writes where it likes, the other session's workspace included
+    (ws_root.parent / "host-file").write_bytes(b"h" * MB)
+    b_path = Path(b.place.workdir)
+    (b_path / "from-host.txt").write_text("host")
+    assert (b_path / "mid").stat().st_size == 16 * MB and (b_path / "from-host.txt").read_text() == "host"
+    for events in (a_events, b_events):
+        (started,) = [p for t, p in events if t == "hands_started"]
+        assert started["limits"]["workspace"] == "32 MiB: a loop-mounted ext4 image"
+    assert sorted(mounts_under(ws_root)) == sorted([str(a.place.workdir), str(b.place.workdir)])
+
+
+@root_only
+@pytest.mark.asyncio
+@pytest.mark.parametrize("pool_size", [0, 1], ids=["own-kernel", "pooled-kernel"])
+async def test_a_killed_kernels_replacement_works_in_the_same_workspace(sessions, ws_root, pool_size):
+    factory, make = await sessions(pool_size)
+    events, sink = recorder()
+    hands = make("survivor", sink=sink)
+    await run(hands, "open('notes.txt', 'w').write('kept')")
+    workspace = hands.place.workdir
+    obs = await hands.execute("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", timeout=30)
+    assert not obs.ok and obs.error["ename"] == "KernelDied"
+    assert (await run(hands, "import os; print(open('notes.txt').read(), os.getcwd())")).split() == ["kept", str(workspace)]
+    started = [p for t, p in events if t == "hands_started"]
+    assert [s["pooled"] for s in started] == [bool(pool_size), False]  # a replacement boots around the workspace
+    assert all(s["limits"]["workspace"].startswith("32 MiB") for s in started)
+    assert str(workspace) in mounts_under(ws_root)
+    await hands.shutdown()  # the session's hands go, and its workspace with them
+    assert str(workspace) not in mounts_under(ws_root) and not Path(workspace).exists()
+    left = sorted(p.name for p in ws_root.iterdir())
+    pooled = [m for m in mounts_under(ws_root)]  # a refilled pool kernel's own workspace, if any
+    assert len(pooled) == pool_size and all(Path(m).name in left for m in pooled)
+    await factory.close()
+    assert mounts_under(ws_root) == [] and list(ws_root.iterdir()) == []
+
+
+@root_only
+@pytest.mark.asyncio
+async def test_a_session_that_names_its_workdir_keeps_it_without_a_quota(sessions, ws_root, tmp_path):
+    _, make = await sessions()
+    events, sink = recorder()
+    own = tmp_path / "mine"
+    hands = make("own-dir", {"workdir": str(own)}, sink=sink)
+    await run(hands, "open('kept.txt', 'w').write('x' * 100)")
+    (started,) = [p for t, p in events if t == "hands_started"]
+    assert started["limits"]["workspace"].startswith("none: the session's own workdir")
+    assert mounts_under(ws_root) == [] and not os.path.ismount(own)
+    await hands.shutdown()
+    assert (own / "kept.txt").read_text() == "x" * 100  # the session's directory is not the hands' to remove
+
+
+SANDBOX_HOST = """
+import asyncio, json, sys
+from workbench.hands import quota
+from workbench.hands.factory import HandsFactory, HandsSettings
+
+async def main():
+    factory = HandsFactory(HandsSettings(backend="sandbox", pool_size=1, registry_dir=sys.argv[1]),
+                           workspaces=quota.WorkspaceSettings(workspace_mb=32, workspace_root=sys.argv[2]))
+    await factory.start()
+    hands = factory("doomed", {}, None)
+    obs = await hands.execute("open('left.txt', 'w').write('x'); import os; print(os.getcwd())")
+    while factory.pool.status()["ready"] < 1:  # and the refilled pool kernel, with a workspace of its own
+        await asyncio.sleep(0.05)
+    print(json.dumps({"workdir": obs.stdout.strip()}), flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+@root_only
+@pytest.mark.asyncio
+async def test_a_sigkilled_hosts_workspaces_go_at_the_next_hosts_start(sessions, ws_root, tmp_path):
+    from workbench.hands.reaper import reap_orphans
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(quota.__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
+    host = subprocess.Popen([sys.executable, "-c", SANDBOX_HOST, str(tmp_path / "reg"), str(ws_root)],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        workdir = json.loads(host.stdout.readline())["workdir"]
+    finally:
+        host.send_signal(signal.SIGKILL)
+        host.wait(30)
+        host.stdout.close()
+    assert workdir in mounts_under(ws_root) and len(mounts_under(ws_root)) == 2  # the session's and the pool kernel's
+    images = list(ws_root.glob("*.img"))
+    assert len(images) == 2
+    reap_orphans(tmp_path / "reg")  # the next host: its kernels first (Host.start), then the factory's start
+    await sessions()
+    assert mounts_under(ws_root) == [] and list(ws_root.iterdir()) == []
+    assert all(loops_backing(image) == [] for image in images)

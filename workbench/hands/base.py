@@ -16,9 +16,12 @@ a dead kernel) are observations for the model, never exceptions in the brain.
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+
+from . import clean
 
 # A sink for hands events (`hands_started`, `hands_died`, ...): the brain
 # passes one in so that hands never import the log or the brain.
@@ -60,8 +63,9 @@ class Observation:
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Observation":
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__ if k in d})
+    def from_json(cls, d: dict[str, Any]) -> Observation:
+        fields: dict[str, Any] = {k: d.get(k) for k in cls.__dataclass_fields__ if k in d}
+        return cls(**fields)
 
     def text(self) -> str:
         """The observation as plain text for the model."""
@@ -137,17 +141,40 @@ class Death:
     signal: int | None = None
 
 
+class Workspace(Protocol):
+    """A working directory the hands made for a session (or a pooled kernel): where, how it is limited, how it goes."""
+
+    how: str  # for hands_started.limits: its size limit, or why it has none
+
+    @property
+    def path(self) -> Path: ...
+
+    def destroy(self) -> None:
+        """Remove it and everything in it; safe to call twice."""
+        ...
+
+
 @dataclass
 class Place:
     """What a session asks of every kernel its hands start (a pool kernel has none until adopted)."""
 
-    workdir: Path | None = None  # None until the first kernel: then a fresh directory, or the adopted kernel's
+    workdir: Path | None = None  # the session's own (config.workdir), or its workspace's path once one is made
     env: dict[str, str] = field(default_factory=dict)  # extra environment variables for the kernel
     startup_timeout: float = 60.0
     egress: dict[str, Any] | None = None  # the session's egress config (a sandbox's proxy policy)
     sink: EventSink | None = None  # the session's event sink, for what a launcher reports (egress events)
-    owns_workdir: bool = False  # the hands made (or adopted) the workdir: removed when they shut down
+    session: str = ""  # the session's id, to name what is made for it
+    # the workspace a launcher made (or a pooled kernel brought) for the session: kept across its
+    # kernels, destroyed when its hands shut down; None while there is none, or with a workdir of its own
+    workspace: Workspace | None = None
     held: dict[str, Any] = field(default_factory=dict)  # what a launcher keeps per session across kernels
+
+
+@dataclass
+class Dropped:
+    """What a kernel's channel threw away instead of delivering (too big, malformed, lost): a note for the model."""
+
+    note: str
 
 
 @runtime_checkable
@@ -155,17 +182,22 @@ class Kernel(Protocol):
     """One started, ready kernel: the channel the execute loop talks through."""
 
     launcher: str  # the launcher's name, for `hands_started`
-    ident: dict[str, Any]  # how events and status name it: {"pid": ...} (and "kernel_id" on a gateway)
     boot_ms: float  # how long it took to become ready
     limits: dict[str, str]  # how each resource limit is enforced
     output: Any  # an output.OutputTail of what the kernel process wrote to its fds 1 and 2, or None (gateway)
+
+    @property
+    def ident(self) -> dict[str, Any]:
+        """How events and status name it: {"pid": ...} (and "kernel_id" on a gateway)."""
+        ...
 
     def execute(self, code: str, *, silent: bool = False) -> str:
         """Send an execute request; returns its msg_id."""
         ...
 
-    async def message(self, msg_id: str, timeout: float) -> tuple[str, dict[str, Any]] | None:
-        """The next iopub (msg_type, content) of request `msg_id`; None if none came in `timeout` or the kernel is gone."""
+    async def message(self, msg_id: str, timeout: float) -> tuple[str, dict[str, Any]] | Dropped | None:
+        """The next iopub (msg_type, content) of request `msg_id`, or what was dropped instead of one;
+        None if none came in `timeout` or the kernel is gone. `content` is a dict; nothing else is checked."""
         ...
 
     async def reply(self, msg_id: str, timeout: float) -> dict[str, Any]:
@@ -192,7 +224,11 @@ class Launcher(Protocol):
     name: str  # in every `hands_started` (local, sandbox, unsafe-local, gateway)
 
     async def start(self, place: Place | None) -> Kernel:
-        """Start a kernel for `place` (None: for the warm pool) and wait until it is ready."""
+        """Start a kernel for `place` (None: for the warm pool) and wait until it is ready.
+
+        A place without a workdir gets its workspace here: the launcher makes it and records it
+        in the place (`workdir`, `workspace`), so the session's later kernels start in it too.
+        """
         ...
 
     def fits(self, place: Place) -> bool:
@@ -200,7 +236,8 @@ class Launcher(Protocol):
         ...
 
     async def adopt(self, kernel: Kernel, place: Place) -> str:
-        """Make a pooled kernel serve `place`; returns code the hands run in it (may be empty)."""
+        """Make a pooled kernel serve `place` (a place without a workdir takes the kernel's workspace);
+        returns code the hands run in it (may be empty)."""
         ...
 
     async def aclose(self) -> None:
@@ -221,7 +258,7 @@ class OutputCap:
         room = self.limit - self.kept
         if room > 0:
             piece = text[:room]
-            self.parts.append(piece)
+            self.parts.append(clean.text(piece))  # what a kernel sends may hold lone surrogates
             self.kept += len(piece)
             self.dropped += len(text) - len(piece)
         else:

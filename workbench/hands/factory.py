@@ -6,13 +6,15 @@ the pool in the background, leaving stops every kernel), or calls `start()` and 
 It passes the factory to `Brain(hands_factory=factory)`, which calls
 `factory(session_id, session_config, sink, replay)` once per session. The factory owns what
 outlives one session, closed in this order: the sessions' hands, the warm pool, the launcher;
-and it keeps the kernel registry (for reaping orphans) and, for the sandbox, the preflight's
-result, run once when the factory is made.
+and it keeps the kernel registry (for reaping orphans) and, for the sandbox, the seccomp filter
+(compiled once) and the preflight's result (run once, under that filter) when the factory is
+made. `start()` removes the workspaces of hosts that died (after the host reaped their kernels).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any
 from ..config import from_env
 from ..egress import EgressSettings, Vault
 from ..errors import ConfigError
+from . import quota
 from .base import EventSink, Hands, Launcher
 from .gateway import GatewayLauncher
 from .kernel import HandsConfig, KernelHands, ReplaySource
@@ -28,8 +31,12 @@ from .limits import Limits
 from .local import LocalLauncher
 from .pool import KernelPool
 from .preflight import Preflight, RefusedHands, announce, preflight
+from .quota import WorkspaceSettings
 from .reaper import KernelRegistry, default_registry_dir
 from .sandbox import SandboxLauncher, SandboxSettings
+from .seccomp import SeccompFilter, SeccompSettings, prepare
+
+log = logging.getLogger("workbench.hands")
 
 BACKENDS = ("local", "sandbox", "gateway")
 
@@ -48,6 +55,7 @@ class HandsSettings:
     max_open_files: int = 1024  # RLIMIT_NOFILE
     max_file_mb: int = 4096  # RLIMIT_FSIZE: the largest file a kernel may write
     cpu_seconds: int = 0  # RLIMIT_CPU per kernel process; 0 = unlimited
+    max_message_mb: int = 16  # the largest message the hands read from a kernel; bigger ones are dropped with a note
     registry_dir: str = ""  # where kernel pids are recorded for reaping (default: Jupyter runtime dir)
 
     def limits(self) -> Limits:
@@ -90,23 +98,31 @@ class HandsFactory:
     """Makes hands for sessions; owns the launcher, the warm pool and the kernel registry."""
 
     def __init__(self, settings: HandsSettings | None = None, *, sandbox: SandboxSettings | None = None,
-                 egress: EgressSettings | None = None, vault: Vault | None = None):
+                 egress: EgressSettings | None = None, vault: Vault | None = None,
+                 seccomp: SeccompSettings | SeccompFilter | None = None, workspaces: WorkspaceSettings | None = None):
         self.settings = s = settings or HandsSettings()
         if s.backend not in BACKENDS:
             raise ConfigError(f"unknown hands backend {s.backend!r}; choose one of {', '.join(BACKENDS)}")
         if s.backend == "gateway" and not s.gateway_url:
             raise ConfigError("the gateway backend needs a URL: set WORKBENCH_HANDS_GATEWAY_URL")
+        if isinstance(s.max_message_mb, bool) or not isinstance(s.max_message_mb, int) or not 1 <= s.max_message_mb <= 2048:
+            raise ConfigError(f"max_message_mb must be a whole number of MiB from 1 to 2048, not {s.max_message_mb!r}")
         self.registry = KernelRegistry(Path(s.registry_dir or default_registry_dir()))
         self.limits: Limits = s.limits()
+        self.max_message = s.max_message_mb * 1024 * 1024
         self.preflight: Preflight | None = None  # the sandbox's, run once here
+        self.seccomp: SeccompFilter | None = None  # the sandbox's, compiled once here
+        self.workspaces: WorkspaceSettings | None = None  # the sandbox's
         self.message = ""  # the loud line when the sandbox does not work here
         self.vault: Vault | None = None
         self.launcher: Launcher | None = None  # None: model code is refused
         if s.backend == "local":
-            self.launcher = LocalLauncher(limits=self.limits, registry=self.registry)
+            self.launcher = LocalLauncher(limits=self.limits, registry=self.registry, max_message=self.max_message)
         elif s.backend == "gateway":
-            self.launcher = GatewayLauncher(s.gateway_url, s.gateway_token)
+            self.launcher = GatewayLauncher(s.gateway_url, s.gateway_token, max_message=self.max_message)
         else:
+            self.seccomp = seccomp if isinstance(seccomp, SeccompFilter) else prepare(seccomp or from_env(SeccompSettings))
+            self.workspaces = workspaces or from_env(WorkspaceSettings)
             self.launcher = self._sandbox(sandbox or from_env(SandboxSettings), egress or from_env(EgressSettings), vault)
         # for Brain(redact=...): masks the vault's secret values in what the hands return
         self.redact = self.vault.redact if self.vault is not None else None
@@ -117,13 +133,17 @@ class HandsFactory:
     def _sandbox(self, settings: SandboxSettings, egress: EgressSettings, vault: Vault | None) -> Launcher | None:
         """The sandbox launcher; after a failed preflight an unsafe local one (if asked for) or none."""
         self.vault = vault if vault is not None else Vault.load(egress.vault)
-        self.preflight = preflight(settings)
+        self.preflight = preflight(settings, self.seccomp)
         self.message = announce(self.preflight, self.settings.unsafe_unsandboxed)
         if self.preflight.ok:
+            if self.seccomp is not None and not self.seccomp.enforced:
+                log.warning("sandboxed hands: the seccomp filter is %s", self.seccomp.how)
             return SandboxLauncher(settings, limits=self.limits, registry=self.registry, vault=self.vault,
-                                   egress_settings=egress)
+                                   egress_settings=egress, seccomp=self.seccomp, workspaces=self.workspaces,
+                                   max_message=self.max_message)
         if self.settings.unsafe_unsandboxed:
-            return LocalLauncher(limits=self.limits, registry=self.registry, name="unsafe-local")
+            return LocalLauncher(limits=self.limits, registry=self.registry, name="unsafe-local",
+                                 max_message=self.max_message)
         return None
 
     @property
@@ -145,15 +165,25 @@ class HandsFactory:
         config = hands_config(session_config)
         hands: Hands
         if self.launcher is None:
+            assert self.preflight is not None  # only a failed sandbox preflight leaves no launcher
             hands = RefusedHands(self.preflight, sink)
         else:
             hands = KernelHands(config, launcher=self.launcher, pool=self.pool, on_event=sink, replay=replay,
-                                session_config=session_config)
+                                session_config=session_config, session_id=session_id)
         self._hands.append(hands)
         return hands
 
-    async def start(self) -> None:
-        """Start filling the warm pool in the background; returns at once."""
+    async def start(self, *, reap: bool = True) -> None:
+        """Remove the sandbox workspaces of hosts that died (`reap`), then start filling the warm pool in the background.
+
+        A host calls it after `reaper.reap_orphans` (so the dead hosts' kernels are gone first);
+        it is safe while other hosts share the workspace root: only a dead host's are removed.
+        """
+        if reap and self.workspaces is not None:
+            root = self.workspaces.workspace_root or None
+            reaped = await asyncio.to_thread(quota.reap, root)
+            if reaped:
+                log.info("workbench: removed %d workspace(s) left behind by a host that died", len(reaped))
         if self.pool is not None:
             self.pool.fill()
 
@@ -167,7 +197,7 @@ class HandsFactory:
         if self.launcher is not None:
             await self.launcher.aclose()
 
-    async def __aenter__(self) -> "HandsFactory":
+    async def __aenter__(self) -> HandsFactory:
         await self.start()
         return self
 
@@ -180,6 +210,10 @@ class HandsFactory:
         s["gateway_token"] = "***" if s["gateway_token"] else ""
         sandbox: dict[str, Any] = {"mode": self.mode}
         if self.preflight is not None:
-            sandbox.update(message=self.message, credentials=sorted(self.vault.credentials), **self.preflight.to_json())
+            sandbox.update(message=self.message, credentials=sorted(self.vault.credentials if self.vault else ()),
+                           **self.preflight.to_json())
+        if self.workspaces is not None:
+            sandbox["workspaces"] = {"workspace_mb": self.workspaces.workspace_mb,
+                                     "workspace_root": self.workspaces.workspace_root or str(quota.default_root())}
         return {"settings": s, "pool": self.pool.status() if self.pool else None, "hands": len(self._hands),
                 "sandbox": sandbox}

@@ -13,6 +13,12 @@ What can be detected over a gateway, and what cannot:
   pending call gets an error observation and the next call starts over.
 - limits, sandboxing and the kernel's working directory are the gateway's
   business; only `KERNEL_*` (and whitelisted) variables of `env` reach it.
+- a message over `max_message` bytes: tornado refuses it and drops the
+  websocket; if the kernel is still there, we connect again and the call's
+  observation says that output was lost (what the kernel sent meanwhile is gone).
+
+Only messages of the call in flight are kept, within a byte budget, and each is
+checked here: kernel code can publish anything on iopub.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import asyncio
 import json
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -29,10 +35,12 @@ import httpx
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
-from .base import Death, Place
+from .base import Death, Dropped, Kernel, Place
+from .channel import MAX_MESSAGE, RESERVE, SMALL, inbox_budget
 
-MAX_MESSAGE = 64 * 1024 * 1024  # the largest websocket message taken from the gateway
 WAKE = object()  # put on a kernel's queue when it dies, so that a reader waiting on it looks again
+RECONNECTS = 10  # websockets a kernel may lose (and get again) before it counts as gone
+IDLE_AFTER_REPLY = 2.0  # after output was lost: seconds from a call's execute_reply to taking it as the end
 
 
 class GatewayError(RuntimeError):
@@ -44,8 +52,9 @@ class GatewayLauncher:
 
     name = "gateway"
 
-    def __init__(self, url: str, token: str = "", kernel_name: str = "python3"):
+    def __init__(self, url: str, token: str = "", kernel_name: str = "python3", max_message: int = MAX_MESSAGE):
         self.url, self.token, self.kernel_name = url.rstrip("/"), token, kernel_name
+        self.max_message = max_message
         self._http: httpx.AsyncClient | None = None
 
     def headers(self) -> dict[str, str]:
@@ -73,7 +82,7 @@ class GatewayLauncher:
         scheme = "wss" if u.scheme == "https" else "ws"
         return urlunsplit((scheme, u.netloc, f"{u.path}/api/kernels/{kernel_id}/channels", "", ""))
 
-    async def start(self, place: Place | None) -> "GatewayKernel":
+    async def start(self, place: Place | None) -> GatewayKernel:
         """Create a kernel on the gateway, connect to it and wait for its kernel_info reply."""
         timeout = place.startup_timeout if place else 60.0
         t0 = time.perf_counter()
@@ -96,7 +105,7 @@ class GatewayLauncher:
         """A pooled gateway kernel was started without the session's variables: only for sessions with none."""
         return not place.env
 
-    async def adopt(self, kernel: "GatewayKernel", place: Place) -> str:
+    async def adopt(self, kernel: Kernel, place: Place) -> str:
         """Nothing to do: the workdir is the gateway's business."""
         return ""
 
@@ -119,8 +128,15 @@ class GatewayKernel:
         self.limits: dict[str, str] = {}
         self.output = None  # the kernel's process output stays on the gateway's side
         self._ws: WebSocketClientConnection | None = None
-        self._queue: asyncio.Queue = asyncio.Queue()
-        self._reader: asyncio.Task | None = None
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._waiting = 0  # bytes of the messages in the queue
+        self._current: str | None = None  # the msg_id of the call in flight: only its iopub messages are kept
+        self._lost_at: float | None = None  # when output of the current call was lost
+        self._overflowed = False
+        self._probe: str | None = None  # a kernel_info_request sent after a reconnect: its reply follows the call's end
+        self._replied: dict[str, float] = {}
+        self._reconnects = 0
+        self._reader: asyncio.Task[None] | None = None
         self._session = uuid.uuid4().hex
         self._death: Death | None = None
         self.stopped = False
@@ -130,28 +146,59 @@ class GatewayKernel:
         return {"pid": None, "kernel_id": self.kernel_id}
 
     async def connect(self, timeout: float) -> None:
+        if self.kernel_id is None:
+            raise GatewayError("no kernel to connect to")
         req = HTTPRequest(self.gateway.ws_url(self.kernel_id), headers=self.gateway.headers(), request_timeout=timeout)
-        self._ws = await websocket_connect(req, max_message_size=MAX_MESSAGE)
+        self._ws = await websocket_connect(req, max_message_size=self.gateway.max_message)
         self._reader = asyncio.get_running_loop().create_task(self._read(self._ws))
 
     async def _read(self, ws: WebSocketClientConnection) -> None:
         while True:
             raw = await ws.read_message()
             if raw is None:
-                self._died("the gateway closed the websocket")
+                if not self.stopped and self._death is None and not await self._reconnect():
+                    self._died("the gateway closed the websocket")
                 return
-            try:
-                msg = json.loads(raw)
-            except ValueError:
-                continue  # not a Jupyter message: nothing to fold
-            if not isinstance(msg, dict):
+            msg = _parse(raw)
+            if msg is None:
                 continue
-            if msg.get("channel") == "iopub" and _type(msg) == "status":
-                state = (msg.get("content") or {}).get("execution_state")
-                if state in ("restarting", "dead"):
-                    self._died(f"the gateway reported it {state}")
+            if msg["channel"] == "iopub":
+                if msg["msg_type"] == "status" and isinstance(msg["content"], dict) \
+                        and msg["content"].get("execution_state") in ("restarting", "dead"):
+                    self._died(f"the gateway reported it {msg['content']['execution_state']}")
                     continue
+                if isinstance(msg["parent"], dict) and msg["parent"].get("msg_id") != self._current:
+                    continue  # another request's output
+            budget = inbox_budget(self.gateway.max_message)
+            if self._waiting + len(raw) > budget + (RESERVE if len(raw) <= SMALL else 0):  # nobody reads fast enough
+                if not self._overflowed:
+                    self._overflowed, self._lost_at = True, time.monotonic()
+                    self._queue.put_nowait(Dropped(f"[some of the kernel's output was dropped: more than {budget:,} "
+                                                   "bytes of it waited to be read at once]"))
+                continue
+            self._waiting += len(raw)
+            msg["size"] = len(raw)
             self._queue.put_nowait(msg)
+
+    async def _reconnect(self) -> bool:
+        """The websocket went but the kernel may not have (tornado drops it on a message over max_message)."""
+        if self._reconnects >= RECONNECTS or self.kernel_id is None:
+            return False
+        self._reconnects += 1
+        try:
+            model = await self.gateway.rest("GET", f"/api/kernels/{self.kernel_id}", timeout=10)
+            if not isinstance(model, dict) or model.get("execution_state") == "dead":
+                return False
+            await self.connect(30)
+        except (GatewayError, OSError, TimeoutError):
+            return False
+        # the call's own reply went to the old connection: the kernel answers this one once the call is done
+        self._probe = self.send("shell", "kernel_info_request", {})
+        self._lost_at = time.monotonic()
+        self._queue.put_nowait(Dropped(
+            f"[output was lost: the kernel sent a message over the {self.gateway.max_message:,} bytes the hands read "
+            "(max_message_mb), or the connection broke, so its websocket was made again; what it sent meanwhile is gone]"))
+        return True
 
     def _died(self, how: str) -> None:
         if self._death is None:
@@ -162,7 +209,7 @@ class GatewayKernel:
         """Send a message on the websocket; returns its msg_id."""
         msg_id = uuid.uuid4().hex
         header = {"msg_id": msg_id, "msg_type": msg_type, "username": "workbench", "session": self._session,
-                  "date": datetime.now(timezone.utc).isoformat(), "version": "5.3"}
+                  "date": datetime.now(UTC).isoformat(), "version": "5.3"}
         if self._ws is not None and self._death is None:
             self._ws.write_message(json.dumps({"header": header, "parent_header": {}, "metadata": {}, "content": content,
                                                "channel": channel, "buffers": []}))
@@ -170,25 +217,54 @@ class GatewayKernel:
 
     def execute(self, code: str, *, silent: bool = False) -> str:
         """Send an execute request; returns its msg_id."""
-        return self.send("shell", "execute_request", {"code": code, "silent": silent, "store_history": not silent,
-                                                      "allow_stdin": False, "stop_on_error": not silent})
+        msg_id = self.send("shell", "execute_request", {"code": code, "silent": silent, "store_history": not silent,
+                                                        "allow_stdin": False, "stop_on_error": not silent})
+        if not silent:
+            self._current, self._lost_at, self._overflowed = msg_id, None, False
+        return msg_id
 
     async def _next(self, deadline: float) -> Any:
         """The next queued message, WAKE when the kernel is gone, None at the deadline."""
         if self._death is not None:
             return WAKE
         try:
-            return await asyncio.wait_for(self._queue.get(), max(0.0, deadline - time.monotonic()))
-        except asyncio.TimeoutError:
+            # not wait_for: in 3.11 it swallows a cancel that lands as a message arrives
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                msg = await self._queue.get()
+        except TimeoutError:
             return None
+        if isinstance(msg, dict):
+            self._waiting -= msg["size"]
+        return msg
 
-    async def message(self, msg_id: str, timeout: float) -> tuple[str, dict[str, Any]] | None:
-        """The next iopub message of request `msg_id`; None if none came in `timeout` or the kernel is gone."""
+    async def message(self, msg_id: str, timeout: float) -> tuple[str, dict[str, Any]] | Dropped | None:
+        """The next iopub message of request `msg_id` (or a note of what was dropped); None if none came
+        in `timeout` or the kernel is gone."""
         deadline = time.monotonic() + timeout
         while (msg := await self._next(deadline)) not in (None, WAKE):
-            if msg.get("channel") == "iopub" and (msg.get("parent_header") or {}).get("msg_id") == msg_id:
-                return _type(msg), msg.get("content") or {}
+            if isinstance(msg, Dropped):
+                return msg
+            parent = msg["parent"]
+            if msg["channel"] == "shell" and isinstance(parent, dict) and parent.get("msg_id") in (msg_id, self._probe):
+                self._replied[msg_id] = time.monotonic()
+            if msg["channel"] != "iopub":
+                continue
+            if not isinstance(parent, dict):
+                return Dropped("[a malformed message from the kernel was dropped: its parent header is not an object]")
+            if parent.get("msg_id") == msg_id:
+                if not isinstance(msg["msg_type"], str) or not isinstance(msg["content"], dict):
+                    return Dropped("[a malformed message from the kernel was dropped: its type is not a string or its "
+                                   "content is not an object]")
+                return msg["msg_type"], msg["content"]
+        if msg is None and self._lost_at is not None and await self._idle_after_loss(msg_id):
+            return "status", {"execution_state": "idle"}  # its idle status was lost with the rest
         return None
+
+    async def _idle_after_loss(self, msg_id: str) -> bool:
+        """Whether a call whose output was lost has ended: its execute_reply, or the reply to the probe sent
+        after the websocket was made again (the kernel answers it only once the call is done), came a while ago."""
+        replied = self._replied.get(msg_id)
+        return replied is not None and time.monotonic() - replied > IDLE_AFTER_REPLY
 
     async def reply(self, msg_id: str, timeout: float) -> dict[str, Any]:
         """The content of the shell reply to `msg_id`."""
@@ -199,8 +275,11 @@ class GatewayKernel:
                 raise TimeoutError(f"the kernel on the gateway did not answer within {timeout:g} s")
             if msg is WAKE:
                 raise GatewayError(f"the kernel went away: {self._death.how if self._death else 'stopped'}")
-            if msg.get("channel") == "shell" and (msg.get("parent_header") or {}).get("msg_id") == msg_id:
-                return msg.get("content") or {}
+            if isinstance(msg, Dropped):
+                continue
+            parent, content = msg["parent"], msg["content"]
+            if msg["channel"] == "shell" and isinstance(parent, dict) and parent.get("msg_id") == msg_id:
+                return content if isinstance(content, dict) else {"status": "error", "ename": "MalformedReply"}
 
     async def death(self) -> Death | None:
         """How the kernel ended, as the websocket told, or None while it lives."""
@@ -232,5 +311,15 @@ class GatewayKernel:
                 pass  # already gone (or the gateway is); nothing left for us to stop
 
 
-def _type(msg: dict[str, Any]) -> str:
-    return msg.get("msg_type") or (msg.get("header") or {}).get("msg_type") or ""
+def _parse(raw: str | bytes) -> dict[str, Any] | None:
+    """A websocket message's channel, type, parent header and content (unchecked), or None if it is not JSON."""
+    try:
+        msg = json.loads(raw)
+    except ValueError:
+        return None  # not a Jupyter message in JSON (a binary one carries buffers, which nothing here reads)
+    if not isinstance(msg, dict):
+        return None
+    header = msg.get("header")
+    msg_type = msg.get("msg_type") or (header.get("msg_type") if isinstance(header, dict) else None)
+    return {"channel": msg.get("channel"), "msg_type": msg_type, "parent": msg.get("parent_header"),
+            "content": msg.get("content")}

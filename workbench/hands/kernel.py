@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import math
-import shutil
-import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
-from .base import Death, EventSink, Kernel, Launcher, Observation, Place, failure
-from .collect import TIMED_OUT, Collector, death_note, replay, setup_code, stuck_note
+from .base import Death, Dropped, EventSink, Kernel, Launcher, Observation, Place, failure
+from .collect import TIMED_OUT, Budget, Collector, death_note, replay, setup_code, stuck_note
 
 POLL = 0.03  # seconds between looks at the kernel (alive? past the deadline?) while a call runs
 
@@ -38,11 +37,18 @@ class HandsConfig:
     timeout: float = 60.0  # default per-call timeout, seconds
     max_timeout: float = 600.0  # the cap on a timeout the model asks for
     interrupt_grace: float = 5.0  # after an interrupt, how long before the kernel is replaced
-    output_limit: int = 20_000  # characters of stdout/stderr/results kept per call
+    output_limit: int = 20_000  # characters of stdout/stderr/results (and of each text part of a display) kept per call
+    max_displays: int = 20  # displays kept per call; later ones are dropped with a note
+    max_observation_bytes: int = 4 * 1024 * 1024  # all of a call's output together, as the log stores it
+    max_image_bytes: int = 1024 * 1024  # one image, decoded; a bigger one is downscaled (or dropped) with a note
     startup_timeout: float = 60.0
-    workdir: str | None = None  # the kernel's working directory (default: a temp dir)
+    workdir: str | None = None  # the kernel's working directory (default: a workspace of the session's own)
     env: dict[str, str] = field(default_factory=dict)  # extra variables for the kernel
     replay: bool = False  # re-run replayable calls in a fresh kernel after a death
+
+    def budget(self) -> Budget:
+        """What one call's observation may hold."""
+        return Budget(self.output_limit, self.max_displays, self.max_observation_bytes, self.max_image_bytes)
 
 
 class Deadline:
@@ -83,15 +89,16 @@ class KernelHands:
 
     def __init__(self, config: HandsConfig | None = None, *, launcher: Launcher | None = None, pool: Any = None,
                  on_event: EventSink | None = None, replay: ReplaySource | None = None,
-                 session_config: dict[str, Any] | None = None):
+                 session_config: dict[str, Any] | None = None, session_id: str = ""):
         from .local import LocalLauncher
 
         self.config = config or HandsConfig()
-        self.launcher: Launcher = launcher or LocalLauncher()
+        self.launcher: Launcher = launcher if launcher is not None else LocalLauncher()
         self.pool, self.on_event, self.replay_source = pool, on_event, replay
         self.place = Place(
             workdir=Path(self.config.workdir) if self.config.workdir else None, env=dict(self.config.env),
             startup_timeout=self.config.startup_timeout, egress=(session_config or {}).get("egress"), sink=on_event,
+            session=session_id,
         )
         self.kernel: Kernel | None = None
         self.generation = 0
@@ -101,18 +108,20 @@ class KernelHands:
         self._lock = asyncio.Lock()
         self._start_lock = asyncio.Lock()
 
-    async def __aenter__(self) -> "KernelHands":
+    async def __aenter__(self) -> KernelHands:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.shutdown()
 
     def status(self) -> dict[str, Any]:
-        """JSON-ready: backend, state (busy while a call runs), generation, the kernel's pid (or id), the call."""
+        """JSON-ready: backend, state (busy while a call runs), generation, the kernel's pid (or id), the call,
+        and how the kernel's limits (seccomp and workspace included) are enforced."""
         call = self._call
         return {"backend": self.launcher.name, "state": "busy" if call else self.state, "generation": self.generation,
                 "pid": None, **(self.kernel.ident if self.kernel else {}),
-                "call": None if call is None else "running" if call.started else "sent"}
+                "call": None if call is None else "running" if call.started else "sent",
+                "limits": dict(self.kernel.limits) if self.kernel else {}}
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -148,16 +157,14 @@ class KernelHands:
 
     async def _provision(self) -> tuple[Kernel, bool]:
         place = self.place
-        if place.workdir is not None:
+        if place.workdir is not None and place.workspace is None:  # the session's own directory
             place.workdir.mkdir(parents=True, exist_ok=True)
         if self.pool is not None and self.launcher.fits(place):
             kernel = await self.pool.take()
             if kernel is not None:
                 await self._prepare(kernel, adopt=True)
                 return kernel, True
-        if place.workdir is None:  # the session's own, across its kernels
-            place.workdir, place.owns_workdir = Path(tempfile.mkdtemp(prefix="workbench-work-")), True
-        kernel = await self.launcher.start(place)
+        kernel = await self.launcher.start(place)  # makes the session's workspace, the first time
         await self._prepare(kernel, adopt=False)
         return kernel, False
 
@@ -189,9 +196,9 @@ class KernelHands:
             self._settling.cancel()
         await self._discard()
         self.state = "stopped"
-        if self.place.owns_workdir and self.place.workdir is not None:
-            await asyncio.to_thread(shutil.rmtree, self.place.workdir, True)
-            self.place.workdir, self.place.owns_workdir = None, False
+        if self.place.workspace is not None:  # the session's workspace goes with its hands
+            workspace, self.place.workspace, self.place.workdir = self.place.workspace, None, None
+            await asyncio.to_thread(workspace.destroy)
         if had:
             await self._emit("hands_stopped", {"generation": self.generation})
 
@@ -259,6 +266,8 @@ class KernelHands:
 
     async def _call_once(self, code: str, timeout: float) -> Observation:
         kernel, call = self.kernel, Call()
+        if kernel is None:
+            raise RuntimeError("a call needs a started kernel")  # execute() starts one first: a bug if not
         self._call = call
         try:
             return await self._run(kernel, call, code, timeout)
@@ -274,8 +283,8 @@ class KernelHands:
 
     async def _run(self, kernel: Kernel, call: Call, code: str, timeout: float) -> Observation:
         """The execute loop: send the cell, fold its messages, watch the kernel and the clock."""
-        col = Collector(self.config.output_limit, self.generation)
-        call.msg_id = kernel.execute(code)
+        col = Collector(self.config.budget(), self.generation)
+        call.msg_id = msg_id = kernel.execute(code)
         deadline = Deadline(timeout, self.config.interrupt_grace)
         next_look = 0.0
         while True:
@@ -291,9 +300,12 @@ class KernelHands:
                     await self._emit("hands_timeout", {"generation": self.generation, "timeout": timeout,
                                                        "action": "interrupt"})
                     await kernel.interrupt()
-            got = await kernel.message(call.msg_id, POLL)
+            got = await kernel.message(msg_id, POLL)
             if got is None:  # nothing came, or the kernel went: look at it now
                 next_look = 0.0
+                continue
+            if isinstance(got, Dropped):
+                col.note(got.note)
                 continue
             msg_type, content = got
             if msg_type == "execute_input":
@@ -301,7 +313,7 @@ class KernelHands:
                 if call.interrupt == "pending":
                     call.interrupt = "sent"
                     await kernel.interrupt()
-            elif col.feed(msg_type, content):
+            elif await col.feed(msg_type, content):
                 break
         obs = col.done()
         if deadline.passed:
@@ -319,6 +331,7 @@ class KernelHands:
         async with self._lock:
             interrupted = call.started  # then the cancel sent the interrupt already
             deadline = time.monotonic() + self.config.interrupt_grace
+            msg_id = call.msg_id or ""
             while kernel is self.kernel and await kernel.death() is None:
                 if time.monotonic() > deadline:
                     await self._emit("hands_timeout", {"generation": self.generation, "timeout": None,
@@ -326,8 +339,8 @@ class KernelHands:
                                                        "cause": "a cancelled call did not stop"})
                     await self._lose()
                     return
-                got = await kernel.message(call.msg_id, POLL)
-                if got is None:
+                got = await kernel.message(msg_id, POLL)
+                if got is None or isinstance(got, Dropped):
                     continue
                 msg_type, content = got
                 if msg_type == "execute_input" and not interrupted:

@@ -31,6 +31,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -38,7 +39,7 @@ PARENT_GONE = 75  # the host died before the kernel could be bound to it; nobody
 LIMIT_FLAGS = ("memory-mb", "max-processes", "max-open-files", "max-file-mb", "cpu-seconds")
 
 
-def command(argv: list[str], *, parent: int, supervise: bool = False, limits: object = None,
+def command(argv: list[str], *, parent: int, supervise: bool = False, limits: Any = None,
             cgroup: str = "", report: str | None = None) -> list[str]:
     """`argv` behind the launch wrapper, bound to host `parent`, with `limits` (a `Limits`)."""
     pre = [sys.executable, "-I", "-S", str(Path(__file__).resolve()), "--parent", str(parent)]
@@ -65,9 +66,11 @@ def bind_to_parent(parent: int, sig: int) -> None:
         os._exit(PARENT_GONE)
 
 
-def _limits_module():
+def _limits_module() -> Any:
     # loaded by path: run as a file with -I, this directory is not on sys.path (and must not be)
     spec = importlib.util.spec_from_file_location("_workbench_limits", Path(__file__).with_name("limits.py"))
+    if spec is None or spec.loader is None:
+        sys.exit("launch.py: limits.py is missing beside it")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses looks its module up while building the class
     spec.loader.exec_module(module)

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jupyter_client.kernelspec import KernelSpecManager
 
-from .base import Place
+from .base import Kernel, Place
 from .limits import Limits
-from .process import ProcessKernel, start_process
+from .process import MAX_MESSAGE, ProcessKernel, start_process
 
 # Variables a kernel may inherit from the host. Everything else, secrets
 # included, stays out: the kernel gets this allowlist and nothing more.
@@ -32,37 +34,61 @@ def kernel_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+@dataclass
+class TempWorkspace:
+    """A plain temporary directory as a workspace: no size limit but `max_file_mb` per file."""
+
+    path: Path
+    how: str = "no quota (a plain directory); each file is limited by max_file_mb only"
+
+    @classmethod
+    def make(cls) -> TempWorkspace:
+        return cls(Path(tempfile.mkdtemp(prefix="workbench-work-")))
+
+    def destroy(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
 class LocalLauncher:
     """Starts an ipykernel in this Python environment, unsandboxed."""
 
     def __init__(self, *, limits: Limits | None = None, registry: Any = None, kernel_name: str = "python3",
-                 spec_dirs: list[str] | None = None, name: str = "local"):
-        self.limits, self.registry = limits, registry
+                 spec_dirs: list[str] | None = None, name: str = "local", max_message: int = MAX_MESSAGE):
+        self.limits, self.registry, self.max_message = limits, registry, max_message
         self.kernel_name, self.spec_dirs, self.name = kernel_name, spec_dirs, name
 
     async def start(self, place: Place | None) -> ProcessKernel:
         """Start a kernel (in `place`'s workdir, or a fresh one of its own) and wait until it is ready."""
         ksm = KernelSpecManager(kernel_dirs=self.spec_dirs) if self.spec_dirs else KernelSpecManager()
         spec = ksm.get_kernel_spec(self.kernel_name)
-        run_dir = Path(tempfile.mkdtemp(prefix="workbench-run-"))
-        if place is not None and place.workdir is not None:
-            workdir, owns = place.workdir, False
+        own = None  # a pooled kernel's workspace, its own until a session adopts it
+        if place is None:
+            own = TempWorkspace.make()
+            workdir = own.path
         else:
-            workdir, owns = Path(tempfile.mkdtemp(prefix="workbench-work-")), True
+            if place.workdir is None:  # the session's workspace, kept across its kernels
+                place.workspace = TempWorkspace.make()
+                place.workdir = place.workspace.path
+            workdir = place.workdir
+        run_dir = Path(tempfile.mkdtemp(prefix="workbench-run-"))
         # a profile dir of its own: the user's IPython startup files and history stay out of the hands
         env = {**kernel_env(place.env if place else None), "IPYTHONDIR": str(run_dir / "ipython")}
         return await start_process(spec, launcher=self.name, env=env, run_dir=run_dir, workdir=workdir,
-                                   owns_workdir=owns, limits=self.limits, registry=self.registry,
-                                   startup_timeout=place.startup_timeout if place else 60.0)
+                                   workspace=own, limits=self.limits, registry=self.registry,
+                                   startup_timeout=place.startup_timeout if place else 60.0,
+                                   max_message=self.max_message)
 
     def fits(self, place: Place) -> bool:
         """Any pooled kernel can serve any session: its workdir and variables are set by code."""
         return True
 
-    async def adopt(self, kernel: ProcessKernel, place: Place) -> str:
+    async def adopt(self, kernel: Kernel, place: Place) -> str:
         """Code that moves a pooled kernel into the session's workdir, with its variables."""
-        if place.workdir is None:  # the session takes the pooled kernel's workdir as its own
-            place.workdir, place.owns_workdir, kernel.owns_workdir = kernel.workdir, True, False
+        if not isinstance(kernel, ProcessKernel):
+            raise TypeError(f"a local launcher cannot adopt a {type(kernel).__name__}")
+        if place.workdir is None and kernel.workspace is not None:  # the session takes the kernel's workspace
+            place.workspace, kernel.workspace = kernel.workspace, None
+            place.workdir = place.workspace.path
         return f"import os as _o; _o.chdir({str(place.workdir)!r}); _o.environ.update({place.env!r}); del _o"
 
     async def aclose(self) -> None:

@@ -11,6 +11,7 @@ ask for what came after a point it saw before (`since`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import re
 from typing import IO, Any
@@ -58,7 +59,7 @@ class OutputTail:
         """Read these pipes (by stream name) on the running event loop until they close."""
         loop = asyncio.get_running_loop()
         for name, pipe in pipes.items():
-            transport, _ = await loop.connect_read_pipe(lambda name=name: _Reader(self, name), pipe)
+            transport, _ = await loop.connect_read_pipe(functools.partial(_Reader, self, name), pipe)
             self._transports.append((name, transport))
 
     def close(self) -> None:

@@ -1,7 +1,7 @@
 """Can this host sandbox the hands? If not, refuse model code, out loud.
 
 `preflight()` runs a trivial command in a real bubblewrap sandbox with the
-namespaces and uid drop the kernels get; a hands factory runs it once, when
+namespaces, uid drop and seccomp filter the kernels get; a hands factory runs it once, when
 it is made, and keeps the result. When it fails, the hands refuse to
 run model code (each refused call is a `hands_refused` event and an error
 observation saying why and how to fix it) unless the host opted into the
@@ -20,6 +20,7 @@ from typing import Any
 
 from .base import EventSink, Observation, failure
 from .sandbox import SandboxSettings, base_args, setpriv_args
+from .seccomp import SeccompFilter
 
 log = logging.getLogger("workbench.hands")
 
@@ -29,6 +30,9 @@ FIX = (
     "(sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0); "
     f"or, only if you accept running model code unsandboxed with your files and secrets, set {UNSAFE_SETTING}"
 )
+
+SECCOMP_FIX = ("a filter that stops the sandbox from starting is a bug: report it; meanwhile WORKBENCH_SECCOMP_ALLOW "
+               "can leave the call it needs allowed, or WORKBENCH_SECCOMP=0 turns the filter off")
 
 
 @dataclass
@@ -42,31 +46,40 @@ class Preflight:
     isolation: str = ""  # "setpriv to uid N" (server is root) or "user namespace, same uid"
     egress: bool = False  # socat found: the egress proxy can be bridged in
     egress_note: str = ""
+    seccomp: str = ""  # how system calls are filtered in the sandbox (SeccompFilter.how)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def preflight(settings: SandboxSettings | None = None) -> Preflight:
-    """Check that bubblewrap is installed and a sandbox like the kernels' actually starts (each call runs it)."""
+def preflight(settings: SandboxSettings | None = None, seccomp: SeccompFilter | None = None) -> Preflight:
+    """Check that bubblewrap is installed and a sandbox like the kernels' (with `seccomp`, the host's filter)
+    actually starts; each call runs it."""
     s = settings or SandboxSettings()
+    how = seccomp.how if seccomp is not None else "not checked"
     owner = (s.sandbox_uid, s.sandbox_gid) if os.geteuid() == 0 else None
     mode = f"bwrap, then setpriv to uid {s.sandbox_uid}" if owner else "bwrap in a user namespace, same uid"
     socat = shutil.which(s.socat, path="/usr/bin:/bin:/usr/local/bin")
     note = "" if socat else f"socat ({s.socat}) is not installed: kernels get no network at all, not even through the egress proxy"
     bwrap = shutil.which(s.bwrap)
     if bwrap is None:
-        return Preflight(False, f"bubblewrap is not installed (no {s.bwrap!r} found)", FIX, None, mode, bool(socat), note)
+        return Preflight(False, f"bubblewrap is not installed (no {s.bwrap!r} found)", FIX, None, mode, bool(socat), note,
+                         how)
     cmd = [bwrap, *base_args(owner), "--", *(setpriv_args(owner) if owner else []), "/bin/true"]
+    if seccomp is not None:
+        cmd = seccomp.wrap(cmd)
     try:
         p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20,
                            env={"PATH": "/usr/bin:/bin"})
     except (OSError, subprocess.TimeoutExpired) as e:
-        return Preflight(False, f"bubblewrap ({bwrap}) could not run: {e}", FIX, bwrap, mode, bool(socat), note)
+        return Preflight(False, f"bubblewrap ({bwrap}) could not run: {e}", FIX, bwrap, mode, bool(socat), note, how)
     if p.returncode != 0:
         why = (p.stderr.strip().splitlines() or [f"exit code {p.returncode}"])[-1]
-        return Preflight(False, f"a test sandbox failed to start: {why}", FIX, bwrap, mode, bool(socat), note)
-    return Preflight(True, "", "", bwrap, mode, bool(socat), note)
+        if seccomp is not None and seccomp.enforced:
+            return Preflight(False, f"a test sandbox failed to start under the seccomp filter {seccomp.path}: {why}",
+                             SECCOMP_FIX, bwrap, mode, bool(socat), note, how)
+        return Preflight(False, f"a test sandbox failed to start: {why}", FIX, bwrap, mode, bool(socat), note, how)
+    return Preflight(True, "", "", bwrap, mode, bool(socat), note, how)
 
 
 def announce(result: Preflight, unsafe: bool) -> str:
@@ -102,7 +115,7 @@ class RefusedHands:
             ename="SandboxUnavailable",
         )
 
-    async def __aenter__(self) -> "RefusedHands":
+    async def __aenter__(self) -> RefusedHands:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

@@ -19,21 +19,27 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
+import zmq
 from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.provisioning import LocalProvisioner
 
-from . import launch
-from . import limits as _limits
-from .base import Death
+from . import launch, limits as _limits
+from .base import Death, Dropped, Workspace
+from .channel import MAX_MESSAGE, HandsKernelClient, IOPub
 from .limits import Limits
 from .output import OutputTail
 
 REPLY_LOOK = 0.25  # seconds between looks at a kernel that has not replied yet
 SUPERVISOR_GRACE = 2.0  # seconds a supervising launch wrapper has to end its sandbox before a SIGKILL
+# after output was lost, how long a call whose execute_reply came may wait for its idle status
+# (which may have been lost with the rest) before the hands take the reply as its end
+IDLE_AFTER_REPLY = 2.0
+__all__ = ["MAX_MESSAGE", "ProcessKernel", "start_process"]
 
 
 class _OneSpec(KernelSpecManager):
@@ -50,24 +56,32 @@ class _OneSpec(KernelSpecManager):
 class HandsProvisioner(LocalProvisioner):
     """Launches behind the launch wrapper with stdin /dev/null and stdout, stderr to the hands' pipes."""
 
+    @property
+    def manager(self) -> HandsKernelManager:
+        km = self.parent
+        assert isinstance(km, HandsKernelManager), "a HandsProvisioner belongs to a HandsKernelManager"
+        return km
+
     async def launch_kernel(self, cmd: list[str], **kw: Any) -> Any:
-        km: HandsKernelManager = self.parent
+        km = self.manager
         # close_fds is Popen's default, said out loud: the kernel gets these three descriptors and no other
         kw.update(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True)
-        info = await super().launch_kernel(km.wrap(cmd), **kw)
-        pipes = {"stdout": self.process.stdout, "stderr": self.process.stderr}
-        self.process.stdout = self.process.stderr = None  # ours to read and close, not jupyter_client's
+        info = await super().launch_kernel(km.wrap(cmd) if km.wrap is not None else cmd, **kw)
+        process = self.process
+        assert process is not None and process.stdout is not None and process.stderr is not None
+        pipes = {"stdout": process.stdout, "stderr": process.stderr}
+        process.stdout = process.stderr = None  # ours to read and close, not jupyter_client's
         await km.output.attach(pipes)
         return info
 
     async def poll(self) -> int | None:
         status = await super().poll()
-        if self.parent.signal_codes and status is not None and 128 < status < 128 + signal.NSIG:
+        if self.manager.signal_codes and status is not None and 128 < status < 128 + signal.NSIG:
             return -(status - 128)  # bwrap reports a kernel killed by N as 128+N; say it as a plain process would
         return status
 
     async def kill(self, restart: bool = False) -> None:
-        if self.parent.supervised and self.process is not None:
+        if self.manager.supervised and self.process is not None:
             # the supervising wrapper ends everything under it, orphans included; a SIGKILL to the
             # group would kill it first and could leave a sandbox's init (in a session of its own) behind
             try:
@@ -85,7 +99,7 @@ class HandsProvisioner(LocalProvisioner):
 class HandsKernelManager(AsyncKernelManager):
     """A kernel manager whose kernels start through HandsProvisioner, as `start_process` configures."""
 
-    wrap: Callable[[list[str]], list[str]] = staticmethod(list)
+    wrap: Callable[[list[str]], list[str]] | None = None  # what goes in front of the kernel's argv
     output: OutputTail
     supervised = False  # the launch wrapper stays as the kernel's parent (bwrap)
     signal_codes = False  # an exit code 128+N means killed by signal N (bwrap)
@@ -108,56 +122,87 @@ class ProcessKernel:
     """A started kernel process: the ZMQ channel to it, its output, its directories and registry entry."""
 
     def __init__(self, km: HandsKernelManager, *, launcher: str, kid: str, run_dir: Path, workdir: Path,
-                 owns_workdir: bool, registry: Any, closers: list[Callable[[], Awaitable[None]]],
+                 workspace: Workspace | None, registry: Any, closers: list[Callable[[], Awaitable[None]]],
                  held: dict[str, Any]):
-        self.km, self.kc = km, None
+        self.km: HandsKernelManager = km
+        self.kc: HandsKernelClient | None = None
+        self.iopub: IOPub | None = None
         self.launcher, self.kid = launcher, kid
-        self.run_dir, self.workdir, self.owns_workdir = run_dir, workdir, owns_workdir
+        self.run_dir, self.workdir = run_dir, workdir
+        self.workspace = workspace  # a pooled kernel's own workspace, until a session adopts it
         self.registry, self.closers, self.held = registry, closers, held
         self.output: OutputTail = km.output  # fd-level output of the kernel process, bounded
         self.boot_ms = 0.0
         self.limits: dict[str, str] = {}
         self.stopped = False
+        self._replied: dict[str, float] = {}  # msg_id -> when its execute_reply came (looked for after a loss)
 
     @property
     def pid(self) -> int | None:
-        return self.km.provisioner.pid if self.km.provisioner is not None else None
+        prov = self.km.provisioner
+        return prov.pid if isinstance(prov, HandsProvisioner) else None
 
     @property
     def ident(self) -> dict[str, Any]:
         return {"pid": self.pid}
 
+    def _client(self) -> HandsKernelClient:
+        if self.kc is None:
+            raise RuntimeError("the kernel has no client: it did not start, or it was stopped")
+        return self.kc
+
     def execute(self, code: str, *, silent: bool = False) -> str:
         """Send an execute request; returns its msg_id."""
-        return self.kc.execute(code, silent=silent, store_history=not silent, allow_stdin=False, stop_on_error=not silent)
+        msg_id: str = self._client().execute(code, silent=silent, store_history=not silent, allow_stdin=False,
+                                             stop_on_error=not silent)
+        if not silent and self.iopub is not None:
+            self.iopub.expect(msg_id)
+        return msg_id
 
-    async def message(self, msg_id: str, timeout: float) -> tuple[str, dict[str, Any]] | None:
-        """The next iopub message of request `msg_id`, or None if none came within `timeout`."""
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
+    async def message(self, msg_id: str, timeout: float) -> tuple[str, dict[str, Any]] | Dropped | None:
+        """The next iopub message of request `msg_id` (or a note of one dropped); None if none came within `timeout`."""
+        if self.iopub is None:
+            return None
+        got = await self.iopub.next(msg_id, timeout)
+        if got is None and self.iopub.lost_at is not None:
+            return await self._idle_after_loss(msg_id)
+        return got
+
+    async def _idle_after_loss(self, msg_id: str) -> tuple[str, dict[str, Any]] | None:
+        """The call's end when output was lost, its idle status perhaps with it: its execute_reply, then a wait."""
+        kc = self._client()
+        while msg_id not in self._replied:
             try:
-                msg = await self.kc.get_iopub_msg(timeout=left)
-            except queue.Empty:
+                msg = await kc.get_shell_msg(timeout=0)
+            except (queue.Empty, zmq.ZMQError):
                 return None
-            if msg["parent_header"].get("msg_id") == msg_id:
-                return msg["msg_type"], msg["content"]
-        return None
+            except Exception:  # a malformed reply: the kernel's, not ours
+                continue
+            parent = msg.get("parent_header")
+            if isinstance(parent, dict) and parent.get("msg_id") == msg_id:
+                self._replied[msg_id] = time.monotonic()
+        if time.monotonic() - self._replied[msg_id] < IDLE_AFTER_REPLY:
+            return None
+        del self._replied[msg_id]
+        return "status", {"execution_state": "idle"}
 
     async def reply(self, msg_id: str, timeout: float) -> dict[str, Any]:
         """The content of the shell reply to `msg_id`; a kernel that dies meanwhile is an error at once."""
+        kc = self._client()
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"the kernel did not answer within {timeout:g} s")
             try:
-                msg = await self.kc.get_shell_msg(timeout=min(left, REPLY_LOOK))
+                msg = await kc.get_shell_msg(timeout=min(left, REPLY_LOOK))
             except queue.Empty:
                 if (death := await self.death()) is not None:
                     raise RuntimeError(f"the kernel died ({death.how})") from None
                 continue
-            if msg["parent_header"].get("msg_id") == msg_id:
-                return msg["content"]
+            parent, content = msg.get("parent_header"), msg.get("content")
+            if isinstance(parent, dict) and parent.get("msg_id") == msg_id:
+                return content if isinstance(content, dict) else {"status": "error", "ename": "MalformedReply"}
 
     async def death(self) -> Death | None:
         """How the kernel process ended (exit code, signal, out of memory), or None while it runs."""
@@ -190,12 +235,15 @@ class ProcessKernel:
         if self.stopped:
             return
         self.stopped = True
+        if self.iopub is not None:
+            self.iopub.close()
         if self.kc is not None:
             self.kc.stop_channels()
         try:
             await self.km.shutdown_kernel(now=True)
         except Exception:  # jupyter_client's shutdown of a kernel that is half there; make sure it is gone
-            proc = self.km.provisioner.process if self.km.provisioner is not None else None
+            prov = self.km.provisioner
+            proc = prov.process if isinstance(prov, HandsProvisioner) else None
             if proc is not None and proc.poll() is None:
                 proc.kill()
         self.output.close()
@@ -206,21 +254,23 @@ class ProcessKernel:
     def _cleanup(self) -> None:
         _limits.cleanup(self.kid)
         shutil.rmtree(self.run_dir, ignore_errors=True)
-        if self.owns_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.workspace is not None:
+            workspace, self.workspace = self.workspace, None
+            workspace.destroy()
         if self.registry is not None:
             self.registry.remove(self.kid)
 
 
 async def start_process(spec: KernelSpec, *, launcher: str, env: dict[str, str], run_dir: Path, workdir: Path,
-                        owns_workdir: bool, limits: Limits | None, registry: Any, startup_timeout: float,
-                        owner: tuple[int, int] | None = None, supervise: bool = False, signal_codes: bool = False,
-                        closers: list[Callable[[], Awaitable[None]]] | None = None,
-                        held: dict[str, Any] | None = None) -> ProcessKernel:
+                        workspace: Workspace | None = None, limits: Limits | None, registry: Any,
+                        startup_timeout: float, owner: tuple[int, int] | None = None, supervise: bool = False,
+                        signal_codes: bool = False, closers: list[Callable[[], Awaitable[None]]] | None = None,
+                        held: dict[str, Any] | None = None, max_message: int = MAX_MESSAGE) -> ProcessKernel:
     """Start a kernel from `spec` in `run_dir` and wait until it is ready; `closers` run when it is killed.
 
-    From the call on, the kernel owns `run_dir` (and `workdir` if `owns_workdir`): a start that
-    fails removes them, and raises RuntimeError with the kernel's last words.
+    From the call on, the kernel owns `run_dir` (and `workspace`, a pooled kernel's own, at `workdir`):
+    a start that fails removes them, and raises RuntimeError with the kernel's last words. Its
+    iopub messages over `max_message` bytes are refused (`channel.IOPub`).
     """
     t0 = time.perf_counter()
     kid = uuid.uuid4().hex[:12]
@@ -230,15 +280,19 @@ async def start_process(spec: KernelSpec, *, launcher: str, env: dict[str, str],
     km.output, km.owner, km.supervised, km.signal_codes = OutputTail(), owner, supervise, signal_codes
     km.wrap = lambda argv: launch.command(argv, parent=os.getpid(), supervise=supervise, limits=limits, cgroup=kid,
                                           report=str(report))
-    kernel = ProcessKernel(km, launcher=launcher, kid=kid, run_dir=run_dir, workdir=workdir, owns_workdir=owns_workdir,
+    kernel = ProcessKernel(km, launcher=launcher, kid=kid, run_dir=run_dir, workdir=workdir, workspace=workspace,
                            registry=registry, closers=list(closers or []), held=dict(held or {}))
     try:
         await km.start_kernel(env=env, cwd=str(workdir))
         if registry is not None and kernel.pid:
             registry.add(kid, kernel.pid, run_dir=str(run_dir), cgroup=kid, launcher=launcher)
-        kernel.kc = km.client()
-        kernel.kc.start_channels()
-        await kernel.kc.wait_for_ready(timeout=startup_timeout)
+        km.client_factory = HandsKernelClient
+        kc = km.client()
+        assert isinstance(kc, HandsKernelClient)
+        kernel.kc, kc.max_message = kc, max_message
+        kc.start_channels()
+        await kc.wait_for_ready(timeout=startup_timeout)
+        kernel.iopub = IOPub(kc, max_message)
     except Exception as e:
         await asyncio.shield(kernel.kill())
         last = kernel.output.last_line()

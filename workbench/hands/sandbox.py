@@ -3,7 +3,7 @@
 The kernel runs in new network, PID, IPC and UTS namespaces and sees only
 read-only /usr, its Python environment, a curated /etc, its own run
 directory (connection file, ZMQ sockets, the proxy socket) and workspace,
-and empty tmpfs /tmp and $HOME: never the Jupyter runtime directory, the
+and empty tmpfs /tmp, /dev/shm and $HOME: never the Jupyter runtime directory, the
 session database, the server's config or key files, or anyone's home.
 
 When the server runs as root, the kernel runs as a separate unprivileged uid
@@ -14,6 +14,12 @@ in a mounted directory is protected by its mode. Otherwise bwrap runs
 unprivileged in a user namespace as the same uid, and protection comes only
 from what is not mounted.
 
+Inside, a seccomp filter (seccomp.py, compiled once per host) takes away the
+system calls a kernel never needs, the keyrings first. Each session's workspace
+is a loop-mounted image of a fixed size (quota.py) on the host, bound in as the
+kernel's working directory: kept across the session's kernels, destroyed with
+its hands; a pooled kernel brings one of its own, which the session adopts.
+
 Interrupts are messages on the control channel: a SIGINT to the process
 group would kill bwrap, and with it the kernel. The launch wrapper stays as
 bwrap's parent (`supervise`): bwrap's init binds itself to bwrap only after it
@@ -22,6 +28,7 @@ has set up the mounts, and a host killed before then would leave it running.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shlex
 import shutil
@@ -33,11 +40,15 @@ from typing import Any
 
 from jupyter_client.kernelspec import KernelSpec
 
+from ..config import from_env
 from ..egress import EgressPolicy, EgressProxy, EgressSettings, Vault
-from .base import Place
+from . import quota
+from .base import Kernel, Place, Workspace
 from .limits import Limits
 from .local import kernel_env
-from .process import ProcessKernel, start_process
+from .process import MAX_MESSAGE, ProcessKernel, start_process
+from .quota import WorkspaceSettings
+from .seccomp import SeccompFilter, SeccompSettings, prepare
 
 PROXY_PORT = 3128
 HOME = "/home/sandbox"
@@ -47,6 +58,7 @@ ETC = (
     "nsswitch.conf", "localtime", "timezone", "alternatives", "fonts", "mime.types", "protocols",
     "services", "os-release", "gai.conf", "host.conf", "locale.alias",
 )  # fmt: skip
+OWN_WORKDIR = "none: the session's own workdir (hands.workdir), used as it is"
 # Parts of the kernel's environment that the sandbox sets itself.
 OWN_ENV = ("PATH", "HOME", "USER", "LOGNAME", "JPY_PARENT_PID", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
 
@@ -63,15 +75,22 @@ class SandboxSettings:
 
 
 class SandboxLauncher:
-    """Starts each kernel inside bubblewrap, with its session's egress proxy beside it."""
+    """Starts each kernel inside bubblewrap under the host's seccomp filter, in its session's workspace,
+    with its session's egress proxy beside it."""
 
     name = "sandbox"
 
     def __init__(self, settings: SandboxSettings | None = None, *, limits: Limits | None = None, registry: Any = None,
-                 vault: Vault | None = None, egress_settings: EgressSettings | None = None):
+                 vault: Vault | None = None, egress_settings: EgressSettings | None = None,
+                 seccomp: SeccompFilter | None = None, workspaces: WorkspaceSettings | None = None,
+                 max_message: int = MAX_MESSAGE):
         self.settings = settings or SandboxSettings()
         self.limits, self.registry = limits, registry
         self.vault, self.egress_settings = vault, egress_settings
+        # a host prepares its filter once (HandsFactory); a launcher made by itself prepares the default one
+        self.seccomp = seccomp if seccomp is not None else prepare(from_env(SeccompSettings))
+        self.workspaces = workspaces if workspaces is not None else from_env(WorkspaceSettings)
+        self.max_message = max_message
         self._pool_proxy: EgressProxy | None = None
 
     def proxy(self, place: Place | None) -> EgressProxy:
@@ -84,66 +103,111 @@ class SandboxLauncher:
         if "egress" not in place.held:
             policy = EgressPolicy.from_config(place.egress, self.egress_settings)
             place.held["egress"] = EgressProxy(policy, self.vault, place.sink, self.egress_settings)
-        return place.held["egress"]
+        proxy: EgressProxy = place.held["egress"]
+        return proxy
 
     def owner(self) -> tuple[int, int] | None:
         """The uid:gid the kernel runs as, when it differs from ours (we are root)."""
         return (self.settings.sandbox_uid, self.settings.sandbox_gid) if os.geteuid() == 0 else None
 
+    def workspace(self, label: str) -> quota.Workspace:
+        """A new workspace of `workspace_mb` for a session (or a pooled kernel), owned by the kernel's uid."""
+        w = self.workspaces
+        return quota.create(w.workspace_root or quota.default_root(), w.workspace_mb, owner=self.owner(),
+                            label=label if quota.LABEL.fullmatch(label) else "")
+
+    async def _new_workspace(self, label: str) -> quota.Workspace:
+        """`workspace(label)` off the event loop (mkfs and mount take a while); if the start is cancelled
+        meanwhile (a factory closing, a pool kernel booting), what was made is destroyed when it is done."""
+        made = asyncio.ensure_future(asyncio.to_thread(self.workspace, label))
+        try:
+            return await asyncio.shield(made)
+        except asyncio.CancelledError:
+            loop = asyncio.get_running_loop()
+
+            def undo(done: asyncio.Future[quota.Workspace]) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    loop.run_in_executor(None, done.result().destroy)
+
+            made.add_done_callback(undo)
+            raise
+
+    def argv(self, run_dir: Path, workdir: Path, env: dict[str, str]) -> list[str]:
+        """The kernel's command line (bwrap, loading the seccomp filter), with the files and owners its directories need."""
+        owner = self.owner()
+        uid, gid = owner or (os.getuid(), os.getgid())
+        if owner is not None:
+            os.chown(run_dir, uid, gid)
+            if not any(workdir.iterdir()):  # a fresh workspace; a user's directory with files keeps its owner
+                os.chown(workdir, uid, gid)
+        etc = run_dir / "etc"
+        etc.mkdir(mode=0o755)
+        (etc / "passwd").write_text(f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                                    f"sandbox:x:{uid}:{gid}:workbench sandbox:{HOME}:/usr/sbin/nologin\n")
+        (etc / "group").write_text(f"root:x:0:\nsandbox:x:{gid}:\n")
+        (etc / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n")
+        socat = shutil.which(self.settings.socat, path="/usr/bin:/bin:/usr/local/bin")
+        return self.seccomp.wrap(bwrap_argv(self.settings, run_dir, workdir, etc, env, owner, socat))
+
     async def start(self, place: Place | None) -> ProcessKernel:
-        """Start a kernel in a sandbox around `place`'s workdir (or a fresh one) and wait until it is ready."""
+        """Start a kernel in a sandbox around `place`'s workdir (making the session's workspace the first time;
+        a pooled kernel gets one of its own) and wait until it is ready."""
         socat = shutil.which(self.settings.socat, path="/usr/bin:/bin:/usr/local/bin")
         proxy = self.proxy(place) if socat else None  # first: a bad policy fails before anything is made
         owner = self.owner()
         uid, gid = owner or (os.getuid(), os.getgid())
-        run_dir = Path(tempfile.mkdtemp(prefix="workbench-run-")).resolve()
-        owns = place is None or place.workdir is None
-        workdir = Path(tempfile.mkdtemp(prefix="workbench-work-")) if owns else place.workdir
-        workdir = workdir.resolve()
+        own: Workspace | None = None  # a pooled kernel's, until a session adopts it
+        run_dir: Path | None = None
         listener = None
         try:
-            if owner is not None:
-                os.chown(run_dir, uid, gid)
-                if not any(workdir.iterdir()):  # a fresh workspace; a user's directory with files keeps its owner
-                    os.chown(workdir, uid, gid)
-            etc = run_dir / "etc"
-            etc.mkdir(mode=0o755)
-            (etc / "passwd").write_text(f"root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{uid}:{gid}:workbench sandbox:{HOME}:/usr/sbin/nologin\n")
-            (etc / "group").write_text(f"root:x:0:\nsandbox:x:{gid}:\n")
-            (etc / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n")
-            env = kernel_env(place.env if place else None)
-            argv = bwrap_argv(self.settings, run_dir, workdir, etc, env, owner, socat)
+            if place is None:
+                own = await self._new_workspace("pool")
+                workdir, how = own.path, own.how
+            else:
+                if place.workdir is None:  # the session's, for all its kernels
+                    place.workspace = await self._new_workspace(place.session)
+                    place.workdir = place.workspace.path
+                workdir, how = place.workdir, place.workspace.how if place.workspace is not None else OWN_WORKDIR
+            run_dir = Path(tempfile.mkdtemp(prefix="workbench-run-")).resolve()
+            argv = self.argv(run_dir, workdir.resolve(), kernel_env(place.env if place else None))
             spec = KernelSpec(argv=argv, display_name="workbench sandbox", language="python", interrupt_mode="message", env={})
             if proxy is not None:
                 listener = await proxy.listen(run_dir / "egress.sock", uid, gid)
         except BaseException:
             if listener is not None:
                 await listener.close()
-            shutil.rmtree(run_dir, ignore_errors=True)
-            if owns:
-                shutil.rmtree(workdir, ignore_errors=True)
+            if run_dir is not None:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            if own is not None:
+                await asyncio.to_thread(own.destroy)
             raise
-        return await start_process(
-            spec, launcher=self.name, env={"PATH": "/usr/bin:/bin"}, run_dir=run_dir, workdir=workdir, owns_workdir=owns,
-            limits=self.limits, registry=self.registry, startup_timeout=place.startup_timeout if place else 60.0,
-            owner=owner, supervise=True, signal_codes=True, closers=[listener.close] if listener else [],
-            held={"egress": listener},
+        kernel = await start_process(
+            spec, launcher=self.name, env={"PATH": "/usr/bin:/bin"}, run_dir=run_dir, workdir=workdir.resolve(),
+            workspace=own, limits=self.limits, registry=self.registry,
+            startup_timeout=place.startup_timeout if place else 60.0, owner=owner, supervise=True, signal_codes=True,
+            closers=[listener.close] if listener else [], held={"egress": listener}, max_message=self.max_message,
         )
+        kernel.limits.update(seccomp=self.seccomp.how, workspace=how)
+        return kernel
 
     def fits(self, place: Place) -> bool:
         """A pooled sandbox has its workdir and variables bound in: it serves only sessions that set neither."""
         return place.workdir is None and not place.env
 
-    async def adopt(self, kernel: ProcessKernel, place: Place) -> str:
-        """A pooled kernel's egress now follows the session's policy and log; its workdir is the session's."""
+    async def adopt(self, kernel: Kernel, place: Place) -> str:
+        """A pooled kernel's egress now follows the session's policy and log; its workspace is the session's."""
+        if not isinstance(kernel, ProcessKernel):
+            raise TypeError(f"a sandbox launcher cannot adopt a {type(kernel).__name__}")
         listener = kernel.held.get("egress")
         if listener is not None:
             listener.proxy = self.proxy(place)
-        place.workdir, place.owns_workdir, kernel.owns_workdir = kernel.workdir, True, False
+        if place.workdir is None and kernel.workspace is not None:
+            place.workspace, kernel.workspace = kernel.workspace, None
+            place.workdir = place.workspace.path
         return ""
 
     async def aclose(self) -> None:
-        """Nothing is held beyond each kernel (and each session's proxy, in its Place)."""
+        """Nothing is held beyond each kernel (and each session's proxy and workspace, in its Place)."""
 
 
 def python_trees(python: str) -> list[Path]:
@@ -180,12 +244,16 @@ def base_args(owner: tuple[int, int] | None) -> list[str]:
             args += ["--symlink", os.readlink(p), str(p)]
         elif p.is_dir():
             args += ["--ro-bind", str(p), str(p)]
-    return args + ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    # a /dev/shm of its own, writable by the kernel's uid: bwrap's --dev leaves a root-owned 0755 one,
+    # and POSIX semaphores (multiprocessing's Pool, Queue, ProcessPoolExecutor) live there
+    return args + ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm",
+                   "--perms", "1777", "--tmpfs", "/tmp"]
 
 
 def setpriv_args(owner: tuple[int, int]) -> list[str]:
     uid, gid = owner
-    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
+            "--no-new-privs", "--"]
 
 
 def bwrap_argv(
