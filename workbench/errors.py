@@ -2,6 +2,7 @@
 
     WorkbenchError                 anything the workbench raises on purpose
      ├── ConfigError               a setting, CLI argument or request body is invalid
+     │    ├── BodyTooLarge         a request body over its route's limit (413)
      │    └── VaultUnsafe          the credential vault is readable by other users
      ├── LogError                  the session log cannot do what was asked
      │    ├── DatabaseLocked       another process holds the DuckDB file
@@ -18,6 +19,7 @@
      │    ├── MissingAPIKey        an Anthropic model without ANTHROPIC_API_KEY
      │    └── ModelCallFailed      the model call failed after its retries
      ├── TurnBusy                  a turn is already running in that session
+     ├── ServerStopping            the workbench server is stopping (a request then gets a 503)
      ├── ServerUnavailable         no workbench server answers the notebook client
      ├── RequestRefused            the workbench server answered a client request with an error
      ├── PluginError               a plugin could not be loaded or contributes something invalid
@@ -40,6 +42,12 @@ class WorkbenchError(Exception):
 
 class ConfigError(WorkbenchError):
     """A setting, CLI argument or request body is invalid."""
+
+
+class BodyTooLarge(ConfigError):
+    """A request body over the route's limit."""
+
+    http_status = 413
 
 
 class VaultUnsafe(ConfigError):
@@ -116,6 +124,12 @@ class TurnBusy(WorkbenchError):
     """A turn is already running in that session."""
 
     http_status = 409
+
+
+class ServerStopping(WorkbenchError):
+    """The server is stopping: a request arriving now, or failing under the shutdown, gets a 503."""
+
+    http_status = 503
 
 
 class ServerUnavailable(WorkbenchError):

@@ -203,7 +203,7 @@ class Host:
                 reaped = await asyncio.to_thread(reap_orphans, self.hands.registry.dir)
                 if reaped:
                     log.info("workbench: reaped %d orphaned hands kernel(s)", len(reaped))
-            await self.hands.start()
+            await self.hands.start(reap=self.settings.reap_on_start)
         for p in self.plugins:
             await p.startup()
 

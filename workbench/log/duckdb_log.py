@@ -275,6 +275,10 @@ class DuckDBLog(WriterLog):
         cur = self.cursor()
         try:
             return cur.execute(sql, params).fetchall()
+        except duckdb.ConnectionException:
+            if self._closed:  # closed while this read waited or ran: say so as the log does, not as DuckDB
+                raise LogClosed(f"the session log {self.path} is closed; open it again to read or write") from None
+            raise
         finally:
             cur.close()
 

@@ -37,6 +37,7 @@ class MemoryPlugin(Plugin):
     store: MemoryStore | None = field(default=None, repr=False)
     scheduler: DreamScheduler | None = field(default=None, repr=False)
     _unsubscribe: Any = field(default=None, repr=False)
+    _dreaming: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     # -- without a host --------------------------------------------------------------
 
@@ -136,13 +137,14 @@ class MemoryPlugin(Plugin):
     async def start_dream(self, sessions: list[str] | None = None, model: str | None = None,
                           instructions: str | None = None) -> str:
         """Start a dream in the background (one at a time); it is committed when its turn ends."""
-        running = await self.running_dream()
-        if running:
-            # two dreams over the same sessions would each propose the same facts
-            raise TurnBusy(f"dream {running} is still running; wait for it (GET /workbench/api/dreams/{running})")
-        dream_id = await self.create_dream(sessions, model)
-        await self._host().brain.start_turn(dream_id, instructions or DEFAULT_INSTRUCTIONS)
-        return dream_id
+        async with self._dreaming:  # two requests at once must not both pass the check below
+            running = await self.running_dream()
+            if running:
+                # two dreams over the same sessions would each propose the same facts
+                raise TurnBusy(f"dream {running} is still running; wait for it (GET /workbench/api/dreams/{running})")
+            dream_id = await self.create_dream(sessions, model)
+            await self._host().brain.start_turn(dream_id, instructions or DEFAULT_INSTRUCTIONS)
+            return dream_id
 
     async def run_dream(self, dream_id: str, instructions: str | None = None) -> dict[str, Any]:
         """Run a created dream to its end and commit it; the commit summary with the stop reason."""

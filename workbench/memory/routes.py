@@ -18,19 +18,20 @@ from typing import Any, Literal
 from pydantic import Field
 from tornado import web
 
-from ..errors import ConfigError, UnknownMemory, UnknownSession
+from ..errors import ConfigError, UnknownMemory, UnknownSession, WorkbenchError
 from ..server import bodies
 from ..server.bodies import Body, Items, Text
 from ..server.handlers import WorkbenchHandler, api
 from ..server.routes import API
+from . import store as memory_store
 from .store import REVIEW_ACTIONS, STATUSES
 
 # limits of what a person or a client may write into a memory (docs/api.md, "Limits")
-MAX_MEMORY_TITLE_CHARS = 200
-MAX_MEMORY_TEXT_CHARS = 10_000
-MAX_TAGS = 32
-MAX_TAG_CHARS = 64
-MAX_NOTE_CHARS = 2000
+MAX_MEMORY_TITLE_CHARS = memory_store.MAX_TITLE_CHARS
+MAX_MEMORY_TEXT_CHARS = memory_store.MAX_TEXT_CHARS
+MAX_TAGS = memory_store.MAX_TAGS
+MAX_TAG_CHARS = memory_store.MAX_TAG_CHARS
+MAX_NOTE_CHARS = memory_store.MAX_NOTE_CHARS
 MAX_MERGE = 20
 MAX_ACTOR_CHARS = 200
 MAX_INSTRUCTIONS_CHARS = 100_000
@@ -76,7 +77,7 @@ class Reject(_Review):
 
 
 class Retire(Reject):
-    action: Literal["retire"]
+    action: Literal["retire"]  # type: ignore[assignment]  # pydantic narrows the field per action
 
 
 class Redact(_Review):
@@ -115,14 +116,14 @@ class DreamBody(Body):
 class MemoriesArgs(Body):
     """`GET /memories?status=&tag=&dream=&search=`."""
 
-    status: Literal[STATUSES] | None = None  # type: ignore[valid-type]
+    status: Literal[STATUSES] | None = None
     tag: Text(MAX_TAG_CHARS) | None = None
     dream: Text(bodies.MAX_ID_CHARS) | None = None
     search: Text(MAX_SEARCH_CHARS) | None = None
 
 
 class MemoryHandlerBase(WorkbenchHandler):
-    unknown = UnknownMemory
+    unknown: type[WorkbenchError] = UnknownMemory
     what = "memory"
 
     @property

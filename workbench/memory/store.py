@@ -16,6 +16,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigError, MemoryConflict, UnknownMemory
@@ -101,18 +102,48 @@ def check_actor(actor: str) -> str:
     return actor
 
 
+# How big a memory may be, wherever it comes from (a person, the API, a dream): every later dream
+# and every new session's prompt carries what is accepted, so nothing unbounded gets in.
+MAX_TITLE_CHARS = 200
+MAX_TEXT_CHARS = 10_000
+MAX_NOTE_CHARS = 2000
+MAX_TAGS = 32
+MAX_TAG_CHARS = 64
+LIMITS = MappingProxyType({"title": MAX_TITLE_CHARS, "text": MAX_TEXT_CHARS, "reason": MAX_NOTE_CHARS, "note": MAX_NOTE_CHARS})
+
+
 def _tags(tags: Any) -> list[str]:
     if tags is None:
         return []
     if not isinstance(tags, list) or not all(isinstance(t, str) and t.strip() for t in tags):
         raise ConfigError("tags must be a list of non-empty strings")
+    if len(tags) > MAX_TAGS or any(len(t) > MAX_TAG_CHARS for t in tags):
+        raise ConfigError(f"at most {MAX_TAGS} tags of at most {MAX_TAG_CHARS} characters each")
     return sorted({t.strip().lower() for t in tags})
 
 
 def _text(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{what} must be a non-empty string")
+    limit = LIMITS.get(what, MAX_TEXT_CHARS)
+    if len(value.strip()) > limit:
+        raise ConfigError(f"{what} is {len(value.strip()):,} characters; a memory's {what} takes at most {limit:,}")
     return value.strip()
+
+
+def field_problems(title: Any, text: Any, tags: Any) -> list[str]:
+    """Why these cannot be a memory's title, text and tags (empty: they can), each a line to act on."""
+    problems = []
+    for what, value in (("title", title), ("text", text)):
+        try:
+            _text(value, what)
+        except ConfigError as e:
+            problems.append(str(e))
+    try:
+        _tags(tags)
+    except ConfigError as e:
+        problems.append(str(e))
+    return problems
 
 
 VERSION_COLS = "memory_id, version, ts, actor, action, title, text, tags, status, provenance, note"

@@ -22,7 +22,7 @@ from ..brain.tools import Tool, ToolContext, ToolOutput
 from ..errors import WorkbenchError
 from ..log import Event
 from .events import check_citations, normalize, render_event
-from .store import MemoryStore
+from .store import MemoryStore, field_problems
 
 MAX_EVENTS = 200
 DUPLICATE_RATIO = 0.85
@@ -159,6 +159,8 @@ def _propose(kind: str, store: MemoryStore, inp: dict[str, Any], ctx: ToolContex
             problems.append("reason is required: why this memory is wrong or out of date")
     elif not (isinstance(title, str) and title.strip() and isinstance(text, str) and text.strip()):
         problems.append("title and text are required (non-empty strings)")
+    else:
+        problems += field_problems(title, text, inp.get("tags"))
     provenance = inp.get("provenance")
     problems += check_citations(ctx.log, provenance, scope=scope, required=kind in ("create", "edit"))
     if not problems and kind == "create":

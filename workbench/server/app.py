@@ -41,7 +41,8 @@ class Workbench(ExtensionApp):
     default_model = Unicode(
         "",
         config=True,
-        help="The model of sessions created without one. Default: $WORKBENCH_MODEL, else claude-opus-5-5 with ANTHROPIC_API_KEY, else scripted.",
+        help="The model of sessions created without one. Default: $WORKBENCH_MODEL, "
+        "else claude-opus-5-5 with ANTHROPIC_API_KEY, else scripted.",
     )
     resume_on_start = Bool(
         True, config=True, help="At start, resume (in the background) every session whose turn a dead server cut off."

@@ -67,12 +67,6 @@ EFFORTS = ("low", "medium", "high", "xhigh", "max")
 JUPYTER_ARGS = frozenset({"token", "_xsrf"})
 
 
-class BodyTooLarge(ConfigError):
-    """A request body over the route's limit."""
-
-    http_status = 413
-
-
 # -- building blocks ------------------------------------------------------------------------------------
 
 
@@ -209,7 +203,8 @@ def explain(e: ValidationError, what: str, model: type[BaseModel] | None = None,
     name = f'"{field}"' if field else what
     ctx, t, got = err.get("ctx") or {}, err["type"], err.get("input")
     if t == "extra_forbidden":
-        known = f"; {what} takes {', '.join(f.alias or n for n, f in model.model_fields.items())}" if model is not None and len(loc) == 1 else ""
+        fields = model.model_fields.items() if model is not None and len(loc) == 1 else ()
+        known = f"; {what} takes {', '.join(f.alias or n for n, f in fields)}" if fields else ""
         return f"unknown field {name[:60]}{known}"
     if t == "missing":
         return f"{name} is required"
@@ -338,8 +333,8 @@ def _within(n: int, lo: int, hi: int) -> int:
 class _CoreConfig(Body):
     # defaults are never used (only the keys a body has are checked); a key given as null is refused but effort's
     max_tokens: Int(1) = 1
-    thinking: Literal[THINKING] = "adaptive"  # type: ignore[valid-type]
-    effort: Literal[EFFORTS] | None = None  # type: ignore[valid-type]
+    thinking: Literal[THINKING] = "adaptive"
+    effort: Literal[EFFORTS] | None = None
 
 
 class _Egress(Body):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from jupyter_server.auth.decorator import ws_authenticated
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
@@ -21,7 +22,7 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
-from ..errors import DatabaseLocked, UnknownSession, WorkbenchError
+from ..errors import BodyTooLarge, DatabaseLocked, UnknownSession, WorkbenchError
 from . import bodies
 from .runtime import STOPPING, Runtime, ServerStopping
 
@@ -69,7 +70,7 @@ def api(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[None]]:
     """
 
     @functools.wraps(fn)
-    async def wrapper(self: "WorkbenchHandler", *args: Any, **kwargs: Any) -> None:
+    async def wrapper(self: WorkbenchHandler, *args: Any, **kwargs: Any) -> None:
         runtime = None
         try:
             if "id" in kwargs:
@@ -125,7 +126,7 @@ class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
     def body(self) -> Any:
         """The decoded JSON body (strictly; an empty body is {}); BodyTooLarge over `max_body`."""
         if self._chunks is None:
-            raise bodies.BodyTooLarge(f"the body is {self._size:,} bytes; this route takes at most {self.max_body:,}")
+            raise BodyTooLarge(f"the body is {self._size:,} bytes; this route takes at most {self.max_body:,}")
         return bodies.decode(b"".join(self._chunks))
 
     def reply(self, obj: Any, status: int = 200) -> None:
@@ -237,7 +238,7 @@ class StatusHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def get(self) -> None:
-        self.reply({**self.runtime.status(), "resume_on_start": self.extensionapp.resume_on_start})
+        self.reply({**self.runtime.status(), "resume_on_start": getattr(self.extensionapp, "resume_on_start", None)})
 
 
 class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
@@ -261,7 +262,7 @@ class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
         runtime = None
         try:
             bodies.path_id(id, UnknownSession, "session")
-            self.after = bodies.query_args(bodies.StreamArgs, self.request.query_arguments).after or 0
+            self.after = int(bodies.query_args(bodies.StreamArgs, self.request.query_arguments).after or 0)
             refused = self._refuse_upgrade()
             if refused:
                 if refused[0] == 426:
@@ -299,7 +300,7 @@ class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
             return 400, "a websocket upgrade needs the Sec-WebSocket-Key and Host headers"
         return None
 
-    async def open(self, id: str) -> None:  # type: ignore[override]
+    async def open(self, id: str) -> None:
         super().open()  # the ping loop of WebSocketMixin
         runtime = runtime_of(self)
         self.session_id, self._last, self._live = id, self.after, False
@@ -353,10 +354,10 @@ class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
         """Clients do not need to send anything; messages are ignored."""
 
     def _stop(self) -> None:
-        unwatch = getattr(self, "_unwatch", None)
+        unwatch: Callable[[], None] | None = getattr(self, "_unwatch", None)
         if unwatch is not None:
             unwatch()
-            self._unwatch = None
+            self._unwatch = lambda: None
 
     def on_close(self) -> None:
         self._stop()

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ..brain import turn_state
-from ..errors import WorkbenchError
+from ..errors import ServerStopping, WorkbenchError
 from ..host import Host
 from ..log import Event
 
@@ -29,12 +29,6 @@ from ..log import Event
 Watcher = Callable[[str, Any], None]
 
 STOPPING = "the workbench server is shutting down; try again when it is back"
-
-
-class ServerStopping(WorkbenchError):
-    """The server is stopping: a request arriving now, or failing under the shutdown, gets a 503."""
-
-    http_status = 503
 
 
 class Runtime:

@@ -2,7 +2,7 @@
 
 It listens on a free 127.0.0.1 port with a random token, keeps its runtime,
 data and config dirs under `home`, writes its output to a log file, and is
-ready once `probe` answers 200. `stop()` is graceful (SIGINT: Jupyter shuts
+ready once `probe` answers 200. `stop()` is graceful (SIGTERM: Jupyter shuts
 its kernels down) and then kills what is left of its process group; `kill()`
 SIGKILLs the server alone, as a crash would, leaving its kernels behind.
 """
@@ -114,11 +114,14 @@ class JupyterProcess:
             self.proc.wait(10)
 
     def stop(self) -> None:
-        """SIGINT (Jupyter stops its kernels), SIGKILL after `grace`, then whatever is left in its group."""
+        """SIGTERM (Jupyter runs its shutdown: extensions stop, kernels stop), SIGKILL after `grace`, then its group.
+
+        Not SIGINT: without a terminal, Jupyter answers SIGINT by exiting without its shutdown.
+        """
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+            self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(self.grace)
             except subprocess.TimeoutExpired:
