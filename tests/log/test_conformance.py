@@ -15,7 +15,7 @@ import enum
 import logging
 import math
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -97,8 +97,8 @@ def test_seqs_are_1_2_3_per_session(log):
     assert [e.seq for e in log.events("a")] == [1, 2, 3, 4, 5]
     assert [e.type for e in log.events("a")][:2] == ["session_created", "user_message"]
     ev = log.events("a")[-1]
-    assert ev.session_id == "a" and ev.ts.tzinfo == timezone.utc
-    assert abs((datetime.now(timezone.utc) - ev.ts).total_seconds()) < 3600
+    assert ev.session_id == "a" and ev.ts.tzinfo == UTC
+    assert abs((datetime.now(UTC) - ev.ts).total_seconds()) < 3600
 
 
 def test_events_filters(log):
@@ -278,7 +278,9 @@ def test_sessions_rows_and_state(log):
     rows = log.sessions()
     assert [r["id"] for r in rows] == ["a", "b", "c"]  # oldest first
     a, b, c = rows
-    assert set(a) == {"id", "created_at", "updated_at", "title", "model", "kind", "events", "last_seq", "last_type", "state"}
+    assert set(a) == {"id", "created_at", "updated_at", "title", "model", "kind", "events", "last_seq", "last_type", "state",
+                      "parent_id", "archived"}
+    assert a["parent_id"] is None
     assert (a["events"], a["last_seq"], a["last_type"], a["state"], a["kind"], a["title"], a["model"]) == (
         1, 1, "session_created", "new", "chat", "t", "scripted")
     assert (b["events"], b["last_type"], b["state"], b["kind"], b["title"]) == (2, "user_message", "unfinished", "dream", None)
@@ -297,6 +299,17 @@ def test_sessions_rows_and_state(log):
     with pytest.raises(UnknownSession):
         log.session("zz")
     assert log.has_session("a") and not log.has_session("zz")
+
+
+def test_a_child_session_names_its_parent_in_the_listing(log):
+    new(log, "p")
+    log.create_session("k", title="child", model="scripted", kind="delegate", payload={"parent_id": "p", "origin": {"index": 0}})
+    # only session_created says who the parent is: a later event that says otherwise changes nothing
+    log.append("k", "user_message", {"text": "x", "parent_id": "someone else"})
+    log.create_session("odd", title="t", model="m", payload={"parent_id": 7})  # not an id: no parent
+    rows = {r["id"]: r for r in log.sessions()}
+    assert (rows["p"]["parent_id"], rows["k"]["parent_id"], rows["odd"]["parent_id"]) == (None, "p", None)
+    assert log.session("k")["parent_id"] == "p"
 
 
 # -- what is stored is never the caller's object -----------------------------------------
@@ -597,3 +610,316 @@ def test_close_finishes_pending_writes_then_refuses(make_log):
     with pytest.raises(LogClosed):
         log.has_session("s1")
     log.close()  # twice is fine
+
+
+# -- group commit ---------------------------------------------------------------------------
+
+
+def _hold_writer(log):
+    """Block the writer thread inside a write until the returned gate is set: what is written meanwhile is queued
+    and goes into one group. Returns (gate, the held write's future)."""
+    gate, inside = threading.Event(), threading.Event()
+    held = log.write(lambda tx: (inside.set(), gate.wait(30), tx.append("s1", "user_message", {"text": "held"}))[2])
+    assert inside.wait(30), "the writer never ran the held write"
+    return gate, held
+
+
+def test_writes_queued_during_a_commit_go_into_one_group_and_each_caller_gets_its_own_result(log):
+    new(log)
+    commits = []
+    log.subscribe_commits(lambda events: commits.append([(e.session_id, e.seq) for e in events]))
+    gate, held = _hold_writer(log)
+    futures = [log.write(lambda tx, i=i: tx.append("s1", "user_message", {"i": i})) for i in range(10)]
+    assert not any(f.done() for f in futures)  # nothing is answered before its commit
+    gate.set()
+    assert held.result(30).seq == 2
+    assert [f.result(30).seq for f in futures] == list(range(3, 13))
+    assert [f.result().payload["i"] for f in futures] == list(range(10))
+    # the held write was its own commit; the ten queued meanwhile were committed together
+    assert commits == [[("s1", 2)], [("s1", s) for s in range(3, 13)]]
+
+
+def test_a_failing_write_in_a_group_fails_alone_and_is_never_announced(log):
+    new(log)
+    heard, commits = [], []
+    log.subscribe(lambda ev: heard.append(ev.seq))
+    log.subscribe_commits(lambda events: commits.append([e.seq for e in events]))
+    gate, held = _hold_writer(log)
+    ok1 = log.write(lambda tx: tx.append("s1", "user_message", {"text": "before"}))
+    bad = log.write(lambda tx: (tx.append("s1", "user_message", {"text": "rolled back"}), boom(RuntimeError("bad write")))[0])
+    refused = log.write(lambda tx: tx.append("s1", "no_such_type", {}))
+    ok2 = log.write(lambda tx: tx.append("s1", "user_message", {"text": "after"}))
+    gate.set()
+    held.result(30)
+    with pytest.raises(RuntimeError, match="bad write"):
+        bad.result(30)
+    with pytest.raises(UnknownEventType):
+        refused.result(30)
+    assert (ok1.result(30).seq, ok2.result(30).seq) == (3, 4)
+    assert [(e.seq, e.payload.get("text")) for e in log.events("s1")] == [(1, None), (2, "held"), (3, "before"), (4, "after")]
+    assert heard == [2, 3, 4]  # only committed events, each once, in order
+    assert commits == [[2], [3, 4]]
+    assert log.session("s1")["events"] == 4
+
+
+def test_a_group_whose_commit_fails_announces_nothing_and_commits_each_write_alone(log):
+    new(log)
+    heard = []
+    log.subscribe(lambda ev: heard.append(ev.seq))
+    real_commit = log._commit
+    failed = []
+
+    def commit(tx):
+        if len(tx.appended) > 1 and not failed:  # the first group commit fails, as a full disk would
+            failed.append(len(tx.appended))
+            raise OSError("simulated commit failure")
+        real_commit(tx)
+
+    log._commit = commit
+    gate, held = _hold_writer(log)
+    futures = [log.write(lambda tx, i=i: tx.append("s1", "user_message", {"i": i})) for i in range(5)]
+    gate.set()
+    held.result(30)
+    assert [f.result(30).seq for f in futures] == [3, 4, 5, 6, 7]
+    assert failed == [5]
+    assert heard == [2, 3, 4, 5, 6, 7]
+    assert [e.payload.get("i") for e in log.events("s1")][2:] == [0, 1, 2, 3, 4]
+    assert log.session("s1")["events"] == 7
+
+
+def test_a_lone_write_whose_commit_fails_gets_the_error_and_nothing_is_kept(log):
+    new(log)
+    heard = []
+    log.subscribe(lambda ev: heard.append(ev.seq))
+    real_commit = log._commit
+
+    def commit(tx):
+        raise OSError("simulated commit failure")
+
+    log._commit = commit
+    with pytest.raises(OSError, match="simulated"):
+        log.append("s1", "user_message", {"text": "lost"})
+    log._commit = real_commit
+    assert log.append("s1", "user_message", {"text": "kept"}).seq == 2
+    assert heard == [2] and [e.seq for e in log.events("s1")] == [1, 2]
+
+
+def test_commit_before_notify_under_concurrent_appenders(log):
+    """Every subscriber call finds its event (and every earlier one) readable, with 20 threads appending at once."""
+    sids = [f"s{k}" for k in range(20)]
+    for sid in sids:
+        new(log, sid)
+    problems, heard = [], collections.defaultdict(list)
+
+    def on_commit(events):
+        for e in events:
+            if [x.seq for x in log.events(e.session_id, after=e.seq - 1, until=e.seq)] != [e.seq]:
+                problems.append(("not readable when announced", e.session_id, e.seq))
+            heard[e.session_id].append(e.seq)
+
+    log.subscribe_commits(on_commit)
+    answered = collections.defaultdict(list)
+
+    def appender(sid):
+        for i in range(15):
+            e = log.append(sid, "user_message", {"i": i})
+            if e.seq not in heard[sid]:  # answered only after it was announced
+                problems.append(("answered before announced", sid, e.seq))
+            answered[sid].append(e.seq)
+
+    threads = [threading.Thread(target=appender, args=(sid,)) for sid in sids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert problems == []
+    for sid in sids:
+        assert answered[sid] == heard[sid] == list(range(2, 17))
+
+
+def test_a_cancelled_queued_write_is_not_run(log):
+    new(log)
+    gate, held = _hold_writer(log)
+    cancelled = log.write(lambda tx: tx.append("s1", "user_message", {"text": "cancelled"}))
+    kept = log.write(lambda tx: tx.append("s1", "user_message", {"text": "kept"}))
+    assert cancelled.cancel()
+    gate.set()
+    assert held.result(30).seq == 2 and kept.result(30).seq == 3
+    assert [e.payload.get("text") for e in log.events("s1")][1:] == ["held", "kept"]
+
+
+# -- the sessions summary ----------------------------------------------------------------------
+
+
+def recomputed(log) -> list[dict]:
+    """What each session's row must say, computed from its events alone."""
+    out = []
+    for r in log.sessions():
+        events = log.events(r["id"])
+        marks = [e.type for e in events if e.type in ("user_message", "turn_ended")]
+        out.append({**r, "events": len(events), "last_seq": events[-1].seq if events else 0,
+                    "last_type": events[-1].type if events else None,
+                    "updated_at": (events[-1].ts.isoformat() if events else r["created_at"]),
+                    "state": {None: "new", "turn_ended": "ended", "user_message": "unfinished"}[marks[-1] if marks else None]})
+    return out
+
+
+def test_the_summary_always_agrees_with_the_events(log):
+    import random
+
+    rnd = random.Random(12)
+    for k in range(6):
+        new(log, f"s{k}", title=f"Title {k}", kind="dream" if k % 3 == 0 else "chat")
+    types = ["user_message", "assistant_turn", "tool_started", "tool_result", "turn_ended", "hands_stopped"]
+
+    def payload(t):
+        return {"message": VERBATIM} if t == "assistant_turn" else {"text": "x"}
+
+    def appender(seed):
+        r = random.Random(seed)
+        for _ in range(30):
+            sid, t = f"s{r.randrange(6)}", r.choice(types)
+            if r.random() < 0.15:  # a write that fails: nothing of it may reach the summary
+                with pytest.raises(RuntimeError):
+                    log.write(lambda tx, sid=sid, t=t: (tx.append(sid, t, payload(t)), boom(RuntimeError("no")))).result()
+            elif r.random() < 0.2:
+                log.write(lambda tx, sid=sid, t=t: [tx.append(sid, t, payload(t)), tx.append(f"s{(int(sid[1:]) + 1) % 6}", t, payload(t))]).result()
+            else:
+                log.append(sid, t, payload(t))
+
+    threads = [threading.Thread(target=appender, args=(rnd.random(),)) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert log.sessions() == recomputed(log)
+    assert sum(r["events"] for r in log.sessions()) > 6
+
+
+def test_sessions_filters_and_pages(log):
+    for i in range(7):
+        new(log, f"s{i}", title=f"About {'PRICES' if i % 2 else 'weather'} {i}", kind="dream" if i == 3 else "chat")
+    log.append("s1", "user_message", {"text": "x"})
+    log.append("s2", "user_message", {"text": "x"})
+    log.append("s2", "turn_ended", {"stop_reason": "end_turn"})
+    log.append("s5", "user_message", {"text": "x"})
+    ids = lambda rows: [r["id"] for r in rows]  # noqa: E731
+    assert ids(log.sessions(state="unfinished")) == ["s1", "s5"]
+    assert ids(log.sessions(state="ended")) == ["s2"]
+    assert ids(log.sessions(state="new", kind="chat")) == ["s0", "s4", "s6"]
+    assert ids(log.sessions(text="prices")) == ["s1", "s3", "s5"]
+    assert ids(log.sessions(text="Prices", kind="chat", state="unfinished")) == ["s1", "s5"]
+    assert log.sessions(text="nothing like it") == []
+    assert ids(log.sessions(order="-created"))[:3] == ["s6", "s5", "s4"]
+    assert ids(log.sessions(order="-updated"))[:3] == ["s5", "s2", "s1"]
+    s2 = log.session("s2")["updated_at"]
+    assert ids(log.sessions(updated_after=s2)) == ["s5"]
+    assert "s2" not in ids(log.sessions(updated_before=s2)) and "s1" in ids(log.sessions(updated_before=s2))
+    assert ids(log.sessions(updated_after=datetime.fromisoformat(s2).astimezone(UTC))) == ["s5"]
+    # cursor pages: every session once, in order, for every order
+    for order in ("created", "-created", "updated", "-updated"):
+        seen, cursor = [], None
+        while True:
+            page = log.sessions_page(limit=3, order=order, cursor=cursor)
+            seen += ids(page["sessions"])
+            cursor = page["next"]
+            if cursor is None:
+                break
+        assert seen == ids(log.sessions(order=order)) and len(seen) == 7
+    page = log.sessions_page(limit=2, kind="chat", text="prices")
+    assert ids(page["sessions"]) == ["s1", "s5"] and page["next"] is None
+    # a page fetched, then a session changed: the next page still starts after the last row seen
+    first = log.sessions_page(limit=3, order="-created")
+    new(log, "s7", title="newest")
+    rest = log.sessions_page(limit=10, order="-created", cursor=first["next"])
+    assert ids(first["sessions"]) + ids(rest["sessions"]) == ["s6", "s5", "s4", "s3", "s2", "s1", "s0"]
+
+
+@pytest.mark.parametrize("kw", [
+    {"state": "running"}, {"state": 1}, {"order": "newest"}, {"limit": 0}, {"limit": 10**6}, {"limit": True},
+    {"limit": "5"}, {"cursor": "garbage"}, {"cursor": "x" * 10000}, {"cursor": 5}, {"updated_after": "yesterday"},
+    {"updated_before": float("nan")}, {"text": 5}, {"ids": "s1"},
+])
+def test_bad_listing_arguments_are_refused_clearly(log, kw):
+    new(log)
+    with pytest.raises(ValueError) as e:
+        log.sessions_page(**{"limit": 5, **kw})
+    assert any(name in str(e.value) for name in kw)
+
+
+def test_a_cursor_of_another_order_is_refused(log):
+    for i in range(3):
+        new(log, f"s{i}")
+    cursor = log.sessions_page(limit=1, order="created")["next"]
+    with pytest.raises(ValueError, match="cursor"):
+        log.sessions_page(limit=1, order="-updated", cursor=cursor)
+
+
+def test_hostile_listing_text_matches_nothing_and_breaks_nothing(log):
+    new(log, title="50% off_sale \\ 'quoted'")
+    assert [r["id"] for r in log.sessions(text="50% off_")] == ["s1"]
+    assert [r["id"] for r in log.sessions(text="'quoted'")] == ["s1"]
+    assert log.sessions(text="%") == log.sessions(text="50%")
+    assert log.sessions(text="\ud800") == [] and log.sessions(text="_x") == []
+    assert log.sessions(text="") == log.sessions()  # empty text filters nothing
+
+
+# -- scrubbing: the one exception to append-only -----------------------------------------
+
+
+SECRET = "ghp_Scrub5ecretT0ken9876543210abcdefXYZ"
+
+
+def test_scrub_replaces_every_copy_in_place_and_says_where(log):
+    new(log, "a", title=f"about {SECRET}", payload={"system": f"# Memories\n\nuse {SECRET} to deploy", "tools": []})
+    new(log, "b")
+    turn = {"message": {"role": "assistant", "content": [
+        {"type": "thinking", "thinking": f"the token is {SECRET}", "signature": "sig-a"},
+        {"type": "thinking", "thinking": "nothing secret", "signature": "sig-b"},
+        {"type": "text", "text": f"Using {SECRET}."},
+        {"type": "tool_use", "id": "t1", "name": "propose_memory", "input": {"text": f"deploy with {SECRET}", "n": [1, {"x": SECRET}]}}]}}
+    log.append("a", "assistant_turn", turn)
+    log.append("a", "user_message", {"text": "nothing to see"})
+    log.append("b", "tool_result", {"tool_use_id": "t9", "content": [{"type": "text", "text": f"read: ünï {SECRET}"}]})
+    before = snapshot(log)
+
+    def scrub_then_fail(tx):
+        assert tx.scrub([SECRET], "[redacted]")
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        log.write(scrub_then_fail).result()
+    assert snapshot(log) == before  # a scrub is part of its transaction: rolled back with it
+
+    def scrub(tx):
+        out = tx.scrub([SECRET, "", "deploy with " + SECRET], "[redacted]")
+        tx.append("b", "user_message", {"text": f"appended in the same transaction: {SECRET}"})
+        return out
+
+    touched = log.write(scrub).result()
+    assert touched == {"a": [1, 2], "b": [2]}
+    everything = repr(snapshot(log)) + repr(log.sessions())
+    assert SECRET not in everything.replace(f"appended in the same transaction: {SECRET}", "")
+    assert log.session("a")["title"] == "about [redacted]"
+    a = log.events("a")
+    assert a[0].payload["system"] == "# Memories\n\nuse [redacted] to deploy"
+    content = a[1].payload["message"]["content"]
+    # the thinking that held it is gone with its signature; the rest keeps its shape
+    assert [b["type"] for b in content] == ["thinking", "text", "tool_use"] and content[0]["signature"] == "sig-b"
+    assert content[2]["input"] == {"text": "[redacted]", "n": [1, {"x": "[redacted]"}]}
+    assert a[2].payload == {"text": "nothing to see"}
+    assert log.events("b")[1].payload["content"][0]["text"] == "read: ünï [redacted]"
+    assert [e.seq for e in log.events("a")] == [1, 2, 3]  # no seq changes, nothing added by the scrub itself
+    assert log.write(lambda tx: tx.scrub([SECRET, "absent text"], "[redacted]")).result() == {"b": [3]}
+    assert log.write(lambda tx: tx.scrub([], "[redacted]")).result() == {}
+    log.compact()  # nothing to do for a log without a file, a rewrite for a file: either way the log still works
+    assert log.append("a", "user_message", {"text": "after"}).seq == 4 and SECRET not in repr(snapshot(log))
+
+
+@pytest.mark.parametrize("target", ['say "hi" \\ then\nnewline\ttab', "ünïcödé 🔑 key-材料-9", "</script><img src=x onerror=alert(1)>",
+                                    "\u2028line\u2029sep\x00nul\x1f"])
+def test_scrub_finds_texts_json_escapes(log, target):
+    new(log, "a", payload={"system": f"before {target} after", "k": {target: target}})
+    assert log.write(lambda tx: tx.scrub([target], "[x]")).result() == {"a": [1]}
+    # values are scrubbed, keys are not: a payload's shape never changes
+    assert log.events("a")[0].payload == {"system": "before [x] after", "k": {target: "[x]"}}

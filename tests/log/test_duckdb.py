@@ -6,8 +6,12 @@ Behaviour every log shares is in test_conformance.py; `/query` is in test_query.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import duckdb
 import pytest
@@ -178,3 +182,178 @@ def test_a_second_process_gets_database_locked(db_path):
         # read-only handles cannot write
         with DuckDBLog(db_path, read_only=True) as ro:
             ro.append("s1", "user_message", {"text": "x"})
+
+
+# -- group commit: durability per caller --------------------------------------------------------
+
+APPENDER = """
+import sys, threading
+from workbench.log import DuckDBLog
+log = DuckDBLog(sys.argv[1])
+for k in range(20):
+    log.create_session(f"s{k}", title=None, model="m", payload={})
+out = threading.Lock()
+def run(k):
+    i = 0
+    while True:
+        e = log.append(f"s{k}", "user_message", {"text": "x" * (i % 300), "i": i})
+        with out:  # printed only after append returned: the event is durable by then
+            sys.stdout.write(f"{e.session_id} {e.seq} {i}\\n")
+            sys.stdout.flush()
+        i += 1
+for k in range(20):
+    threading.Thread(target=run, args=(k,), daemon=True).start()
+threading.Event().wait()
+"""
+
+
+def test_every_append_that_returned_survives_a_sigkill(db_path):
+    """20 threads append at once (so their writes are grouped); the process is SIGKILLed mid-stream;
+    every append that had returned is in the file, with its payload, and the summary agrees."""
+    proc = subprocess.Popen([sys.executable, "-c", APPENDER, str(db_path)], stdout=subprocess.PIPE, text=True)
+    returned = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(returned) < 600 and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            returned.append(line.split())
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(60)
+        proc.stdout.close()
+    assert len(returned) >= 600, f"the appender printed only {len(returned)} lines"
+    with DuckDBLog(db_path) as log:
+        stored = {(e.session_id, e.seq): e.payload["i"] for r in log.sessions() for e in log.events(r["id"]) if e.seq > 1}
+        for sid, seq, i in returned:
+            assert stored.get((sid, int(seq))) == int(i), f"{sid} {seq} returned but is not in the file"
+        for r in log.sessions():
+            assert r["events"] == r["last_seq"] == len(log.events(r["id"]))
+
+
+# -- the sessions summary ----------------------------------------------------------------------------
+
+
+def summary_from_events(path) -> list[tuple]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute(
+            "SELECT s.id, count(e.seq), coalesce(max(e.seq), 0), arg_max(e.type, e.seq) "
+            "FROM sessions s LEFT JOIN events e ON e.session_id = s.id GROUP BY s.id ORDER BY s.id").fetchall()
+    finally:
+        con.close()
+
+
+def test_rows_written_with_raw_sql_reach_the_summary(db_path):
+    with DuckDBLog(db_path) as log:
+        new(log)
+        new(log, "s2")
+        log.write(lambda tx: tx.execute(
+            "INSERT INTO events VALUES ('s1', 2, now()::TIMESTAMP, 'user_message', '{}'), "
+            "('s2', 2, now()::TIMESTAMP, 'turn_ended', '{}')")).result()
+        assert [(r["id"], r["events"], r["last_type"], r["state"]) for r in log.sessions()] == [
+            ("s1", 2, "user_message", "unfinished"), ("s2", 2, "turn_ended", "ended")]
+        log.write(lambda tx: tx.execute("CREATE TABLE other (x INTEGER)")).result()  # names no events: nothing to check
+        assert log.append("s1", "turn_ended", {}).seq == 3
+        rows = [(r["id"], r["events"], r["last_seq"], r["last_type"]) for r in log.sessions()]
+    assert rows == summary_from_events(db_path)
+
+
+def _old_database(path) -> None:
+    """A database as the workbench wrote it before the summary: no session_summary table, no summary_version."""
+    with DuckDBLog(path) as log:
+        new(log, "a")
+        new(log, "b")
+        log.append("a", "user_message", {"text": "q"})
+        log.append("b", "user_message", {"text": "q"})
+        log.append("b", "turn_ended", {"stop_reason": "end_turn"})
+        expected = log.sessions()
+    con = duckdb.connect(str(path))
+    con.execute("DROP TABLE session_summary")
+    con.execute("DELETE FROM meta WHERE key = 'summary_version'")
+    con.close()
+    return expected
+
+
+def test_an_old_database_gets_its_summary_built_from_the_events(db_path):
+    expected = _old_database(db_path)
+    with DuckDBLog(db_path, read_only=True) as ro:  # read-only: listed from the events, nothing written
+        assert ro.sessions() == expected
+        assert [r["id"] for r in ro.sessions_page(limit=1, state="ended")["sessions"]] == ["b"]
+    with DuckDBLog(db_path) as log:
+        assert log.sessions() == expected
+        assert log.append("a", "turn_ended", {"stop_reason": "end_turn"}).seq == 3
+        assert log.session("a")["state"] == "ended"
+    rows = summary_from_events(db_path)
+    con = duckdb.connect(str(db_path), read_only=True)
+    try:
+        assert con.execute("SELECT session_id, events, last_seq, last_type FROM session_summary ORDER BY 1").fetchall() == rows
+        assert con.execute("SELECT value FROM meta WHERE key = 'summary_version'").fetchall() == [("1",)]
+    finally:
+        con.close()
+
+
+def _copies(path, text: str) -> int:
+    """How many times text is in the bytes of the database file and its write-ahead log."""
+    return sum(p.read_bytes().count(text.encode()) for p in (path, path.with_name(path.name + ".wal")) if p.exists())
+
+
+def test_after_a_scrub_and_compact_no_byte_of_the_text_is_left_in_the_file(db_path):
+    secret = "ghp_C0mpactMe5ecretT0ken0123456789abcdef"
+    log = DuckDBLog(db_path)
+    os.chmod(db_path, 0o600)
+    for i in range(40):  # enough rows that the old ones sit in blocks of their own
+        log.create_session(f"s{i}", title="t", model="m", payload={"system": f"prompt {i} with {secret}" + " pad" * i})
+    log._writer.submit(lambda: log._con.execute("CHECKPOINT")).result()
+    assert _copies(db_path, secret) > 0  # the test can fail: the text is in the file's bytes before
+
+    assert len(log.write(lambda tx: tx.scrub([secret], "[redacted]")).result()) == 40
+    log._writer.submit(lambda: log._con.execute("CHECKPOINT")).result()
+    # a CHECKPOINT alone leaves the old bytes in free blocks of the file
+    assert _copies(db_path, secret) > 0
+
+    reads: list[int] = []
+    stop = threading.Event()
+
+    def reader():  # reads go on while the file is replaced: they wait, they do not fail
+        while not stop.is_set():
+            reads.append(len(log.sessions()) + len(log.events("s3")))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        log.compact()
+    finally:
+        stop.set()
+        t.join()
+    assert _copies(db_path, secret) == 0 and reads and set(reads) == {41}
+    assert oct(os.stat(db_path).st_mode & 0o777) == oct(0o600)
+    assert log.events("s39")[0].payload["system"].endswith("[redacted]" + " pad" * 39)
+    assert log.append("s1", "user_message", {"text": "after"}).seq == 2
+    log.close()
+    assert _copies(db_path, secret) == 0
+    with DuckDBLog(db_path, read_only=True) as again:
+        assert len(again.sessions()) == 40 and again.events("s1")[-1].payload == {"text": "after"}
+
+
+def test_scrub_reaches_rows_an_older_version_wrote_with_ascii_escapes(log):
+    new(log, "old")
+    text = "geheimnis-ünï-0042"
+    log.write(lambda tx: tx.execute("INSERT INTO events VALUES ('old', 2, now(), 'user_message', ?)",
+                                    [json.dumps({"text": f"the {text} here"})])).result()
+    assert "\\u00fc" in log.query("SELECT payload::VARCHAR FROM events WHERE seq = 2").rows[0][0]
+    assert log.write(lambda tx: tx.scrub([text], "[redacted]")).result() == {"old": [2]}
+    assert log.events("old")[1].payload == {"text": "the [redacted] here"}
+
+
+def test_compact_beside_another_log_of_the_process_says_what_to_do_and_keeps_working(db_path):
+    with DuckDBLog(db_path) as log:
+        new(log)
+        with DuckDBLog(db_path) as other:  # DuckDB shares the database within a process
+            with pytest.raises(DatabaseLocked, match="could not be rewritten"):
+                log.compact()
+            assert other.session("s1")["last_seq"] == 1
+        assert log.append("s1", "user_message", {"text": "after"}).seq == 2
+        log.compact()  # alone again: it works
+        assert [e.seq for e in log.events("s1")] == [1, 2]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -25,8 +26,9 @@ from ..errors import DatabaseLocked, DatabaseMissing, DatabaseUnreadable, LogClo
 from .events import EVENT_TYPES, Event
 from .payload import decode_payload
 from .query import QueryResult, run_query
+from .scrub import needles, scrub_payload, scrub_text
 from .settings import LogSettings
-from .writer import WriterLog, WriterTx, session_row
+from .writer import STATES, Listing, WriterLog, WriterTx, session_row
 
 SCHEMA_VERSION = "1"
 
@@ -40,7 +42,16 @@ CREATE TABLE IF NOT EXISTS sessions (
     created_at TIMESTAMP NOT NULL,   -- UTC
     title      VARCHAR,
     model      VARCHAR,
-    kind       VARCHAR NOT NULL      -- 'chat' or 'dream'
+    kind       VARCHAR NOT NULL,     -- 'chat', 'dream' or 'eval'
+    archived   BOOLEAN NOT NULL DEFAULT false   -- set by session_archived events
+);
+CREATE TABLE IF NOT EXISTS session_summary (   -- kept by every commit, in the same transaction as the events
+    session_id VARCHAR PRIMARY KEY,
+    events     BIGINT NOT NULL,      -- how many events the session has
+    last_seq   BIGINT NOT NULL,      -- 0 before its first event
+    last_type  VARCHAR,
+    updated_at TIMESTAMP NOT NULL,   -- UTC, the last event's ts (created_at before any)
+    turn_mark  VARCHAR               -- the type of the last user_message or turn_ended: the session's state
 );
 CREATE TABLE IF NOT EXISTS events (
     session_id VARCHAR NOT NULL,
@@ -51,6 +62,30 @@ CREATE TABLE IF NOT EXISTS events (
     PRIMARY KEY (session_id, seq)
 );
 """
+
+# The summary of every session, computed from the events: what a commit keeps in session_summary,
+# what a database from before the summary is migrated with, and what a read-only log of such a
+# database lists from. Only sessions of `stale` (when given) are computed.
+SUMMARY_FROM_EVENTS = """
+    SELECT s.id AS session_id, count(e.seq) AS events, coalesce(max(e.seq), 0) AS last_seq,
+           arg_max(e.type, e.seq) AS last_type, coalesce(max(e.ts), s.created_at) AS updated_at,
+           arg_max(e.type, e.seq) FILTER (WHERE e.type IN ('user_message', 'turn_ended')) AS turn_mark
+    FROM sessions s LEFT JOIN events e ON e.session_id = s.id
+    {where}
+    GROUP BY s.id, s.created_at
+"""
+# sessions whose summary is missing or behind their events (written by SQL of a caller, or before the summary)
+STALE = """
+    SELECT s.id FROM sessions s
+    LEFT JOIN (SELECT session_id, count(*) AS n, max(seq) AS m FROM events GROUP BY session_id) e ON e.session_id = s.id
+    LEFT JOIN session_summary m ON m.session_id = s.id
+    WHERE m.session_id IS NULL OR m.events <> coalesce(e.n, 0) OR m.last_seq <> coalesce(e.m, 0)
+"""
+RESUMMARIZE = ("INSERT OR REPLACE INTO session_summary "
+               + SUMMARY_FROM_EVENTS.format(where=f"WHERE s.id IN ({STALE})"))
+SUMMARY_VERSION = "1"
+# SQL that may write events behind the summary: any statement that names the table
+NAMES_EVENTS = re.compile(r"\bevents\b", re.IGNORECASE)
 
 # SQL through the log reaches nothing but the database itself, draws no progress bar on the
 # server's terminal, and cannot change either: the configuration is locked before first use
@@ -82,10 +117,12 @@ def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
         if "lock" in text.lower():
             holder = re.search(r"\(PID (\d+)\)", text)
             who = f" (pid {holder.group(1)})" if holder else ""
-            raise DatabaseLocked(
+            locked = DatabaseLocked(
                 f"{path} is in use by another process{who}; DuckDB allows one writer. "
                 "If a Jupyter server with workbench holds it, use its API or stop it first."
-            ) from None
+            )
+            locked.holder_pid = int(holder.group(1)) if holder else None
+            raise locked from None
         raise DatabaseUnreadable(f"cannot open {path}: {text.splitlines()[0]}") from None
     except (duckdb.Error, OSError) as e:
         raise DatabaseUnreadable(f"cannot open {path}: {str(e).splitlines()[0]}") from None
@@ -97,6 +134,11 @@ def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
         con.close()
         raise DatabaseUnreadable(f"cannot configure {path}: {str(e).splitlines()[0]}") from None
     return con
+
+
+def _quoted(text: str) -> str:
+    """text inside a single-quoted SQL string."""
+    return text.replace("'", "''")
 
 
 def one_row(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> tuple[Any, ...]:
@@ -141,16 +183,68 @@ class Tx(WriterTx):
         super().__init__(log)
         self.con = con
         self.raw = False  # whether SQL of the caller ran: it may have written events behind the seq cache
+        self.raw_events = False  # whether that SQL named the events table: the summary is checked at commit
+        self.pending: list[tuple[str, int, datetime, str, str]] = []  # appended rows not yet inserted
 
     def execute(self, sql: str, params: Iterable[Any] = ()) -> duckdb.DuckDBPyConnection:
         """Run SQL in this transaction."""
+        self.flush()
         self.raw = True
+        if isinstance(sql, str) and NAMES_EVENTS.search(sql):
+            self.raw_events = True
         return self.con.execute(sql, list(params))
+
+    def flush(self) -> None:
+        """Insert the rows appended so far: one statement for all of them, before anything reads."""
+        if not self.pending:
+            return
+        rows, self.pending = self.pending, []
+        if len(rows) == 1:
+            self.con.execute("INSERT INTO events (session_id, seq, ts, type, payload) VALUES (?, ?, ?, ?, ?)", list(rows[0]))
+            return
+        self.con.execute(
+            "INSERT INTO events (session_id, seq, ts, type, payload) SELECT unnest(?::VARCHAR[]), unnest(?::BIGINT[]), "
+            "unnest(?::TIMESTAMP[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[])::JSON",
+            [list(col) for col in zip(*rows, strict=True)],
+        )
+
+    def summarize(self) -> None:
+        """Bring session_summary up to date with what this transaction appended (at commit, before COMMIT)."""
+        self.flush()
+        if self.appended:
+            last: dict[str, list[Any]] = {}  # session -> [added, last seq, last type, last ts, turn mark]
+            for e in self.appended:
+                s = last.setdefault(e.session_id, [0, 0, None, None, None])
+                s[0] += 1
+                s[1], s[2], s[3] = e.seq, e.type, e.ts.replace(tzinfo=None)
+                if e.type in ("user_message", "turn_ended"):
+                    s[4] = e.type
+            if len(last) == 1:  # one session (a single append): the plain statement is the cheaper one
+                ((sid, (n, seq, type_, ts, mark)),) = last.items()
+                self.con.execute(
+                    "UPDATE session_summary SET events = events + ?, last_seq = ?, last_type = ?, updated_at = ?, "
+                    "turn_mark = coalesce(?, turn_mark) WHERE session_id = ?", [n, seq, type_, ts, mark, sid])
+                return self._resummarize()
+            cols = list(zip(*((sid, *v) for sid, v in last.items()), strict=True))
+            self.con.execute(
+                "UPDATE session_summary AS m SET events = m.events + v.n, last_seq = v.last_seq, last_type = v.last_type, "
+                "updated_at = v.ts, turn_mark = coalesce(v.mark, m.turn_mark) "
+                "FROM (SELECT unnest(?::VARCHAR[]) AS sid, unnest(?::BIGINT[]) AS n, unnest(?::BIGINT[]) AS last_seq, "
+                "unnest(?::VARCHAR[]) AS last_type, unnest(?::TIMESTAMP[]) AS ts, unnest(?::VARCHAR[]) AS mark) AS v "
+                "WHERE m.session_id = v.sid",
+                [list(c) for c in cols],
+            )
+        self._resummarize()
+
+    def _resummarize(self) -> None:
+        if self.raw_events:  # SQL of the caller named the events table: recompute what it may have put behind
+            self.con.execute(RESUMMARIZE)
 
     def _committed_seq(self, session_id: str) -> int:
         cached = None if self.raw else self._log._seqs.get(session_id)
         if cached is not None:
             return cached
+        self.flush()
         row = one_row(
             self.con,
             "SELECT (SELECT count(*) FROM sessions WHERE id = ?), coalesce(max(seq), 0) FROM events WHERE session_id = ?",
@@ -161,16 +255,15 @@ class Tx(WriterTx):
         return row[1]
 
     def _insert(self, session_id: str, seq: int, ts: datetime, type: str, data: bytes) -> None:
-        self.con.execute(
-            "INSERT INTO events (session_id, seq, ts, type, payload) VALUES (?, ?, ?, ?, ?)",
-            [session_id, seq, ts, type, data.decode("utf-8")],
-        )
+        self.pending.append((session_id, seq, ts, type, data.decode("utf-8")))
 
     def _events(self, session_id: str, after: int | None, until: int | None, types: list[str] | None,
                 limit: int | None) -> list[Event]:
+        self.flush()
         return select_events(self.con, session_id, after, until, types, limit)
 
     def _exists(self, session_id: str) -> bool:
+        self.flush()
         return bool(one_row(self.con, "SELECT count(*) FROM sessions WHERE id = ?", [session_id])[0])
 
     def _insert_session(self, session_id: str, created: datetime, title: str | None, model: str | None, kind: str) -> None:
@@ -178,6 +271,48 @@ class Tx(WriterTx):
             "INSERT INTO sessions (id, created_at, title, model, kind) VALUES (?, ?, ?, ?, ?)",
             [session_id, created, title, model, kind],
         )
+        self.con.execute("INSERT INTO session_summary VALUES (?, 0, 0, NULL, ?, NULL)", [session_id, created])
+
+    def _scrub(self, targets: list[str], replacement: str) -> dict[str, list[int]]:
+        self.flush()
+        found = needles(targets)
+        where = " OR ".join(["contains(payload::VARCHAR, ?)"] * len(found))
+        touched: dict[str, list[int]] = {}
+        rows = self.con.execute(f"SELECT session_id, seq, payload FROM events WHERE {where} ORDER BY session_id, seq",
+                                found).fetchall()
+        changed: list[tuple[str, int, str]] = []
+        for sid, seq, raw in rows:
+            new = scrub_payload(raw, targets, replacement)
+            if new is not None:
+                changed.append((sid, seq, new.decode("utf-8")))
+                touched.setdefault(sid, []).append(seq)
+        if changed:  # one statement for all of them
+            self.con.execute(
+                "UPDATE events SET payload = v.payload::JSON FROM (SELECT unnest(?::VARCHAR[]) AS sid, unnest(?::BIGINT[]) AS seq, "
+                "unnest(?::VARCHAR[]) AS payload) AS v WHERE events.session_id = v.sid AND events.seq = v.seq",
+                [list(col) for col in zip(*changed, strict=True)])
+        where = " OR ".join(["contains(title, ?)"] * len(targets))
+        for sid, title in self.con.execute(f"SELECT id, title FROM sessions WHERE {where}", targets).fetchall():
+            self.con.execute("UPDATE sessions SET title = ? WHERE id = ?", [scrub_text(title, targets, replacement), sid])
+        return touched
+
+    def _session_fields(self, session_id: str) -> dict[str, Any] | None:
+        self.flush()
+        row = self.con.execute("SELECT title, model, kind, archived FROM sessions WHERE id = ?", [session_id]).fetchone()
+        return None if row is None else {"title": row[0], "model": row[1], "kind": row[2], "archived": bool(row[3])}
+
+    def _set_session(self, session_id: str, fields: dict[str, Any]) -> None:
+        self.flush()
+        for name, value in fields.items():  # names from set_session's fixed set, never from a caller
+            self.con.execute(f"UPDATE sessions SET {name} = ? WHERE id = ?", [value, session_id])
+
+    def _remove_session(self, session_id: str) -> int:
+        self.flush()
+        self._log._seqs.pop(session_id, None)  # its seqs must not be reused for appends after it is gone
+        n = one_row(self.con, "SELECT count(*) FROM events WHERE session_id = ?", [session_id])[0]
+        for table, column in (("events", "session_id"), ("session_summary", "session_id"), ("sessions", "id")):
+            self.con.execute(f"DELETE FROM {table} WHERE {column} = ?", [session_id])
+        return int(n)
 
 
 class DuckDBLog(WriterLog):
@@ -195,7 +330,10 @@ class DuckDBLog(WriterLog):
         self.path = Path(path) if path is not None else default_db_path()
         self.read_only = read_only
         self._seqs: dict[str, int] = {}  # last committed seq per session, known to the writer
-        self._cursor_lock = threading.Lock()
+        self._summary = True  # whether the database has session_summary (a read-only old one may not)
+        self._archived = True  # whether sessions has the archived column (a read-only old one may not)
+        self._cursor_lock = threading.Condition()
+        self._swapping = False  # whether compact() is replacing the file: cursors wait
         try:
             self._con = self._writer.submit(self._connect).result()
         except BaseException:
@@ -210,11 +348,26 @@ class DuckDBLog(WriterLog):
         try:
             if self.read_only:
                 con.execute("SELECT count(*) FROM events").fetchone()
+                try:  # a database from before the summary lists from its events
+                    self._summary = bool(one_row(con, "SELECT count(*) FROM meta WHERE key = 'summary_version'")[0])
+                except duckdb.CatalogException:
+                    self._summary = False
+                self._archived = bool(one_row(
+                    con, "SELECT count(*) FROM information_schema.columns WHERE table_name = 'sessions' "
+                    "AND column_name = 'archived'")[0])
                 return con
             con.execute(SCHEMA)
+            # a database from before archiving: the column, false for every session
+            con.execute("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS archived BOOLEAN DEFAULT false")
             con.execute(
                 "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT DO NOTHING", [SCHEMA_VERSION]
             )
+            if not one_row(con, "SELECT count(*) FROM meta WHERE key = 'summary_version'")[0]:
+                # a database from before the summary: build it from the events, once
+                con.execute("BEGIN TRANSACTION")
+                con.execute(RESUMMARIZE)
+                con.execute("INSERT INTO meta VALUES ('summary_version', ?)", [SUMMARY_VERSION])
+                con.execute("COMMIT")
         except duckdb.CatalogException:
             con.close()
             raise DatabaseUnreadable(f"{self.path} is a DuckDB file but not a workbench log") from None
@@ -224,21 +377,76 @@ class DuckDBLog(WriterLog):
         return con
 
     def _release(self) -> None:
+        self._close_connection(checkpoint=not self.read_only)
+
+    def __enter__(self) -> DuckDBLog:
+        return self
+
+    def compact(self) -> None:
+        """Rewrite the database file, so that no free block of it keeps what a scrub replaced.
+
+        DuckDB leaves changed rows' old bytes in free blocks of the file after a CHECKPOINT, so
+        the file is copied, table by table, into a fresh one that replaces it (atomically, with
+        its mode). Runs on the writer thread, between transactions; readers wait for it.
+        """
+        if self.read_only:
+            raise DatabaseLocked(f"{self.path} was opened read-only")
+        self._writer.submit(self._compact).result()
+
+    def _compact(self) -> None:
+        fresh = self.path.with_name(self.path.name + ".compact")
+        for stale in (fresh, fresh.with_name(fresh.name + ".wal")):
+            stale.unlink(missing_ok=True)
+        with self._cursor_lock:
+            self._swapping = True
+        try:
+            self._close_connection(checkpoint=True)
+            try:
+                # a connection of its own: the log's may not reach another file (enable_external_access)
+                try:
+                    con = duckdb.connect(str(self.path))
+                except duckdb.Error as e:  # another connection of this process holds the file with its own settings
+                    raise DatabaseLocked(f"{self.path} could not be rewritten ({str(e).splitlines()[0]}): close the other "
+                                         "logs of this process on it and compact again; until then free blocks may keep "
+                                         "what was scrubbed") from None
+                try:
+                    con.execute("CHECKPOINT")  # nothing of the old file is left in a write-ahead log to replay
+                    name = one_row(con, "SELECT current_database()")[0]
+                    con.execute(f"ATTACH '{_quoted(str(fresh))}' AS workbench_compact")
+                    con.execute(f'COPY FROM DATABASE "{name.replace(chr(34), chr(34) * 2)}" TO workbench_compact')
+                    con.execute("DETACH workbench_compact")
+                finally:
+                    con.close()
+                os.chmod(fresh, stat.S_IMODE(self.path.stat().st_mode))
+                os.replace(fresh, self.path)
+            finally:
+                self._con = _open(self.path, False)
+        finally:
+            fresh.unlink(missing_ok=True)
+            with self._cursor_lock:
+                self._swapping = False
+                self._cursor_lock.notify_all()
+
+    def _close_connection(self, *, checkpoint: bool) -> None:
         # a reader's query may still run on a cursor of this connection ("connection is
         # busy"): give it a few seconds to finish rather than fail to close
         for attempt in range(100):
             try:
-                if not self.read_only:
+                if checkpoint:
                     self._con.execute("CHECKPOINT")
+                    checkpoint = False
                 self._con.close()
                 return
+            except duckdb.ConnectionException as e:
+                if "closed" in str(e):  # a close that raised had closed it all the same
+                    return
+                if attempt == 99:
+                    raise
+                time.sleep(0.05)
             except duckdb.Error:
                 if attempt == 99:
                     raise
                 time.sleep(0.05)
-
-    def __enter__(self) -> DuckDBLog:
-        return self
 
     # -- writing -----------------------------------------------------------
 
@@ -249,6 +457,7 @@ class DuckDBLog(WriterLog):
         return Tx(self, self._con)
 
     def _commit(self, tx: Tx) -> None:
+        tx.summarize()
         self._con.execute("COMMIT")
         if tx.raw:
             self._seqs.clear()
@@ -267,51 +476,124 @@ class DuckDBLog(WriterLog):
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A connection of its own for reading from the calling thread."""
         with self._cursor_lock:
+            self._cursor_lock.wait_for(lambda: not self._swapping)
             if self._closed:
                 raise LogClosed(f"the session log {self.path} is closed; open it again to read or write")
             return self._con.cursor()
 
     def _read(self, sql: str, params: list[Any]) -> list[tuple]:
-        cur = self.cursor()
-        try:
-            return cur.execute(sql, params).fetchall()
-        except duckdb.ConnectionException:
-            if self._closed:  # closed while this read waited or ran: say so as the log does, not as DuckDB
-                raise LogClosed(f"the session log {self.path} is closed; open it again to read or write") from None
-            raise
-        finally:
-            cur.close()
+        for attempt in range(2):
+            cur = self.cursor()
+            try:
+                return cur.execute(sql, params).fetchall()
+            except duckdb.ConnectionException:
+                if self._closed:  # closed while this read waited or ran: say so as the log does, not as DuckDB
+                    raise LogClosed(f"the session log {self.path} is closed; open it again to read or write") from None
+                if attempt:
+                    raise
+                # compact() replaced the connection between this cursor and its query: read again
+            finally:
+                cur.close()
+        raise AssertionError("unreachable")
 
     def _has_session(self, session_id: str) -> bool:
         return bool(self._read("SELECT count(*) FROM sessions WHERE id = ?", [session_id])[0][0])
 
-    def _sessions(self, ids: list[str] | None, kind: str | None) -> list[dict[str, Any]]:
+    def _sessions(self, q: Listing) -> list[dict[str, Any]]:
         where: list[str] = []
         params: list[Any] = []
-        if ids is not None:
+        if q.ids is not None:
             where.append("s.id IN (SELECT unnest(?::VARCHAR[]))")
-            params.append(ids)
-        if kind is not None:
+            params.append(q.ids)
+        if q.kind is not None:
             where.append("s.kind = ?")
-            params.append(kind)
+            params.append(q.kind)
+        if q.state is not None:
+            mark = {v: k for k, v in STATES.items()}[q.state]
+            where.append("m.turn_mark IS NULL" if mark is None else "m.turn_mark = ?")
+            params += [] if mark is None else [mark]
+        if q.text is not None:
+            where.append("contains(lower(s.title), lower(?))")
+            params.append(q.text)
+        if q.archived is not None:
+            where.append("s.archived = ?" if self._archived else "? = false")
+            params.append(q.archived)
+        if q.updated_after is not None:
+            where.append("m.updated_at > ?")
+            params.append(q.updated_after)
+        if q.updated_before is not None:
+            where.append("m.updated_at < ?")
+            params.append(q.updated_before)
+        key = {"created_at": "s.created_at", "updated_at": "m.updated_at"}[q.key]
+        sign, way = ("<", "DESC") if q.descending else (">", "ASC")
+        if q.after is not None:
+            where.append(f"({key} {sign} ? OR ({key} = ? AND s.id {sign} ?))")
+            params += [q.after[0], q.after[0], q.after[1]]
+        summary = "session_summary" if self._summary else f"({SUMMARY_FROM_EVENTS.format(where='')})"
         sql = f"""
             SELECT s.id, s.created_at, s.title, s.model, s.kind,
-                   count(e.seq) AS events, max(e.seq) AS last_seq,
-                   arg_max(e.type, e.seq) AS last_type, max(e.ts) AS updated_at,
-                   arg_max(e.type, e.seq) FILTER (WHERE e.type IN ('user_message', 'turn_ended')) AS turn_mark
-            FROM sessions s LEFT JOIN events e ON e.session_id = s.id
+                   m.events, m.last_seq, m.last_type, m.updated_at, m.turn_mark,
+                   CASE WHEN json_type(first.payload, '$.parent_id') = 'VARCHAR'
+                        THEN json_extract_string(first.payload, '$.parent_id') END AS parent_id,
+                   {"s.archived" if self._archived else "false"}
+            FROM sessions s JOIN {summary} m ON m.session_id = s.id
+            LEFT JOIN events first ON first.session_id = s.id AND first.seq = 1
             {"WHERE " + " AND ".join(where) if where else ""}
-            GROUP BY ALL ORDER BY s.created_at, s.id
+            ORDER BY {key} {way}, s.id {way}
+            {"" if q.limit is None else f"LIMIT {int(q.limit)}"}
         """
         return [session_row(*row) for row in self._read(sql, params)]
 
+    def _search(self, text: str, kind: str | None, archived: bool | None, limit: int,
+                offset: int) -> list[tuple[dict[str, Any], int, str | None, str]]:
+        # The words of each event (manage.searchable_text, in SQL), matched in any case; a session's first hit.
+        words = """CASE e.type
+            WHEN 'user_message' THEN coalesce(json_extract_string(e.payload, '$.text'), '')
+            WHEN 'assistant_turn' THEN coalesce(array_to_string(list_filter(
+                json_extract_string(e.payload, '$.message.content[*].text'), lambda x: x IS NOT NULL), chr(10)), '')
+            ELSE coalesce(array_to_string(list_filter(
+                json_extract_string(e.payload, '$.content[*].text'), lambda x: x IS NOT NULL), chr(10)), '') END"""
+        where: list[str] = ["true"]
+        params: list[Any] = []
+        if kind is not None:
+            where.append("s.kind = ?")
+            params.append(kind)
+        if archived is not None:
+            where.append("s.archived = ?" if self._archived else "? = false")
+            params.append(archived)
+        sql = f"""
+            WITH picked AS (SELECT s.id FROM sessions s WHERE {" AND ".join(where)}),
+            titled AS (SELECT s.id AS sid, 0 AS seq, NULL AS type, s.title AS words
+                       FROM sessions s JOIN picked p ON p.id = s.id WHERE contains(lower(s.title), lower(?))),
+            said AS (SELECT e.session_id AS sid, min(e.seq) AS seq FROM events e JOIN picked p ON p.id = e.session_id
+                     WHERE e.type IN ('user_message', 'assistant_turn', 'tool_result')
+                       AND e.session_id NOT IN (SELECT sid FROM titled)
+                       AND contains(lower({words}), lower(?))
+                     GROUP BY e.session_id),
+            hits AS (SELECT sid, seq, type, words FROM titled
+                     UNION ALL
+                     SELECT d.sid, d.seq, e.type, {words} FROM said d JOIN events e ON e.session_id = d.sid AND e.seq = d.seq)
+            SELECT h.sid, h.seq, h.type, h.words FROM hits h
+            JOIN {"session_summary" if self._summary else f"({SUMMARY_FROM_EVENTS.format(where='')})"} m
+              ON m.session_id = h.sid
+            ORDER BY m.updated_at DESC, h.sid DESC LIMIT {int(limit)} OFFSET {int(offset)}
+        """
+        found = self._read(sql, [*params, text, text])
+        by_id = {r["id"]: r for r in self._sessions(Listing(ids=[f[0] for f in found]))}
+        return [(by_id[sid], seq, type_, words or "") for sid, seq, type_, words in found if sid in by_id]
+
     def _events(self, session_id: str, after: int | None, until: int | None, types: list[str] | None,
                 limit: int | None) -> list[Event]:
-        cur = self.cursor()
-        try:
-            return select_events(cur, session_id, after, until, types, limit)
-        finally:
-            cur.close()
+        for attempt in range(2):
+            cur = self.cursor()
+            try:
+                return select_events(cur, session_id, after, until, types, limit)
+            except duckdb.ConnectionException:
+                if attempt or self._closed:
+                    raise
+            finally:
+                cur.close()
+        raise AssertionError("unreachable")
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> QueryResult:
         """Run one SELECT, read-only, within the query limits of LogSettings (see docs/api.md, /query)."""

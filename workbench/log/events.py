@@ -30,6 +30,9 @@ EVENT_TYPES: Mapping[str, str] = MappingProxyType({
     "turn_failed": "the harness failed during the turn (a bug or data it could not handle); the turn was closed",
     "interrupted": "a person interrupted the running turn or tool call",
     "resumed": "an interrupted turn was picked up again from the log",
+    # managing sessions
+    "session_renamed": "the session's title was set, by a person or automatically from its first message",
+    "session_archived": "the session was archived (hidden from listings by default) or unarchived",
     # hands
     "hands_started": "a kernel for this session's hands is ready (generation, timings)",
     "hands_died": "the kernel died (exit code or signal); its in-memory state is gone",
@@ -38,13 +41,19 @@ EVENT_TYPES: Mapping[str, str] = MappingProxyType({
     "hands_replayed": "after a kernel death, replayable earlier calls were re-run in the new kernel",
     "hands_stopped": "the session's kernel was shut down",
     "hands_refused": "model code was not run because no safe sandbox is available",
+    # files
+    "file_attached": "a person put a file (or a notebook variable) into the session's workspace: name, path, bytes, sha256, kind",
     # egress
     "egress_allowed": "the egress proxy let a request from the hands through",
     "egress_denied": "the egress proxy refused a request from the hands, with the reason",
+    # the one exception to append-only
+    "redacted": "a tombstone: copies of a redacted text were removed from this session's earlier events (who, why, which seqs)",
     # memory
     "memories_injected": "accepted memories were put into this session's frozen system prompt",
     "dream_read": "a dream session recorded which events of other sessions it has read",
     "memory_proposed": "a dream proposed a memory (new, edit, merge or retire), with provenance",
+    # delegation
+    "delegate_checked": "a delegated child's check ran in fresh hands against a copy of its workspace: the verdict",
 })
 
 

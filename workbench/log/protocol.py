@@ -4,10 +4,16 @@
 for fast tests. Both pass one conformance suite (tests/log/test_conformance.py):
 
 - seqs are 1, 2, 3, ... per session; `(session_id, seq)` is never reused;
-- `write(fn)` runs fn in one transaction on the log's one writer thread; if fn
-  raises, nothing it wrote is kept;
+- `write(fn)` runs fn in a transaction on the log's one writer thread; if fn
+  raises, nothing it wrote is kept; writes that arrive while another commits are
+  committed together in the next transaction (a group commit), and each caller's
+  Future is set only once its own write is committed; a write that fails fails
+  alone (the rest of its group is committed without it);
 - a subscriber hears of an event only after its commit, never of a rolled-back
   one; a subscriber that raises is logged, not passed on to the writer;
+- `tx.scrub(targets, replacement)` is the one change to committed events: it
+  replaces texts in payloads and titles in place, and `compact()` then leaves
+  no old copy in storage (log/scrub.py; docs/events.md, "Redaction");
 - payloads are strict JSON within the limits of `LogSettings`; what is read back
   is a fresh copy, never the stored object.
 """
@@ -22,6 +28,7 @@ from .events import Event
 
 T = TypeVar("T")
 Subscriber = Callable[[Event], None]
+CommitSubscriber = Callable[[list[Event]], None]
 
 
 @runtime_checkable
@@ -42,6 +49,11 @@ class Tx(Protocol):
         limit: int | None = None,
     ) -> list[Event]:
         """Like `SessionLog.events`, including what this transaction appended so far."""
+        ...
+
+    def scrub(self, targets: Sequence[str], replacement: str) -> dict[str, list[int]]:
+        """Replace every copy of the targets in stored payloads and session titles, in place; the seqs changed
+        by session (the one exception to append-only: the caller appends a `redacted` tombstone to each)."""
         ...
 
 
@@ -82,6 +94,10 @@ class SessionLog(Protocol):
         """Call fn(event) on the writer thread after each commit; returns an unsubscribe."""
         ...
 
+    def subscribe_commits(self, fn: CommitSubscriber) -> Callable[[], None]:
+        """Call fn(events) on the writer thread once per commit (its events in order); returns an unsubscribe."""
+        ...
+
     def has_session(self, session_id: str) -> bool:
         """Whether a session with that id exists."""
         ...
@@ -120,6 +136,10 @@ class SessionLog(Protocol):
 
     async def aevents(self, session_id: str, after: int | None = None, **kw: Any) -> list[Event]:
         """`events` without blocking the event loop."""
+        ...
+
+    def compact(self) -> None:
+        """After a scrub, leave no copy of what it replaced in the log's storage (a file's free blocks)."""
         ...
 
     def close(self) -> None:

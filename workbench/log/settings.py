@@ -18,6 +18,8 @@ class LogSettings:
     max_payload_bytes: int = 16 * 1024 * 1024  # one event's payload, as stored (compact UTF-8 JSON)
     max_depth: int = 64  # nesting of objects and arrays in a payload
     max_field_chars: int = 1000  # a session's id, title, model and kind
+    max_group: int = 1000  # writes committed together in one transaction (a group commit) at most
+    group_wait: float = 0.002  # seconds a group may wait for the writers of the group before to come back
     query_timeout: float = 10.0  # seconds before a query is interrupted
     query_max_rows: int = 10_000  # rows a query returns; more are cut and the result says so
     query_max_sql_chars: int = 100_000
