@@ -83,8 +83,18 @@ def settings(tmp_path) -> HandsSettings:
 class Gateway:
     """A running kernel gateway: its URL and token."""
 
-    def __init__(self, url: str, token: str):
-        self.url, self.token = url, token
+    def __init__(self, url: str, token: str, pid: int = 0):
+        self.url, self.token, self.pid = url, token, pid
+
+    def kernel_pid(self, kernel_id: str) -> int:
+        """The pid of the gateway's kernel process `kernel_id` (its connection file names it)."""
+        for child in psutil.Process(self.pid).children(recursive=True):
+            try:
+                if any(kernel_id in a for a in child.cmdline()):
+                    return child.pid
+            except psutil.NoSuchProcess:
+                continue
+        raise LookupError(f"no process of kernel {kernel_id} under the gateway")
 
     def kernels(self) -> list[str]:
         """The ids of the kernels running on the gateway."""
@@ -95,8 +105,18 @@ class Gateway:
 @pytest.fixture(scope="session")
 def gateway(hands_tmp):
     """A real `jupyter kernelgateway` on 127.0.0.1, stopped at the end."""
+    yield from _gateway(hands_tmp, "gateway-runtime", time_to_dead=0.3)
+
+
+@pytest.fixture(scope="session")
+def deaf_gateway(hands_tmp):
+    """A kernel gateway whose restarter does not notice a dead kernel for 10 minutes: only the hands' probe can."""
+    yield from _gateway(hands_tmp, "deaf-gateway-runtime", time_to_dead=600)
+
+
+def _gateway(hands_tmp, name: str, time_to_dead: float):
     port = free_port()
-    runtime = hands_tmp / "gateway-runtime"
+    runtime = hands_tmp / name
     runtime.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "WORKBENCH_"))}
     env.update(JUPYTER_RUNTIME_DIR=str(runtime), KG_AUTH_TOKEN=TOKEN)
@@ -104,10 +124,14 @@ def gateway(hands_tmp):
         sys.executable, "-m", "kernel_gateway",
         "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.port={port}", "--KernelGatewayApp.port_retries=0",
         "--JupyterWebsocketPersonality.list_kernels=True",
-        # the gateway's restarter is how a dead kernel is noticed over a gateway; make it quick
-        "--KernelRestarter.time_to_dead=0.3", "--KernelRestarter.restart_limit=100",
+        # the gateway's restarter is one way a dead kernel is noticed over a gateway (the probe is the other)
+        f"--KernelRestarter.time_to_dead={time_to_dead}", "--KernelRestarter.restart_limit=100",
     ]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=hands_tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # its log goes to a file: a pipe nobody reads fills after some 64 KiB of log lines, and then the gateway
+    # blocks on its next line and answers nothing more (the later gateway tests of a full run timed out)
+    log_path = hands_tmp / f"{name}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=hands_tmp, env=env, stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -118,11 +142,11 @@ def gateway(hands_tmp):
                 break
             except OSError:
                 if proc.poll() is not None:
-                    raise RuntimeError("the kernel gateway exited: " + proc.stderr.read().decode()[-2000:])
+                    raise RuntimeError("the kernel gateway exited: " + log_path.read_text(errors="replace")[-2000:])
                 if time.monotonic() > deadline:
                     raise RuntimeError("the kernel gateway did not answer within 60 s")
                 time.sleep(0.1)
-        yield Gateway(url, TOKEN)
+        yield Gateway(url, TOKEN, proc.pid)
     finally:
         proc.terminate()
         try:
@@ -130,7 +154,6 @@ def gateway(hands_tmp):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        proc.stderr.close()
 
 
 @pytest_asyncio.fixture

@@ -55,6 +55,13 @@ for fd in sorted(os.listdir("/proc/self/fd"), key=int):
 print(json.dumps({"own": [p for p in own if p], "fds": fds}))
 """
 
+FD_WRITES = r"""
+import ctypes, os
+os.system("echo fd-level-" + "shell")
+line = ("fd-level-" + "c-write\n").encode()
+ctypes.CDLL(None).write(2, line, len(line))
+"""
+
 ALWAYS_OURS = ("socket:", "pipe:", "anon_inode:", "/dev/null", "/dev/urandom")
 TERMINALS = ("/dev/pts/", "/dev/tty", "/dev/console", "/dev/ptmx")
 
@@ -106,14 +113,26 @@ def test_under_a_jupyter_server_logging_to_a_file(tmp_path, backend):
                     break
                 assert time.monotonic() < deadline, f"the turn did not end: {server.log_tail()}"
                 time.sleep(0.2)
+            # what the kernel writes to its descriptors 1 and 2 below Python (a shell command, C code) is
+            # output of the call: it reaches the observation, never the server's log
+            http.post(f"{api}/sessions/{sid}/messages", json={"text": f"```python\n{FD_WRITES}\n```"}).raise_for_status()
+            while True:
+                events = http.get(f"{api}/sessions/{sid}/events").raise_for_status().json()["events"]
+                if sum(e["type"] == "turn_ended" for e in events) == 2:
+                    break
+                assert time.monotonic() < deadline + 120, f"the turn did not end: {server.log_tail()}"
+                time.sleep(0.2)
     finally:
         server.stop()
-    result = next(e["payload"] for e in events if e["type"] == "tool_result")
+    result, fd_result = [e["payload"] for e in events if e["type"] == "tool_result"]
     assert not result["is_error"], result["content"]
     report = json.loads(result["observation"]["stdout"])
     log_target = str(server.logfile.resolve())
     assert not [t for t, *_ in report["fds"].values() if t == log_target]
     assert strangers(report) == []
+    shown = fd_result["content"][0]["text"]
+    assert "fd-level-" + "shell" in shown and "fd-level-" + "c-write" in shown, fd_result["content"]
+    assert "fd-level-" not in server.logfile.read_text(errors="replace")
 
 
 def _drain(fd: int, sink: bytearray) -> bool:

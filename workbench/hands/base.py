@@ -15,30 +15,31 @@ a dead kernel) are observations for the model, never exceptions in the brain.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from . import clean
+from .render import blocks
 
 # A sink for hands events (`hands_started`, `hands_died`, ...): the brain
 # passes one in so that hands never import the log or the brain.
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
 
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 
 
 @dataclass
 class Observation:
-    """What one code execution produced, in the shape the model will see."""
+    """What one code execution produced: its outputs in order, as a notebook shows them (see fold.py).
+
+    `outputs` is the record (nbformat-like dicts, every MIME bundle kept within the budget);
+    `stdout`, `stderr` and `result` are its text by kind, for a quick look; `error` the call's error.
+    """
 
     stdout: str = ""
     stderr: str = ""
-    result: str | None = None  # text/plain of the execute_result
-    displays: list[dict[str, Any]] = field(default_factory=list)  # mime bundles
+    result: str | None = None  # text/plain of the execute result(s), one per line
+    outputs: list[dict[str, Any]] = field(default_factory=list)
     error: dict[str, Any] | None = None  # {ename, evalue, traceback}
     truncated: list[str] = field(default_factory=list)  # notes on what was cut
     generation: int | None = None
@@ -49,12 +50,17 @@ class Observation:
     def ok(self) -> bool:
         return self.error is None
 
+    @property
+    def displays(self) -> list[dict[str, Any]]:
+        """The MIME bundles of the call's displays (not its results), in order."""
+        return [o["data"] for o in self.outputs if o.get("output_type") == "display_data" and isinstance(o.get("data"), dict)]
+
     def to_json(self) -> dict[str, Any]:
         return {
+            "outputs": self.outputs,
             "stdout": self.stdout,
             "stderr": self.stderr,
             "result": self.result,
-            "displays": self.displays,
             "error": self.error,
             "truncated": self.truncated,
             "generation": self.generation,
@@ -64,42 +70,34 @@ class Observation:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Observation:
+        """An observation as stored; one stored before `outputs` existed gets them from its fields."""
         fields: dict[str, Any] = {k: d.get(k) for k in cls.__dataclass_fields__ if k in d}
-        return cls(**fields)
+        obs = cls(**fields)
+        if "outputs" not in d:
+            obs.outputs = [*({"output_type": "stream", "name": n, "text": t} for n, t in
+                             (("stdout", obs.stdout), ("stderr", obs.stderr)) if t),
+                           *({"output_type": "display_data", "data": b} for b in d.get("displays") or []),
+                           *([{"output_type": "execute_result", "data": {"text/plain": obs.result}}] if obs.result else [])]
+        return obs
 
-    def text(self) -> str:
-        """The observation as plain text for the model."""
-        parts = list(self.notes)
-        if self.stdout:
-            parts.append(self.stdout.rstrip("\n"))
-        if self.stderr:
-            parts.append("[stderr]\n" + self.stderr.rstrip("\n"))
-        for d in self.displays:
-            if not any(t in d for t in IMAGE_TYPES) and "text/plain" in d:
-                parts.append(d["text/plain"])
-        if self.result is not None:
-            parts.append(self.result)
-        if self.error:
-            tb = "\n".join(ANSI.sub("", line) for line in self.error.get("traceback") or [])
-            parts.append(tb or f"{self.error.get('ename')}: {self.error.get('evalue')}")
-        parts.extend(self.truncated)
-        return "\n".join(parts) if parts else "(no output)"
+    def all_outputs(self) -> list[dict[str, Any]]:
+        """The outputs, with the error last if it is not among them (a death, a timeout, a refusal)."""
+        outputs = list(self.outputs)
+        if not outputs and (self.stdout or self.stderr):  # a failure that kept the text of what ran
+            outputs = [{"output_type": "stream", "name": n, "text": t} for n, t in
+                       (("stdout", self.stdout), ("stderr", self.stderr)) if t]
+        if self.error and not any(o.get("output_type") == "error" for o in outputs):
+            outputs.append({"output_type": "error", **self.error})
+        return outputs
 
     def content_blocks(self) -> list[dict[str, Any]]:
-        """tool_result content: one text block, then each image as an image block."""
-        blocks: list[dict[str, Any]] = [{"type": "text", "text": self.text()}]
-        for d in self.displays:
-            for mime in IMAGE_TYPES:
-                if mime in d:
-                    data = d[mime]
-                    blocks.append(
-                        {
-                            "type": "image",
-                            "source": {"type": "base64", "media_type": mime, "data": data.strip()},
-                        }
-                    )
-                    break
-        return blocks
+        """tool_result content: text and image blocks in the order of the outputs (see render.py)."""
+        return blocks(self.all_outputs(), self.notes, self.truncated)
+
+    def text(self) -> str:
+        """The observation as plain text (its text blocks; images as a mark)."""
+        return "\n".join(b["text"] if b["type"] == "text" else f"[image: {b['source']['media_type']}]"
+                         for b in self.content_blocks())
 
 
 def failure(message: str, ename: str = "HandsError", **kw: Any) -> Observation:
@@ -111,8 +109,11 @@ def failure(message: str, ename: str = "HandsError", **kw: Any) -> Observation:
 class Hands(Protocol):
     """Where the model's code runs. One main verb: execute."""
 
-    async def execute(self, code: str, timeout: float | None = None) -> Observation:
-        """Run code; a dead kernel or a timeout is an Observation with `error` set."""
+    async def execute(self, code: str, timeout: float | None = None,
+                      on_output: Callable[[str, str], None] | None = None) -> Observation:
+        """Run code; a dead kernel or a timeout is an Observation with `error` set.
+
+        `on_output(kind, text)`, if given, hears the output while the call runs (hands/live.py)."""
         ...
 
     async def restart(self) -> None:
@@ -121,6 +122,11 @@ class Hands(Protocol):
 
     async def interrupt(self) -> None:
         """Interrupt the running call, if any."""
+        ...
+
+    async def close(self, reason: str = "closed", *, if_idle: float | None = None) -> bool:
+        """Stop the kernel (and its spare) but keep the session's workspace; the next execute starts again.
+        With `if_idle`, only if no call came for that many seconds. Returns whether anything was stopped."""
         ...
 
     async def shutdown(self) -> None:
@@ -240,37 +246,15 @@ class Launcher(Protocol):
         returns code the hands run in it (may be empty)."""
         ...
 
+    async def make_workspace(self, place: Place) -> None:
+        """Make the session's workspace before its first kernel, so files can be put in before any code
+        runs; raises `NoWorkspace` when its kernels' files are not on this machine (a gateway's)."""
+        ...
+
+    def owner(self) -> tuple[int, int] | None:
+        """The uid:gid a workspace's files are for when not this process's user (a root host's sandbox)."""
+        ...
+
     async def aclose(self) -> None:
         """Free what the launcher holds for all its kernels (after they are stopped)."""
         ...
-
-
-class OutputCap:
-    """Keeps at most `limit` characters of one stream and remembers what it dropped."""
-
-    def __init__(self, name: str, limit: int):
-        self.name, self.limit = name, limit
-        self.parts: list[str] = []
-        self.kept = 0
-        self.dropped = 0
-
-    def add(self, text: str) -> None:
-        room = self.limit - self.kept
-        if room > 0:
-            piece = text[:room]
-            self.parts.append(clean.text(piece))  # what a kernel sends may hold lone surrogates
-            self.kept += len(piece)
-            self.dropped += len(text) - len(piece)
-        else:
-            self.dropped += len(text)
-
-    def value(self) -> str:
-        return "".join(self.parts)
-
-    def note(self) -> str | None:
-        if not self.dropped:
-            return None
-        return (
-            f"[{self.name} truncated: showed the first {self.kept:,} characters, "
-            f"dropped {self.dropped:,} more; write large output to a file and read parts of it]"
-        )

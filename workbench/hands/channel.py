@@ -49,7 +49,9 @@ class HandsKernelClient(AsyncKernelClient):
     def _create_connected_socket(self, channel: str, identity: bytes | None = None) -> zmq.Socket:
         # jupyter_client's, with the limit set before connect (ZMQ reads it when the connection starts)
         sock = self.context.socket(channel_socket_types[channel])
-        sock.linger = 1000
+        # no linger: the hands close a client only with its kernel going, and a message still queued for a
+        # dead kernel would hold the context's termination (and the event loop) for the whole linger
+        sock.linger = 0
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_message)
         if identity:
             sock.identity = identity

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import clean, images
-from .base import Observation, OutputCap
+from .base import Observation
+from .fold import Fold, Other, Rich
 from .kernel_cap import DROPPED_MIME
+from .render import IMAGE_TYPES
 
 MAX_NOTES = 12  # notes about dropped or repaired output per call; then one that says there were more
 MAX_MIME_CHARS = 255  # the longest MIME type name kept
@@ -38,17 +40,16 @@ class Budget:
 
 
 class Collector:
-    """Folds the iopub messages of one execute request into an Observation."""
+    """Folds the iopub messages of one execute request (and its reply's payloads) into an Observation."""
 
-    def __init__(self, budget: Budget, generation: int):
+    def __init__(self, budget: Budget, generation: int, shown: set[str] | None = None):
+        """`shown`: the display ids earlier calls of this kernel left shown; updated by done()."""
         self.budget = b = budget
+        self.shown = shown if shown is not None else set()
+        self.displayed: set[str] = set()  # display ids this call showed
         self.limit = b.output_limit
-        self.out, self.err, self.res = OutputCap("stdout", b.output_limit), OutputCap("stderr", b.output_limit), \
-            OutputCap("result", b.output_limit)
+        self.fold = Fold(b.output_limit, b.max_displays, b.max_bytes)
         self.obs = Observation(generation=generation)
-        self.display_bytes = 0
-        self.over_count = 0  # displays dropped: more than max_displays
-        self.over_bytes = 0  # displays dropped: over max_observation_bytes
         self.notes: list[str] = []
         self._more_notes = 0
 
@@ -66,51 +67,114 @@ class Collector:
         if msg_type == "stream":
             text = c.get("text")
             if isinstance(text, str):
-                (self.out if c.get("name") == "stdout" else self.err).add(text)
+                self.fold.stream("stdout" if c.get("name") == "stdout" else "stderr", clean.text(text))
             else:
                 self.note("[a stream message without text from the kernel was dropped]")
         elif msg_type == "execute_result":
             data = c.get("data")
-            plain = data.get("text/plain", "") if isinstance(data, dict) else None
-            if isinstance(plain, str):
-                self.res.add(plain)
+            if isinstance(data, dict) and DROPPED_MIME not in data:
+                count = c.get("execution_count")
+                extra = {"execution_count": count} if isinstance(count, int) and 0 <= count < 2**53 else {}
+                await self._rich("execute_result", data, self._display_id(c), extra)
             else:
-                self.note("[a malformed execute_result from the kernel was dropped: its data is not an object with "
-                          "text/plain as a string]")
+                self.note("[a malformed execute_result from the kernel was dropped: its data is not a MIME bundle]")
         elif msg_type in ("display_data", "update_display_data"):
-            await self._display(c.get("data"))
+            await self._display(msg_type, c)
+        elif msg_type == "clear_output":
+            self.fold.clear(c.get("wait") is True)
         elif msg_type == "error":
-            self.obs.error = self._error(c)
+            err = self._error(c)
+            if self.fold.owner is None:  # an error an Output widget captured is its output, not the call's failure
+                self.obs.error = err
+            self.fold.other({"output_type": "error", **err})
+        elif msg_type == "comm_msg":
+            self._comm(c)
         elif msg_type == "status" and c.get("execution_state") == "idle":
             return True
         return False
 
-    async def _display(self, data: Any) -> None:
+    def _comm(self, c: dict[str, Any]) -> None:
+        """An Output widget's `msg_id` set (it captures what this call writes) or emptied (it stops)."""
+        data = c.get("data")
+        state = data.get("state") if isinstance(data, dict) and data.get("method") == "update" else None
+        comm = c.get("comm_id")
+        if isinstance(state, dict) and isinstance(state.get("msg_id"), str) and isinstance(comm, str):
+            self.fold.capture(comm[:100], bool(state["msg_id"]))
+
+    async def reply(self, content: dict[str, Any]) -> None:
+        """The execute reply's payloads, as a notebook shows them: the pager's text (`len?`) as a display,
+        the next input a kernel proposes (`%recall`, `%load`) as text."""
+        payloads = content.get("payload")
+        if not isinstance(payloads, list):
+            return
+        for p in payloads[:MAX_NOTES]:
+            if not isinstance(p, dict):
+                continue
+            if p.get("source") == "page" and isinstance(p.get("data"), dict):
+                await self._rich("display_data", p["data"], None, {"source": "page"})
+            elif p.get("source") == "set_next_input" and isinstance(p.get("text"), str):
+                self.fold.other({"output_type": "set_next_input", "text": self._cut(p["text"])})
+
+    async def _display(self, msg_type: str, c: dict[str, Any]) -> None:
+        data = c.get("data")
         if not isinstance(data, dict):
             self.note("[a display was dropped: its data is not a MIME bundle (an object of MIME types)]")
             return
         if DROPPED_MIME in data:  # the in-kernel cap tells how much it kept back
             self._kernel_dropped(data[DROPPED_MIME])
             return
-        if len(self.obs.displays) >= self.budget.max_displays:
-            self.over_count += 1
+        display_id = self._display_id(c)
+        if msg_type == "update_display_data":
+            if display_id is None:
+                return  # a notebook shows an update without an id nowhere
+            bundle, extra = await self._checked(data)
+            if self.fold.update(display_id, bundle, extra):
+                return
+            if display_id not in self.shown:
+                return  # its display was cleared, or never shown by this kernel: a notebook shows it nowhere
+            extra["updated"] = True  # of a display an earlier call showed: shown here as a display of its own
+            self.fold.rich("display_data", bundle, display_id, extra)
             return
+        await self._rich("display_data", data, display_id, {})
+
+    def _display_id(self, c: dict[str, Any]) -> str | None:
+        transient = c.get("transient")
+        display_id = transient.get("display_id") if isinstance(transient, dict) else None
+        return clean.text(display_id[:200]) if isinstance(display_id, str) else None
+
+    async def _rich(self, output_type: str, data: dict[str, Any], display_id: str | None, extra: dict[str, Any]) -> None:
+        if display_id is not None:
+            self.displayed.add(display_id)
+        if sum(1 for o in self.fold.items if getattr(o, "output_type", None) == output_type) >= self.budget.max_displays:
+            self.fold.over_count[output_type] = self.fold.over_count.get(output_type, 0) + 1  # unread: over max_displays
+            return
+        bundle, more = await self._checked(data)
+        if bundle:
+            self.fold.rich(output_type, bundle, display_id, {**extra, **more})
+
+    async def _checked(self, data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The bundle as kept (see _bundle), and an SVG in it rendered as PNG for the model (`svg_png`)."""
         bundle = await self._bundle(data)
-        if not bundle:
-            return
-        size = clean.size(bundle)
-        if self._text_bytes() + self.display_bytes + size > self.budget.max_bytes:
-            self.over_bytes += 1
-            return
-        self.obs.displays.append(bundle)
-        self.display_bytes += size
+        extra: dict[str, Any] = {}
+        svg = bundle.get("image/svg+xml")
+        if isinstance(svg, str) and not any(m in bundle for m in IMAGE_TYPES):
+            png, note = await asyncio.to_thread(images.svg_png, svg, self.budget.max_image_bytes)
+            if note:
+                self.note(note)
+            if png is not None:
+                extra["svg_png"] = png
+        return bundle, extra
 
     def _kernel_dropped(self, counts: Any) -> None:
         ok = isinstance(counts, dict)
-        for name, cap in (("stdout", self.out), ("stderr", self.err)):
+        tails = counts.get("tail") if ok else None
+        for name in ("stdout", "stderr"):
             n = counts.get(name, 0) if ok else None
             if isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**53:
-                cap.dropped += n
+                tail = tails.get(name) if isinstance(tails, dict) else None
+                self.fold.cut(name, n)
+                if isinstance(tail, str) and tail:
+                    self.fold.stream(name, clean.text(tail[-self.fold.tail_room:]))
             else:
                 ok = False
         if not ok:
@@ -133,6 +197,12 @@ class Collector:
                     self.note(fitted.note)
                 if fitted.data is not None:
                     out[mime] = fitted.data
+            elif isinstance(value, str) and mime == "image/svg+xml":  # an image: whole or not at all
+                if len(value) <= self.budget.max_image_bytes:
+                    out[mime] = clean.text(value)
+                else:
+                    self.note(f"[an image/svg+xml display of {len(value):,} characters was dropped: over "
+                              f"max_image_bytes ({self.budget.max_image_bytes:,})]")
             elif isinstance(value, str):
                 out[mime] = clean.cut(clean.text(value[: self.limit + 1]), self.limit, mime)
             elif mime == "application/json" or mime.endswith("+json"):
@@ -165,23 +235,26 @@ class Collector:
         s = clean.text(s[: self.limit + 1])
         return s if len(s) <= self.limit else s[: self.limit] + " [... cut]"
 
-    def _text_bytes(self) -> int:
-        """A quick lower bound of the text's bytes so far (exact sizes are taken in done())."""
-        return self.out.kept + self.err.kept + self.res.kept
-
     def done(self) -> Observation:
         """The observation so far, within max_observation_bytes, with its notes."""
-        obs = self.obs
-        obs.stdout, obs.stderr = self.out.value(), self.err.value()
-        obs.result = self.res.value() if self.res.parts else None
-        notes = [n for n in (self.out.note(), self.err.note(), self.res.note()) if n]
-        self._fit(obs)
-        b = self.budget
-        if self.over_count:
-            notes.append(f"[{self.over_count:,} more display(s) were dropped: a call keeps at most {b.max_displays} "
-                         "(max_displays); save figures to files, or combine them]")
-        if self.over_bytes:
-            notes.append(f"[{self.over_bytes:,} display(s) were dropped: with them the output would have been over "
+        obs, f, b = self.obs, self.fold, self.budget
+        self._fit()
+        # what a later call's update may reach: displays kept, or dropped over a budget (a notebook shows them),
+        # not those this call cleared
+        self.shown |= {i.display_id for i in f.items if isinstance(i, Rich) and i.display_id} | (self.displayed - f.cleared_ids)
+        obs.outputs = f.outputs()
+        streams = [o for o in obs.outputs if o["output_type"] == "stream"]
+        obs.stdout = "".join(o["text"] for o in streams if o["name"] == "stdout")
+        obs.stderr = "".join(o["text"] for o in streams if o["name"] == "stderr")
+        results = [o["data"].get("text/plain") for o in obs.outputs if o["output_type"] == "execute_result"]
+        obs.result = "\n".join(r for r in results if isinstance(r, str)) if results else None
+        notes = f.notes()
+        for kind, n in f.over_count.items():
+            what = "display(s)" if kind == "display_data" else "result(s)"
+            notes.append(f"[{n:,} more {what} were dropped: a call keeps at most {b.max_displays} (max_displays); "
+                         "save figures to files, or combine them]")
+        if f.over_bytes:
+            notes.append(f"[{f.over_bytes:,} display(s) were dropped: with them the output would have been over "
                          f"{b.max_bytes:,} bytes (max_observation_bytes)]")
         notes += self.notes
         if self._more_notes:
@@ -189,26 +262,40 @@ class Collector:
         obs.truncated = notes
         return obs
 
-    def _fit(self, obs: Observation) -> None:
-        """Displays from the last, then text, until the whole observation is within max_observation_bytes."""
-        def total() -> int:
-            return sum(clean.size(v) for v in (obs.stdout, obs.stderr, obs.result, obs.error)) + self.display_bytes
+    def _fit(self) -> None:
+        """Rich outputs from the last, then tracebacks, until the whole observation is within max_observation_bytes."""
+        f = self.fold
+
+        def total() -> int:  # the outputs, and the text of streams and results beside them
+            outs = f.outputs()
+            return clean.size(outs) + sum(clean.size(o["text"]) for o in outs if o["output_type"] == "stream") + sum(
+                clean.size(o["data"].get("text/plain", "")) for o in outs if o["output_type"] == "execute_result")
 
         over = total() - self.budget.max_bytes
-        while over > 0 and obs.displays:
-            self.display_bytes -= clean.size(obs.displays.pop())
-            self.over_bytes += 1
+        while over > 0:
+            rich = [i for i in f.items if isinstance(i, Rich)]
+            if not rich:
+                break
+            f.items.remove(rich[-1])
+            f.rich_bytes -= rich[-1].size
+            f.over_bytes += 1
             over = total() - self.budget.max_bytes
-        for _ in range(4):  # text alone over the budget (a large output_limit): cut the longest part
-            if over <= 0:
-                return
-            name = max(("stdout", "stderr", "result"), key=lambda k: len(getattr(obs, k) or ""))
-            value = getattr(obs, name) or ""
-            keep = max(0, len(value) - over - 200)
-            setattr(obs, name, value[:keep] + f"\n[{name} cut to {keep:,} characters: over max_observation_bytes]")
-            over = total() - self.budget.max_bytes
-        if over > 0 and obs.error:
-            obs.error["traceback"] = obs.error["traceback"][-1:]
+        for name, budget in list(f.streams.items()):  # text alone over the budget (a large output_limit)
+            if over > 0:
+                f._trim(name, budget, over // 2 + 1000)
+                over = total() - self.budget.max_bytes
+        if over > 0:
+            for item in f.items:
+                if isinstance(item, Other) and isinstance(item.output.get("traceback"), list):
+                    item.output["traceback"] = item.output["traceback"][-1:]
+
+def packages_code() -> str:
+    """The code a kernel runs once it serves a session, in the session's working directory: `%pip` (kernel_pip.py)."""
+    from pathlib import Path
+
+    source = Path(__file__).with_name("kernel_pip.py").read_text()
+    return "def _workbench_pip():\n" + "".join(f"    {line}\n" for line in source.splitlines()) + \
+        "    install()\n_workbench_pip()\ndel _workbench_pip\n"
 
 
 def setup_code(limit: int) -> str:

@@ -50,6 +50,7 @@ class HandsSettings:
     pool_size: int = 1  # kernels kept started and ready, per host (any backend)
     gateway_url: str = ""  # e.g. http://127.0.0.1:8888 (backend "gateway")
     gateway_token: str = ""  # sent as `Authorization: token ...`
+    gateway_probe: float = 2.0  # seconds a gateway kernel that runs no cell may leave a request unanswered; 0 = off
     memory_mb: int = 4096  # per kernel: cgroup memory limit where writable, else RLIMIT_AS (see docs)
     max_processes: int = 512  # per kernel: cgroup pids.max where writable, RLIMIT_NPROC for a dedicated uid
     max_open_files: int = 1024  # RLIMIT_NOFILE
@@ -57,6 +58,8 @@ class HandsSettings:
     cpu_seconds: int = 0  # RLIMIT_CPU per kernel process; 0 = unlimited
     max_message_mb: int = 16  # the largest message the hands read from a kernel; bigger ones are dropped with a note
     registry_dir: str = ""  # where kernel pids are recorded for reaping (default: Jupyter runtime dir)
+    spare: bool = True  # sandbox: keep a second kernel per session (once it ran code), in its workspace, for a death
+    idle_timeout: float = 1800.0  # seconds without a call after which a session's kernel (and spare) stop; 0 = never
 
     def limits(self) -> Limits:
         """The per-kernel resource limits these settings ask for."""
@@ -105,6 +108,9 @@ class HandsFactory:
             raise ConfigError(f"unknown hands backend {s.backend!r}; choose one of {', '.join(BACKENDS)}")
         if s.backend == "gateway" and not s.gateway_url:
             raise ConfigError("the gateway backend needs a URL: set WORKBENCH_HANDS_GATEWAY_URL")
+        if isinstance(s.idle_timeout, bool) or not isinstance(s.idle_timeout, (int, float)) \
+                or not math.isfinite(s.idle_timeout) or s.idle_timeout < 0:
+            raise ConfigError(f"idle_timeout must be a number of seconds, 0 or more (0: never), not {s.idle_timeout!r}")
         if isinstance(s.max_message_mb, bool) or not isinstance(s.max_message_mb, int) or not 1 <= s.max_message_mb <= 2048:
             raise ConfigError(f"max_message_mb must be a whole number of MiB from 1 to 2048, not {s.max_message_mb!r}")
         self.registry = KernelRegistry(Path(s.registry_dir or default_registry_dir()))
@@ -119,7 +125,11 @@ class HandsFactory:
         if s.backend == "local":
             self.launcher = LocalLauncher(limits=self.limits, registry=self.registry, max_message=self.max_message)
         elif s.backend == "gateway":
-            self.launcher = GatewayLauncher(s.gateway_url, s.gateway_token, max_message=self.max_message)
+            if isinstance(s.gateway_probe, bool) or not isinstance(s.gateway_probe, (int, float)) \
+                    or not math.isfinite(s.gateway_probe) or s.gateway_probe < 0:
+                raise ConfigError(f"gateway_probe must be a number of seconds, 0 or more (0: off), not {s.gateway_probe!r}")
+            self.launcher = GatewayLauncher(s.gateway_url, s.gateway_token, max_message=self.max_message,
+                                            limits=self.limits, probe=float(s.gateway_probe))
         else:
             self.seccomp = seccomp if isinstance(seccomp, SeccompFilter) else prepare(seccomp or from_env(SeccompSettings))
             self.workspaces = workspaces or from_env(WorkspaceSettings)
@@ -127,7 +137,11 @@ class HandsFactory:
         # for Brain(redact=...): masks the vault's secret values in what the hands return
         self.redact = self.vault.redact if self.vault is not None else None
         self.pool = KernelPool(self.launcher, s.pool_size) if self.launcher is not None and s.pool_size > 0 else None
-        self._hands: list[Hands] = []
+        # every session's hands this factory made and that were not shut down since (the brain shuts down
+        # those it forgets): the idle reaper's rounds, and what close() stops
+        self._hands: set[Any] = set()
+        self._idle_task: asyncio.Task[None] | None = None
+        self.idle_closed = 0  # how many times the idle reaper closed a session's hands
         self._closed = False
 
     def _sandbox(self, settings: SandboxSettings, egress: EgressSettings, vault: Vault | None) -> Launcher | None:
@@ -169,8 +183,10 @@ class HandsFactory:
             hands = RefusedHands(self.preflight, sink)
         else:
             hands = KernelHands(config, launcher=self.launcher, pool=self.pool, on_event=sink, replay=replay,
-                                session_config=session_config, session_id=session_id)
-        self._hands.append(hands)
+                                session_config=session_config, session_id=session_id,
+                                spare=self.settings.spare and self.launcher.name == "sandbox")
+        self._hands = {h for h in self._hands if getattr(h, "state", "") != "stopped"}
+        self._hands.add(hands)
         return hands
 
     async def start(self, *, reap: bool = True) -> None:
@@ -186,11 +202,31 @@ class HandsFactory:
                 log.info("workbench: removed %d workspace(s) left behind by a host that died", len(reaped))
         if self.pool is not None:
             self.pool.fill()
+        if self.settings.idle_timeout > 0 and self._idle_task is None:
+            self._idle_task = asyncio.get_running_loop().create_task(self._close_idle())
+
+    async def _close_idle(self) -> None:
+        """Every so often, close the hands of sessions that made no call for `idle_timeout` seconds."""
+        while not self._closed:
+            limit = float(self.settings.idle_timeout)  # read at each round: a host may change it
+            await asyncio.sleep(min(max(limit / 4, 0.05), 1.0))
+            if limit <= 0:
+                continue
+            due = [h for h in list(self._hands) if isinstance(h, KernelHands) and h.idle_for() >= limit]
+            for h in due:
+                try:
+                    if await h.close("idle", if_idle=limit):
+                        self.idle_closed += 1
+                except Exception as e:  # one session's failure must not stop the reaper for the others
+                    log.warning("workbench: closing idle hands of session %s failed: %s", h.place.session, e)
 
     async def close(self) -> None:
         """Stop every kernel this factory started, in order: the sessions', the pool's; then the launcher."""
         self._closed = True
-        hands, self._hands = self._hands, []
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+            await asyncio.gather(self._idle_task, return_exceptions=True)
+        hands, self._hands = list(self._hands), set()
         await asyncio.gather(*(h.shutdown() for h in hands), return_exceptions=True)
         if self.pool is not None:
             await self.pool.close()
@@ -216,4 +252,4 @@ class HandsFactory:
             sandbox["workspaces"] = {"workspace_mb": self.workspaces.workspace_mb,
                                      "workspace_root": self.workspaces.workspace_root or str(quota.default_root())}
         return {"settings": s, "pool": self.pool.status() if self.pool else None, "hands": len(self._hands),
-                "sandbox": sandbox}
+                "idle_closed": self.idle_closed, "sandbox": sandbox}

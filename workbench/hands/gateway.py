@@ -9,6 +9,16 @@ What can be detected over a gateway, and what cannot:
   of `restarting` (or `dead`) on the websocket; we treat either as a death,
   delete that kernel and start a fresh one for the next call. The exit code
   and signal are not sent, so `hands_died` has `exit_code: null`.
+  Sooner than that, the probe: while no cell runs (from an execute_request's
+  send to its idle status), a `kernel_info_request` goes on the control channel
+  every PROBE_EVERY seconds, and a kernel that answers nothing (no reply, no
+  status, no output) for `probe` seconds after one counts as dead. A cell
+  that runs is never judged by the probe (its C code may hold the GIL that the
+  control and iopub threads need): a death then is the restarter's to notice.
+- limits: the gateway's own business, except what a kernel can set on itself:
+  rlimits (address space, open files, file size, CPU seconds), set by code
+  when the kernel starts. A kernel running as root on the gateway could
+  raise them again, and `limits` says so.
 - a gateway that dies or drops the connection: the websocket closes; the
   pending call gets an error observation and the next call starts over.
 - limits, sandboxing and the kernel's working directory are the gateway's
@@ -23,6 +33,7 @@ checked here: kernel code can publish anything on iopub.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import time
@@ -37,14 +48,44 @@ from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 from .base import Death, Dropped, Kernel, Place
 from .channel import MAX_MESSAGE, RESERVE, SMALL, inbox_budget
+from .files import NoWorkspace
+from .limits import AS_OVERHEAD_MB, Limits
 
+# Run in a gateway kernel when it starts: the rlimits a process may set on itself, and how each was set.
+LIMITS_CODE = """\
+def _wb_limits(asked):
+    import os, resource
+    how, root = {}, os.geteuid() == 0
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    for key, name, value in asked:
+        res = getattr(resource, name)
+        if key == "cpu":  # the kernel's CPU time so far counts: the limit is on what its code may use
+            value += int(used.ru_utime + used.ru_stime) + 1
+        hard = value + 1 if key == "cpu" else value
+        old_soft, old_hard = resource.getrlimit(res)
+        if old_hard != resource.RLIM_INFINITY and old_hard < hard:
+            hard = old_hard
+        resource.setrlimit(res, (min(value, hard), hard))
+        how[key] = f"rlimit {min(value, hard)}, set in the kernel" + (" (it runs as root: its code could raise it)"
+                                                                     if root else "")
+    return how
+_wb_how = __import__("json").dumps(_wb_limits(%r))
+del _wb_limits
+"""
+
+PROBE_EVERY = 0.2  # seconds between control-channel probes of a kernel that runs no cell
+DELETE_RETRY_S = 30.0  # how long a kernel's DELETE is asked again while the gateway answers it with a 5xx
 WAKE = object()  # put on a kernel's queue when it dies, so that a reader waiting on it looks again
 RECONNECTS = 10  # websockets a kernel may lose (and get again) before it counts as gone
 IDLE_AFTER_REPLY = 2.0  # after output was lost: seconds from a call's execute_reply to taking it as the end
 
 
 class GatewayError(RuntimeError):
-    """The gateway refused or failed a request."""
+    """The gateway refused or failed a request; `status` is its HTTP status when it answered one."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 class GatewayLauncher:
@@ -52,9 +93,12 @@ class GatewayLauncher:
 
     name = "gateway"
 
-    def __init__(self, url: str, token: str = "", kernel_name: str = "python3", max_message: int = MAX_MESSAGE):
+    def __init__(self, url: str, token: str = "", kernel_name: str = "python3", max_message: int = MAX_MESSAGE,
+                 *, limits: Limits | None = None, probe: float = 2.0):
         self.url, self.token, self.kernel_name = url.rstrip("/"), token, kernel_name
         self.max_message = max_message
+        self.limits = limits
+        self.probe = probe  # seconds a kernel may leave a request unanswered (no cell running); 0: no probe
         self._http: httpx.AsyncClient | None = None
 
     def headers(self) -> dict[str, str]:
@@ -69,7 +113,7 @@ class GatewayLauncher:
             resp.raise_for_status()
         except httpx.HTTPStatusError as e:
             raise GatewayError(f"{method} {path} on the gateway failed: HTTP {e.response.status_code} "
-                               f"{e.response.reason_phrase}") from None
+                               f"{e.response.reason_phrase}", e.response.status_code) from None
         except httpx.HTTPError as e:
             raise GatewayError(f"cannot reach the gateway at {self.url}: {type(e).__name__}: {e}") from None
         try:
@@ -95,11 +139,24 @@ class GatewayLauncher:
             kernel.kernel_id = model["id"]  # from here on a failed start deletes it
             await kernel.connect(timeout)
             await kernel.reply(kernel.send("shell", "kernel_info_request", {}), timeout)
+            if self.limits is not None and self.limits.any():
+                kernel.limits = await kernel.set_limits(self.limits, timeout)
+            if self.probe > 0:
+                kernel.watch(self.probe)
         except BaseException:
             await asyncio.shield(kernel.kill())
             raise
         kernel.boot_ms = round((time.perf_counter() - t0) * 1000, 1)
         return kernel
+
+    async def make_workspace(self, place: Place) -> None:
+        """A gateway's kernels keep their files on its machine: none can be put in from here."""
+        raise NoWorkspace(f"this session's kernels run on a {self.name} whose files are not on this machine; "
+                          "files cannot be copied into its workspace")
+
+    def owner(self) -> tuple[int, int] | None:
+        """Nothing of a gateway's kernels is written from here."""
+        return None
 
     def fits(self, place: Place) -> bool:
         """A pooled gateway kernel was started without the session's variables: only for sessions with none."""
@@ -135,11 +192,17 @@ class GatewayKernel:
         self._overflowed = False
         self._probe: str | None = None  # a kernel_info_request sent after a reconnect: its reply follows the call's end
         self._replied: dict[str, float] = {}
+        self._reply_content: dict[str, dict[str, Any]] = {}  # the last execute reply read while reading its output
         self._reconnects = 0
         self._reader: asyncio.Task[None] | None = None
         self._session = uuid.uuid4().hex
         self._death: Death | None = None
         self.stopped = False
+        # the probe: when a request first went unanswered (None: the kernel spoke since), and the
+        # execute_request the kernel is running (its busy status came, its idle one not yet)
+        self._unanswered_since: float | None = None
+        self._running: str | None = None
+        self._watcher: asyncio.Task[None] | None = None
 
     @property
     def ident(self) -> dict[str, Any]:
@@ -162,6 +225,8 @@ class GatewayKernel:
             msg = _parse(raw)
             if msg is None:
                 continue
+            self._unanswered_since = None  # it spoke: alive
+            self._track(msg)
             if msg["channel"] == "iopub":
                 if msg["msg_type"] == "status" and isinstance(msg["content"], dict) \
                         and msg["content"].get("execution_state") in ("restarting", "dead"):
@@ -200,6 +265,61 @@ class GatewayKernel:
             "(max_message_mb), or the connection broke, so its websocket was made again; what it sent meanwhile is gone]"))
         return True
 
+    def _track(self, msg: dict[str, Any]) -> None:
+        """Follow whether the kernel runs a cell: from its execute_request's send until its idle status."""
+        parent, content = msg["parent"], msg["content"]
+        if msg["channel"] != "iopub" or msg["msg_type"] != "status" or not isinstance(parent, dict) \
+                or not isinstance(content, dict):
+            return
+        state, msg_id = content.get("execution_state"), parent.get("msg_id")
+        if state == "idle" and msg_id == self._running:
+            self._running = None
+
+    def watch(self, probe: float) -> None:
+        """Start probing the kernel (see the module's docstring)."""
+        if self._watcher is None:
+            self._watcher = asyncio.get_running_loop().create_task(self._probe_loop(probe))
+
+    async def _probe_loop(self, probe: float) -> None:
+        while self._death is None and not self.stopped:
+            await asyncio.sleep(PROBE_EVERY)
+            if self._running is not None:
+                continue  # a cell runs: the restarter's to judge
+            since = self._unanswered_since
+            if since is not None and time.monotonic() - since > probe:
+                self._died(f"it answered nothing for {probe:g} s, not even a kernel_info_request on the control channel")
+                return
+            self.send("control", "kernel_info_request", {})
+
+    async def set_limits(self, limits: Limits, timeout: float) -> dict[str, str]:
+        """Set what rlimits the kernel can set on itself; returns how each limit is enforced (or why not)."""
+        asked: list[tuple[str, str, int]] = []
+        how: dict[str, str] = {}
+        if limits.memory_mb:
+            asked.append(("memory", "RLIMIT_AS", (limits.memory_mb + AS_OVERHEAD_MB) * 1024 * 1024))
+        for key, name, value in (("open_files", "RLIMIT_NOFILE", limits.max_open_files),
+                                 ("file_size", "RLIMIT_FSIZE", limits.max_file_mb * 1024 * 1024),
+                                 ("cpu", "RLIMIT_CPU", limits.cpu_seconds)):
+            if value:
+                asked.append((key, name, value))
+        if limits.max_processes:
+            how["processes"] = "not enforced: the gateway's business (RLIMIT_NPROC counts every process of its uid)"
+        msg_id = self.send("shell", "execute_request", {
+            "code": LIMITS_CODE % (asked,), "silent": True, "store_history": False, "allow_stdin": False,
+            "stop_on_error": False, "user_expressions": {"how": "_wb_how"}})
+        reply = await self.reply(msg_id, timeout)
+        if reply.get("status") != "ok":
+            raise GatewayError(f"setting the kernel's limits failed: {reply.get('ename')}: {reply.get('evalue')}")
+        try:
+            text = reply["user_expressions"]["how"]["data"]["text/plain"]
+            set_how = json.loads(ast.literal_eval(text))
+        except (KeyError, TypeError, ValueError, SyntaxError):
+            raise GatewayError("the kernel did not say how its limits were set") from None
+        if not isinstance(set_how, dict):
+            raise GatewayError("the kernel did not say how its limits were set")
+        how.update({str(k): str(v)[:200] for k, v in set_how.items()})
+        return how
+
     def _died(self, how: str) -> None:
         if self._death is None:
             self._death = Death(how)
@@ -210,6 +330,8 @@ class GatewayKernel:
         msg_id = uuid.uuid4().hex
         header = {"msg_id": msg_id, "msg_type": msg_type, "username": "workbench", "session": self._session,
                   "date": datetime.now(UTC).isoformat(), "version": "5.3"}
+        if self._unanswered_since is None:
+            self._unanswered_since = time.monotonic()
         if self._ws is not None and self._death is None:
             self._ws.write_message(json.dumps({"header": header, "parent_header": {}, "metadata": {}, "content": content,
                                                "channel": channel, "buffers": []}))
@@ -221,6 +343,9 @@ class GatewayKernel:
                                                         "allow_stdin": False, "stop_on_error": not silent})
         if not silent:
             self._current, self._lost_at, self._overflowed = msg_id, None, False
+        # running from the send on, not from its busy status: a cell whose C code holds the GIL from its first
+        # line keeps the kernel's iopub thread from sending that status, and the probe must not judge it
+        self._running = msg_id
         return msg_id
 
     async def _next(self, deadline: float) -> Any:
@@ -247,6 +372,8 @@ class GatewayKernel:
             parent = msg["parent"]
             if msg["channel"] == "shell" and isinstance(parent, dict) and parent.get("msg_id") in (msg_id, self._probe):
                 self._replied[msg_id] = time.monotonic()
+                if parent.get("msg_id") == msg_id and isinstance(msg["content"], dict):
+                    self._reply_content = {msg_id: msg["content"]}
             if msg["channel"] != "iopub":
                 continue
             if not isinstance(parent, dict):
@@ -268,6 +395,8 @@ class GatewayKernel:
 
     async def reply(self, msg_id: str, timeout: float) -> dict[str, Any]:
         """The content of the shell reply to `msg_id`."""
+        if (content := self._reply_content.pop(msg_id, None)) is not None:
+            return content
         deadline = time.monotonic() + timeout
         while True:
             msg = await self._next(deadline)
@@ -299,16 +428,29 @@ class GatewayKernel:
         self.stopped = True
         if self._death is None:
             self._death = Death("it was stopped")
-        ws, reader = self._ws, self._reader
+        ws, reader, watcher = self._ws, self._reader, self._watcher
         if ws is not None:
             ws.close()
-        if reader is not None:
-            reader.cancel()
+        for task in (reader, watcher):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
         if self.kernel_id is not None:
+            await self._delete()
+
+    async def _delete(self) -> None:
+        """Delete the kernel on the gateway. A gateway whose restarter is bringing a dead kernel back answers
+        a DELETE in that moment with a 500 and keeps the restarted kernel (jupyter_client's shutdown reads a
+        restart future that is not done yet), so a 5xx is asked again for a while: a kernel left there would
+        run, unseen, until the gateway stops."""
+        deadline = time.monotonic() + DELETE_RETRY_S
+        while True:
             try:
                 await self.gateway.rest("DELETE", f"/api/kernels/{self.kernel_id}")
-            except GatewayError:
-                pass  # already gone (or the gateway is); nothing left for us to stop
+                return
+            except GatewayError as e:
+                if e.status is None or e.status < 500 or time.monotonic() > deadline:
+                    return  # gone already (404), or the gateway is: nothing left that we can stop
+            await asyncio.sleep(0.2)
 
 
 def _parse(raw: str | bytes) -> dict[str, Any] | None:

@@ -17,8 +17,9 @@ import io
 import math
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
-from .base import IMAGE_TYPES
+from .render import IMAGE_TYPES
 
 FORMATS = MappingProxyType({"PNG": "image/png", "JPEG": "image/jpeg", "GIF": "image/gif", "WEBP": "image/webp"})
 MAX_SIDE = 8000  # the Messages API refuses an image with a longer side
@@ -88,3 +89,52 @@ def _shrink(im: object, mime: str, fmt: str | None, size: int, max_bytes: int) -
         scale *= min(0.9, math.sqrt(max_bytes / out.tell()) * 0.9)
     return Fitted(None, f"[an {mime} display ({w:,}×{h:,} px, {size:,} bytes) was dropped: no smaller version fit "
                         f"max_image_bytes ({max_bytes:,})]")
+
+
+SVG_SIDE = 2000  # the longest side of an SVG rendered for the model (it downscales bigger images anyway)
+
+
+class _TooBig(Exception):
+    def __init__(self, width: float, height: float):
+        self.width, self.height = width, height
+
+
+def svg_png(svg: str, max_bytes: int) -> tuple[str | None, str | None]:
+    """An SVG rendered as a PNG for the model (which takes no SVG), fitted like any image; (base64, note).
+
+    CairoSVG renders it with no access to files or the network (an SVG may name either), at its own
+    size or, if a side is over SVG_SIDE pixels, scaled down to that first (a surface is never made
+    bigger); an SVG it cannot render stays text for the model, with a note.
+    """
+    try:
+        from cairosvg.surface import PNGSurface
+    except (ImportError, OSError) as e:  # the cairo library itself may be missing
+        return None, f"[an image/svg+xml display was not rendered for the model: CairoSVG is unavailable ({e})]"
+
+    class Bounded(PNGSurface):
+        def _create_surface(self, width: float, height: float) -> Any:
+            if not (0 < width <= SVG_SIDE and 0 < height <= SVG_SIDE):
+                raise _TooBig(width, height)
+            return super()._create_surface(width, height)
+
+    if len(svg) > 8 * max_bytes:
+        return None, f"[an image/svg+xml display of {len(svg):,} characters was too big to render for the model]"
+    data, kw = svg.encode("utf-8"), {"unsafe": False, "url_fetcher": _no_fetch, "parent_width": 800, "parent_height": 600}
+    try:
+        try:
+            png = Bounded.convert(bytestring=data, **kw)
+        except _TooBig as big:
+            if not (big.width > 0 and big.height > 0 and math.isfinite(big.width * big.height)):
+                return None, "[an image/svg+xml display without a size could not be rendered for the model]"
+            side = "output_width" if big.width >= big.height else "output_height"
+            png = Bounded.convert(bytestring=data, **kw, **{side: SVG_SIDE})
+    except _TooBig:
+        return None, "[an image/svg+xml display could not be rendered for the model: its size is out of bounds]"
+    except Exception as e:  # a malformed SVG: the library's own error, whatever its type
+        return None, f"[an image/svg+xml display could not be rendered for the model ({type(e).__name__}: {str(e)[:100]})]"
+    fitted = fit("image/png", base64.b64encode(png).decode("ascii"), max_bytes)
+    return fitted.data, fitted.note
+
+
+def _no_fetch(url: str, *args: object, **kw: object) -> dict[str, object]:
+    raise ValueError(f"an SVG may not load {url[:100]}")

@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from .base import Death, Dropped, EventSink, Kernel, Launcher, Observation, Place, failure
-from .collect import TIMED_OUT, Budget, Collector, death_note, replay, setup_code, stuck_note
+from .collect import TIMED_OUT, Budget, Collector, death_note, packages_code, replay, setup_code, stuck_note
+from .live import OutputSink, forward
 
+REPLY_WAIT = 2.0  # seconds to wait for an execute reply after the idle status (it is normally there already)
 POLL = 0.03  # seconds between looks at the kernel (alive? past the deadline?) while a call runs
 
 # Returns the earlier successful calls marked replayable: [{"tool_use_id", "code"}].
@@ -80,6 +82,7 @@ class Call:
     started: bool = False  # the kernel began running the cell (execute_input seen)
     interrupt: str = ""  # "pending": asked before the cell started, sent when it does; "sent"
     asked: bool = False  # someone asked for the interrupt (the observation says so)
+    on_output: OutputSink | None = None  # hears the call's output as it arrives (live.forward)
 
 
 class KernelHands:
@@ -89,7 +92,7 @@ class KernelHands:
 
     def __init__(self, config: HandsConfig | None = None, *, launcher: Launcher | None = None, pool: Any = None,
                  on_event: EventSink | None = None, replay: ReplaySource | None = None,
-                 session_config: dict[str, Any] | None = None, session_id: str = ""):
+                 session_config: dict[str, Any] | None = None, session_id: str = "", spare: bool = False):
         from .local import LocalLauncher
 
         self.config = config or HandsConfig()
@@ -102,11 +105,21 @@ class KernelHands:
         )
         self.kernel: Kernel | None = None
         self.generation = 0
+        self.shown_ids: set[str] = set()  # display ids this kernel's calls left shown (an update may reach them)
         self.state = "not started"
         self._call: Call | None = None
         self._settling: asyncio.Task | None = None  # finishing a cancelled call
         self._lock = asyncio.Lock()
         self._start_lock = asyncio.Lock()
+        # the hot spare: a second kernel of the session, started beside the live one once the session has
+        # run code, bound to the same workspace and egress policy; a dead kernel's replacement at once
+        self.use_spare = spare
+        self.spare: Kernel | None = None
+        self._spare_task: asyncio.Task[None] | None = None
+        self.spare_error: str | None = None  # why the last spare could not start
+        self._epoch = 0  # +1 at each close: a spare that finishes booting after one is stopped, not kept
+        self.last_used = time.monotonic()  # the end of the last call (or the start): what idle closing measures
+        self._freeing: set[asyncio.Task[None]] = set()  # lost kernels being freed in the background
 
     async def __aenter__(self) -> KernelHands:
         return self
@@ -121,7 +134,25 @@ class KernelHands:
         return {"backend": self.launcher.name, "state": "busy" if call else self.state, "generation": self.generation,
                 "pid": None, **(self.kernel.ident if self.kernel else {}),
                 "call": None if call is None else "running" if call.started else "sent",
-                "limits": dict(self.kernel.limits) if self.kernel else {}}
+                "limits": dict(self.kernel.limits) if self.kernel else {},
+                "spare": self._spare_state(), "idle_s": round(self.idle_for(), 1)}
+
+    def _spare_state(self) -> str | None:
+        """`ready`, `starting`, `failed` (spare_error says why), or None when there is none (or spares are off)."""
+        if self.spare is not None:
+            return "ready"
+        if self._spare_task is not None and not self._spare_task.done():
+            return "starting"
+        return "failed" if self.spare_error and self.use_spare else None
+
+    def idle_for(self) -> float:
+        """Seconds since the last call ended, while a kernel (or a spare) is up and no call runs (nor a spare
+        boots: closing then would throw its boot away); else 0."""
+        if self._call is not None or self._lock.locked() or (self.kernel is None and self.spare is None):
+            return 0.0
+        if self._spare_task is not None and not self._spare_task.done():
+            return 0.0
+        return max(0.0, time.monotonic() - self.last_used)
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -136,37 +167,115 @@ class KernelHands:
                 return []
             if self.state == "dead":
                 reason = "replace a dead kernel"
+            elif self.state == "closed" and reason == "first call":
+                reason = "reopen after close"
             t0 = time.perf_counter()
             self.state = "starting"
             try:
-                kernel, pooled = await self._provision()
+                kernel, source = await self._provision()
             except BaseException:
                 self.state = "failed"
                 raise
             self.kernel, self.state = kernel, "idle"
             self.generation += 1
+            self.shown_ids = set()  # a new kernel holds no handle of the old one's displays
             await self._emit("hands_started", {
                 "generation": self.generation, **kernel.ident, "launcher": kernel.launcher, "reason": reason,
-                "start_ms": round((time.perf_counter() - t0) * 1000, 1), "pooled": pooled, "boot_ms": kernel.boot_ms,
-                "limits": kernel.limits,
+                "start_ms": round((time.perf_counter() - t0) * 1000, 1), "pooled": source == "pool",
+                "spare": source == "spare", "boot_ms": kernel.boot_ms, "limits": kernel.limits,
             })
             if reason != "restart" and self.config.replay and self.replay_source is not None:
                 return await replay(await self.replay_source(), self._call_once, self._emit, self.generation,
                                     self.config.timeout)
             return []
 
-    async def _provision(self) -> tuple[Kernel, bool]:
+    async def _provision(self) -> tuple[Kernel, str]:
+        """A ready kernel for the session and where it came from: `spare`, `pool` or `new`."""
         place = self.place
         if place.workdir is not None and place.workspace is None:  # the session's own directory
             place.workdir.mkdir(parents=True, exist_ok=True)
+        spare = await self._take_spare()
+        if spare is not None:
+            return spare, "spare"
         if self.pool is not None and self.launcher.fits(place):
             kernel = await self.pool.take()
             if kernel is not None:
                 await self._prepare(kernel, adopt=True)
-                return kernel, True
+                return kernel, "pool"
         kernel = await self.launcher.start(place)  # makes the session's workspace, the first time
         await self._prepare(kernel, adopt=False)
-        return kernel, False
+        return kernel, "new"
+
+    async def workspace(self, create: bool = False) -> Path | None:
+        """The session's workspace directory on this machine; None while there is none (and not `create`).
+
+        With `create`, one is made now (as the first kernel would make it), so that files can be put in
+        before any code runs; the kernels started later start in it. A launcher whose kernels' files are
+        not on this machine (a gateway) has none: NoWorkspace.
+        """
+        place = self.place
+        if place.workdir is not None or not create:
+            if place.workdir is not None and create and place.workspace is None:
+                place.workdir.mkdir(parents=True, exist_ok=True)  # the session's own directory
+            return place.workdir
+        async with self._start_lock:  # not while a kernel start makes one
+            if place.workdir is None:
+                await self.launcher.make_workspace(place)
+        return place.workdir
+
+    def workspace_owner(self) -> tuple[int, int] | None:
+        """Who the workspace's files are for when not this process's user (the sandbox's kernel user)."""
+        return self.launcher.owner()
+
+    # -- the hot spare ----------------------------------------------------
+
+    def _want_spare(self) -> None:
+        """Start a spare in the background if the session has a live kernel and no spare (ready or coming)."""
+        if not self.use_spare or self.kernel is None or self.spare is not None:
+            return
+        if self._spare_task is not None and not self._spare_task.done():
+            return
+        self._spare_task = asyncio.get_running_loop().create_task(self._boot_spare(self._epoch))
+
+    async def _boot_spare(self, epoch: int) -> None:
+        """The spare starts exactly as a cold replacement would (`launcher.start(place)`: the session's
+        workspace, variables and egress policy), and is prepared like one, so taking it is all that is left."""
+        try:
+            kernel = await self.launcher.start(self.place)
+            await self._prepare(kernel, adopt=False)  # kills it if the preparation fails
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # no spare: a death is then replaced the cold way
+            self.spare_error = f"{type(e).__name__}: {e}"
+            return
+        if epoch != self._epoch or self.spare is not None:  # the hands were closed while it booted
+            await asyncio.shield(kernel.kill())
+            return
+        self.spare, self.spare_error = kernel, None
+
+    async def _take_spare(self) -> Kernel | None:
+        """The spare if it is alive (waiting for one that is booting: it is ready sooner than a new one)."""
+        task = self._spare_task
+        if self.spare is None and task is not None and not task.done():
+            await asyncio.wait({task})
+        spare, self.spare = self.spare, None
+        if spare is None:
+            return None
+        if await spare.death() is not None:  # died while waiting: the cold way, and a new spare after
+            await asyncio.shield(spare.kill())
+            return None
+        return spare
+
+    async def _drop_spare(self) -> None:
+        """Stop the spare, and one that is booting."""
+        self._epoch += 1
+        task, self._spare_task = self._spare_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            await asyncio.shield(spare.kill())
 
     async def _prepare(self, kernel: Kernel, adopt: bool) -> None:
         """Install the in-kernel output cap and, in a pooled kernel, what makes it this session's."""
@@ -174,6 +283,7 @@ class KernelHands:
             code = setup_code(self.config.output_limit)
             if adopt:
                 code += await self.launcher.adopt(kernel, self.place) + "\n"
+            code += packages_code()
             reply = await kernel.reply(kernel.execute(code, silent=True), self.config.startup_timeout)
         except BaseException:
             await asyncio.shield(kernel.kill())
@@ -194,13 +304,62 @@ class KernelHands:
         had = self.kernel is not None
         if self._settling is not None and not self._settling.done():
             self._settling.cancel()
+        await self._drop_spare()
         await self._discard()
+        await self._freed()
         self.state = "stopped"
         if self.place.workspace is not None:  # the session's workspace goes with its hands
             workspace, self.place.workspace, self.place.workdir = self.place.workspace, None, None
             await asyncio.to_thread(workspace.destroy)
         if had:
-            await self._emit("hands_stopped", {"generation": self.generation})
+            await self._emit("hands_stopped", {"generation": self.generation, "reason": "shutdown"})
+
+    async def close(self, reason: str = "closed", *, if_idle: float | None = None) -> bool:
+        """Stop the kernel and its spare but keep the session's workspace: the next execute starts a kernel
+        again (lazily, in the same workspace). Returns whether anything was stopped.
+
+        A running call is interrupted first and answered (with what it printed, and the note that it was
+        interrupted); one that does not stop within `interrupt_grace` ends as a kernel death. With `if_idle`
+        (seconds) nothing is interrupted: the hands close only if no call came for that long.
+        """
+        if if_idle is None:
+            await self._stop_call()
+        else:
+            await self._lock.acquire()
+        try:
+            if if_idle is not None and time.monotonic() - self.last_used < if_idle:
+                return False  # a call came meanwhile
+            had = self.kernel is not None or self.spare is not None or self._spare_state() == "starting"
+            await self._drop_spare()
+            await self._discard()
+            await self._freed()
+            if not had:
+                return False
+            self.state = "closed"
+            await self._emit("hands_stopped", {"generation": self.generation, "reason": reason})
+            return True
+        finally:
+            self._lock.release()
+
+    async def _stop_call(self) -> None:
+        """Take the lock from a call (or a kernel start) in progress: interrupt the call once it is sent, and kill
+        its kernel if it has not stopped `interrupt_grace` seconds later (the call then ends as a death)."""
+        asked_at: float | None = None
+        while True:
+            try:
+                async with asyncio.timeout(POLL):
+                    await self._lock.acquire()
+                return
+            except TimeoutError:
+                pass
+            call = self._call
+            if call is None:
+                continue  # a kernel is starting for the call, or a cancelled call settles: its end comes
+            if asked_at is None:
+                asked_at = time.monotonic()
+                await self.interrupt()
+            elif time.monotonic() - asked_at > self.config.interrupt_grace and self.kernel is not None:
+                await asyncio.shield(self.kernel.kill())
 
     async def interrupt(self) -> None:
         """Interrupt the running call, if any."""
@@ -220,9 +379,22 @@ class KernelHands:
             await asyncio.shield(kernel.kill())
 
     async def _lose(self) -> None:
-        """The current kernel is dead or beyond saving: the next call starts a fresh one."""
-        await self._discard()
+        """The current kernel is dead or beyond saving: the next call starts a fresh one.
+
+        Freeing what it held (its supervisor's exit, cgroups, run dir) takes from a tenth of a second to a
+        second on a loaded machine, so it happens in the background, off the path of the call that replaces
+        it; shutdown and close wait for it, so no process outlives them."""
+        kernel, self.kernel = self.kernel, None
+        if kernel is not None:
+            task = asyncio.get_running_loop().create_task(kernel.kill())
+            self._freeing.add(task)
+            task.add_done_callback(self._freeing.discard)
         self.state = "dead"
+
+    async def _freed(self) -> None:
+        """Wait until the kernels lost in the background are freed."""
+        if self._freeing:
+            await asyncio.gather(*list(self._freeing), return_exceptions=True)
 
     async def _record_death(self, death: Death, during: str) -> None:
         await self._emit("hands_died", {"generation": self.generation, "exit_code": death.exit_code,
@@ -232,8 +404,10 @@ class KernelHands:
 
     # -- execution ---------------------------------------------------------
 
-    async def execute(self, code: str, timeout: float | None = None) -> Observation:
-        """Run code in the kernel; returns what it printed, returned, displayed or raised."""
+    async def execute(self, code: str, timeout: float | None = None, on_output: OutputSink | None = None) -> Observation:
+        """Run code in the kernel; returns what it printed, returned, displayed or raised.
+
+        `on_output` hears the call's output while it runs (not stored: the observation is the record)."""
         async with self._lock:
             t0 = time.perf_counter()
             notes = await self._check_idle()
@@ -245,10 +419,14 @@ class KernelHands:
                 if self.kernel is None:
                     return failure("the kernel died while earlier calls were replayed in it; this call was not run, "
                                    "the next one gets a fresh kernel", ename="KernelDied", notes=notes)
-            obs = await self._call_once(code, self._timeout(timeout))
+            try:
+                obs = await self._call_once(code, self._timeout(timeout), on_output)
+            finally:
+                self.last_used = time.monotonic()
             obs.notes = notes + obs.notes
             obs.generation = obs.generation or self.generation
             obs.duration_ms = round((time.perf_counter() - t0) * 1000, 1)
+            self._want_spare()  # the session has run code: a replacement waits beside its kernel
             return obs
 
     def _timeout(self, asked: Any) -> float:
@@ -264,8 +442,8 @@ class KernelHands:
                     "so earlier variables and imports are gone]"]
         return []
 
-    async def _call_once(self, code: str, timeout: float) -> Observation:
-        kernel, call = self.kernel, Call()
+    async def _call_once(self, code: str, timeout: float, on_output: OutputSink | None = None) -> Observation:
+        kernel, call = self.kernel, Call(on_output=on_output)
         if kernel is None:
             raise RuntimeError("a call needs a started kernel")  # execute() starts one first: a bug if not
         self._call = call
@@ -283,7 +461,7 @@ class KernelHands:
 
     async def _run(self, kernel: Kernel, call: Call, code: str, timeout: float) -> Observation:
         """The execute loop: send the cell, fold its messages, watch the kernel and the clock."""
-        col = Collector(self.config.budget(), self.generation)
+        col = Collector(self.config.budget(), self.generation, self.shown_ids)
         call.msg_id = msg_id = kernel.execute(code)
         deadline = Deadline(timeout, self.config.interrupt_grace)
         next_look = 0.0
@@ -308,6 +486,7 @@ class KernelHands:
                 col.note(got.note)
                 continue
             msg_type, content = got
+            forward(call.on_output, msg_type, content)
             if msg_type == "execute_input":
                 call.started = True
                 if call.interrupt == "pending":
@@ -315,12 +494,21 @@ class KernelHands:
                     await kernel.interrupt()
             elif await col.feed(msg_type, content):
                 break
+        await self._payloads(kernel, msg_id, col)
         obs = col.done()
         if deadline.passed:
             obs.truncated.append(TIMED_OUT.format(timeout=timeout))
         elif call.asked:
             obs.notes.append("[interrupted on request; the kernel and its state survive]")
         return obs
+
+    async def _payloads(self, kernel: Kernel, msg_id: str, col: Collector) -> None:
+        """What the execute reply carries besides its status: the pager's text (`len?`), a proposed next input."""
+        try:
+            reply = await kernel.reply(msg_id, REPLY_WAIT)
+        except Exception:  # a reply that cannot be read loses its payloads only; the output is whole
+            return
+        await col.reply(reply)
 
     async def _settle(self, kernel: Kernel, call: Call) -> None:
         """The settle loop, after a cancelled call: interrupt it once it starts, wait for it to end, or replace the kernel.
@@ -355,7 +543,7 @@ class KernelHands:
         await self._record_death(death, "call")
         partial = col.done()
         return failure(death_note(death.how), ename="KernelDied", generation=gen, stdout=partial.stdout,
-                       stderr=partial.stderr)
+                       stderr=partial.stderr, outputs=partial.outputs)
 
     async def _replace_stuck(self, timeout: float, col: Collector) -> Observation:
         gen = self.generation
@@ -364,4 +552,4 @@ class KernelHands:
         await self._lose()
         partial = col.done()
         return failure(stuck_note(timeout, self.config.interrupt_grace), ename="KernelTimeout", generation=gen,
-                       stdout=partial.stdout, stderr=partial.stderr)
+                       stdout=partial.stdout, stderr=partial.stderr, outputs=partial.outputs)

@@ -30,6 +30,11 @@ def kernel_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         env["PATH"] = bindir + os.pathsep + env["PATH"]
     env["PYTHONUNBUFFERED"] = "1"
     env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+    # what IPython and common libraries look for, as in a terminal a data scientist starts Jupyter from:
+    # `!` lines run under bash (brace expansion, pipefail), text is UTF-8, pip does not ask for upgrades
+    env["SHELL"] = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+    env.setdefault("LANG", "C.UTF-8")
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     env.update(extra or {})
     return env
 
@@ -77,6 +82,16 @@ class LocalLauncher:
                                    workspace=own, limits=self.limits, registry=self.registry,
                                    startup_timeout=place.startup_timeout if place else 60.0,
                                    max_message=self.max_message)
+
+    async def make_workspace(self, place: Place) -> None:
+        """Make the session's workspace before its first kernel (files put in before any code runs)."""
+        if place.workdir is None:
+            place.workspace = TempWorkspace.make()
+            place.workdir = place.workspace.path
+
+    def owner(self) -> tuple[int, int] | None:
+        """A local kernel runs as this process's user."""
+        return None
 
     def fits(self, place: Place) -> bool:
         """Any pooled kernel can serve any session: its workdir and variables are set by code."""

@@ -105,7 +105,7 @@ class RefusedHands:
     def __init__(self, result: Preflight, on_event: EventSink | None = None):
         self.result, self.on_event = result, on_event
 
-    async def execute(self, code: str, timeout: float | None = None) -> Observation:
+    async def execute(self, code: str, timeout: float | None = None, on_output: Any = None) -> Observation:
         """Refuse: a `hands_refused` event, and an error observation the model can pass on."""
         if self.on_event is not None:
             await self.on_event("hands_refused", {"reason": self.result.reason, "fix": self.result.fix})
@@ -126,6 +126,10 @@ class RefusedHands:
 
     async def interrupt(self) -> None:
         """Nothing runs."""
+
+    async def close(self, reason: str = "closed", *, if_idle: float | None = None) -> bool:
+        """Nothing runs here, so nothing is stopped."""
+        return False
 
     async def shutdown(self) -> None:
         """Nothing to stop."""

@@ -136,6 +136,7 @@ class ProcessKernel:
         self.limits: dict[str, str] = {}
         self.stopped = False
         self._replied: dict[str, float] = {}  # msg_id -> when its execute_reply came (looked for after a loss)
+        self._reply_content: dict[str, dict[str, Any]] = {}  # replies read while looking for the end of a call
 
     @property
     def pid(self) -> int | None:
@@ -181,6 +182,8 @@ class ProcessKernel:
             parent = msg.get("parent_header")
             if isinstance(parent, dict) and parent.get("msg_id") == msg_id:
                 self._replied[msg_id] = time.monotonic()
+                content = msg.get("content")
+                self._reply_content = {msg_id: content} if isinstance(content, dict) else {}
         if time.monotonic() - self._replied[msg_id] < IDLE_AFTER_REPLY:
             return None
         del self._replied[msg_id]
@@ -188,6 +191,8 @@ class ProcessKernel:
 
     async def reply(self, msg_id: str, timeout: float) -> dict[str, Any]:
         """The content of the shell reply to `msg_id`; a kernel that dies meanwhile is an error at once."""
+        if (content := self._reply_content.pop(msg_id, None)) is not None:
+            return content
         kc = self._client()
         deadline = time.monotonic() + timeout
         while True:
@@ -283,14 +288,17 @@ async def start_process(spec: KernelSpec, *, launcher: str, env: dict[str, str],
     kernel = ProcessKernel(km, launcher=launcher, kid=kid, run_dir=run_dir, workdir=workdir, workspace=workspace,
                            registry=registry, closers=list(closers or []), held=dict(held or {}))
     try:
-        await km.start_kernel(env=env, cwd=str(workdir))
+        # history in memory, as nbclient runs kernels: the session log is the history (no sqlite file in HOME)
+        await km.start_kernel(env=env, cwd=str(workdir), extra_arguments=["--HistoryManager.hist_file=:memory:"])
         if registry is not None and kernel.pid:
             registry.add(kid, kernel.pid, run_dir=str(run_dir), cgroup=kid, launcher=launcher)
         km.client_factory = HandsKernelClient
         kc = km.client()
         assert isinstance(kc, HandsKernelClient)
         kernel.kc, kc.max_message = kc, max_message
-        kc.start_channels()
+        # no heartbeat channel: death is the process's exit (death()), and stopping a heartbeat thread blocks
+        # the event loop for up to a second (it joins a thread that polls in 1 s steps), on the path of recovery
+        kc.start_channels(hb=False)
         await kc.wait_for_ready(timeout=startup_timeout)
         kernel.iopub = IOPub(kc, max_message)
     except Exception as e:

@@ -190,6 +190,12 @@ class SandboxLauncher:
         kernel.limits.update(seccomp=self.seccomp.how, workspace=how)
         return kernel
 
+    async def make_workspace(self, place: Place) -> None:
+        """Make the session's workspace before its first kernel (files put in before any code runs)."""
+        if place.workdir is None:
+            place.workspace = await self._new_workspace(place.session)
+            place.workdir = place.workspace.path
+
     def fits(self, place: Place) -> bool:
         """A pooled sandbox has its workdir and variables bound in: it serves only sessions that set neither."""
         return place.workdir is None and not place.env
@@ -297,7 +303,7 @@ def bwrap_argv(
         LOGNAME="sandbox",
         JPY_PARENT_PID="1",  # no parent poller: the pid namespace ends with bwrap
     )
-    script = f'exec {shlex.quote(python)} -m ipykernel_launcher -f "$0"'
+    script = f'exec {shlex.quote(python)} -m ipykernel_launcher -f "$0" "$@"'
     if socat:
         url = f"http://127.0.0.1:{PROXY_PORT}"
         setenv.update(HTTP_PROXY=url, HTTPS_PROXY=url, http_proxy=url, https_proxy=url)

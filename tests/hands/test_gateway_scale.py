@@ -1,0 +1,83 @@
+"""The gateway backend at scale: a dead kernel noticed by the hands' probe (not the gateway's restarter),
+a busy cell never taken for dead, the limits a kernel can set on itself, and the warm pool."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+
+from workbench.hands.factory import HandsFactory, HandsSettings
+
+pytestmark = pytest.mark.asyncio
+
+
+def settings(gw, tmp_path, **kw) -> HandsSettings:
+    return HandsSettings(backend="gateway", gateway_url=gw.url, gateway_token=gw.token,
+                         registry_dir=str(tmp_path / "registry"), **{"pool_size": 0, **kw})
+
+
+async def test_the_probe_notices_a_dead_kernel_the_restarter_does_not(deaf_gateway, tmp_path, recorder):
+    events, sink = recorder
+    async with HandsFactory(settings(deaf_gateway, tmp_path, gateway_probe=1.0)) as factory:
+        hands = factory("probe", {"hands": {"startup_timeout": 60}}, sink)
+        assert (await hands.execute("x = 1")).ok
+        kernel = hands.kernel
+        os.kill(deaf_gateway.kernel_pid(hands.status()["kernel_id"]), signal.SIGKILL)
+        deadline = time.monotonic() + 120  # generous for a loaded machine; the restarter would take 600 s
+        while await kernel.death() is None:
+            assert time.monotonic() < deadline, "the probe did not notice the dead kernel"
+            await asyncio.sleep(0.05)
+        assert "answered nothing" in (await kernel.death()).how
+        obs = await hands.execute("1+1", timeout=60)
+        assert obs.result == "2" and "died between calls" in obs.text(), obs.text()
+        died = [p for t, p in events if t == "hands_died"]
+        assert len(died) == 1 and died[0]["during"] == "idle" and "answered nothing" in died[0]["how"]
+
+
+async def test_a_cell_holding_the_gil_is_not_taken_for_dead(gateway, tmp_path):
+    async with HandsFactory(settings(gateway, tmp_path, gateway_probe=0.5)) as factory:
+        hands = factory("gil", {"hands": {"startup_timeout": 60}}, None)
+        # catastrophic backtracking: the regex engine holds the GIL for seconds, so the control thread cannot answer
+        code = "import re, time\nt = time.monotonic()\nre.match('(a*)*b', 'a' * 26)\nprint(time.monotonic() - t > 1.0)"
+        obs = await hands.execute(code, timeout=300)
+        assert obs.ok and obs.stdout.strip() == "True", obs.text()
+        assert hands.status()["generation"] == 1
+
+
+async def test_the_limits_a_gateway_kernel_can_set_on_itself(gateway, tmp_path, recorder):
+    events, sink = recorder
+    s = settings(gateway, tmp_path, memory_mb=2048, max_open_files=256, max_file_mb=8, cpu_seconds=100)
+    async with HandsFactory(s) as factory:
+        hands = factory("limits", {}, sink)
+        obs = await hands.execute("import resource as r; print(r.getrlimit(r.RLIMIT_NOFILE), r.getrlimit(r.RLIMIT_FSIZE), "
+                                  "r.getrlimit(r.RLIMIT_AS)[0] // 2**20)")
+        assert obs.stdout.split() == ["(256,", "256)", f"({8 * 2**20},", f"{8 * 2**20})", str(2048 + 1024)], obs.text()
+        obs = await hands.execute("open('big.bin', 'wb').write(b'x' * (9 * 2**20))")
+        assert not obs.ok and obs.error["ename"] in ("OSError", "ProcessLookupError", "KernelDied"), obs.text()
+        limits = next(p for t, p in events if t == "hands_started")["limits"]
+        assert set(limits) >= {"memory", "open_files", "file_size", "cpu", "processes"}
+        assert limits["open_files"].startswith("rlimit 256, set in the kernel")
+        assert limits["processes"].startswith("not enforced")
+
+
+async def test_the_pool_serves_a_replacement_at_once(gateway, tmp_path, recorder):
+    events, sink = recorder
+    async with HandsFactory(settings(gateway, tmp_path, pool_size=1)) as factory:
+        hands = factory("pooled", {}, sink)
+        assert (await hands.execute("x = 1")).ok
+        deadline = time.monotonic() + 120
+        while factory.pool.status()["ready"] < 1:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        os.kill(gateway.kernel_pid(hands.status()["kernel_id"]), signal.SIGKILL)
+        for _ in range(5):
+            obs = await hands.execute("1+1", timeout=60)
+            if obs.ok:
+                break
+        assert obs.result == "2"
+        started = [p for t, p in events if t == "hands_started"]
+        assert [p["pooled"] for p in started] == [True, True]

@@ -1,0 +1,218 @@
+"""What the model reads of a call's outputs: text where a person reads text, images where a person sees images.
+
+The outputs (see fold.py) are rendered in their order into tool_result content blocks: text
+parts joined into text blocks, and each image in its place as an image block. Per output:
+
+- a stream: its text as a terminal shows it (carriage returns applied, ANSI escapes removed);
+  stderr is marked `[stderr]`;
+- a display or execute result: an image block if its bundle holds a PNG, JPEG, GIF or WebP (or an
+  SVG the hands rendered as PNG); else the text of what JupyterLab would render: a widget's text
+  state, Markdown or LaTeX as their source, HTML as readable text (tables as text tables), JSON as
+  JSON; plain text last. A `text/plain` that is only a default repr (`<... object at 0x...>`)
+  gives way to any richer part. ANSI escapes are removed everywhere. An Output widget shows
+  nothing of its own: what it captured reaches the model where it was written;
+- an error: its traceback, without ANSI escapes;
+- a pager payload (`len?`, `%pinfo`): its text; `set_next_input`: the text the kernel proposes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from typing import Any
+
+from .fold import overwrite
+
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")  # the image types the model takes
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][A-Za-z0-9]")
+PLACEHOLDER = re.compile(r"^<[\w.]+(?: object| at 0x[0-9a-fA-F]+|(?: object)? at 0x[0-9a-fA-F]+)>$|^<Figure size [^>]*>$")
+WIDGET = "application/vnd.jupyter.widget-view+json"
+OUTPUT_WIDGET = re.compile(r"^Output\((?:layout=.*)?\)$", re.S)
+TEXT_ORDER = ("text/markdown", "text/latex", "text/html", "application/json")
+MAX_CELL = 60  # characters of one table cell shown
+
+
+def terminal(text: str) -> str:
+    """Stream text as a terminal leaves it: no ANSI escapes, carriage returns applied."""
+    return overwrite(ANSI.sub("", text)).replace("\r", "")
+
+
+def image_of(output: dict[str, Any]) -> tuple[str, str] | None:
+    """(media type, base64 data) of the image the model sees for this output, if any."""
+    data = output.get("data")
+    if not isinstance(data, dict):
+        return None
+    for mime in IMAGE_TYPES:
+        if isinstance(data.get(mime), str):
+            return mime, "".join(data[mime].split())
+    png = output.get("svg_png")
+    if isinstance(png, str):
+        return "image/png", png
+    return None
+
+
+def bundle_text(data: dict[str, Any]) -> str:
+    """The text a person reads of a bundle without an image (see the module's doc)."""
+    plain = data.get("text/plain")
+    plain = plain if isinstance(plain, str) else None
+    if WIDGET in data:
+        return plain if plain is not None else "[a widget]"
+    if plain is not None and not PLACEHOLDER.match(plain.strip()) and "text/html" in data and len(data) <= 3:
+        return plain  # a DataFrame's or another object's own text: as compact as its HTML table, and exact
+    for mime in TEXT_ORDER:
+        value = data.get(mime)
+        if value is None:
+            continue
+        if mime == "text/html" and isinstance(value, str):
+            return html_text(value)
+        if isinstance(value, str):
+            return value
+        return json.dumps(value, indent=1, ensure_ascii=False)[:200_000]
+    if plain is not None:
+        return plain
+    others = sorted(k for k in data if isinstance(k, str))
+    return f"[a display of {', '.join(others)[:300]}]" if others else ""
+
+
+def output_text(output: dict[str, Any]) -> str | None:
+    """The text of one output for the model (None: the output is an image, or says nothing)."""
+    kind = output.get("output_type")
+    if kind == "stream":
+        text = terminal(str(output.get("text", "")))
+        return ("[stderr]\n" + text) if output.get("name") == "stderr" else text
+    if kind == "error":
+        tb = "\n".join(ANSI.sub("", line) for line in output.get("traceback") or [] if isinstance(line, str))
+        return tb or f"{output.get('ename')}: {output.get('evalue')}"
+    if kind == "set_next_input":
+        return f"[the kernel proposes this as the next input]\n{output.get('text', '')}"
+    if kind in ("display_data", "execute_result"):
+        if image_of(output) is not None:
+            return None
+        data = output.get("data")
+        if isinstance(data, dict) and OUTPUT_WIDGET.match(str(data.get("text/plain", ""))) and WIDGET in data:
+            return None  # an Output widget shows what it captured, which the model reads where it was written
+        text = bundle_text(data) if isinstance(data, dict) else ""
+        return ANSI.sub("", text)  # a person sees colours, not escape codes (the pager's text is full of them)
+    return None
+
+
+def blocks(outputs: list[dict[str, Any]], before: list[str], after: list[str]) -> list[dict[str, Any]]:
+    """tool_result content: text blocks and image blocks in the order of the outputs; `before` and `after`
+    are notes (what was replayed; what was cut). Never empty: no output at all reads "(no output)"."""
+    out: list[dict[str, Any]] = []
+    parts: list[str] = list(before)
+
+    def flush() -> None:
+        if parts:
+            out.append({"type": "text", "text": "\n".join(parts)})
+            parts.clear()
+
+    for o in outputs:
+        image = image_of(o) if o.get("output_type") in ("display_data", "execute_result") else None
+        if image is not None:
+            flush()
+            out.append({"type": "image", "source": {"type": "base64", "media_type": image[0], "data": image[1]}})
+            continue
+        text = output_text(o)
+        if text:
+            parts.append(text.rstrip("\n") if o.get("output_type") == "stream" else text)
+    parts.extend(after)
+    flush()
+    return out or [{"type": "text", "text": "(no output)"}]
+
+
+class _Text(HTMLParser):
+    """HTML as readable text: block elements on lines of their own, tables as text tables, no scripts or styles."""
+
+    BLOCKS = frozenset({"p", "div", "br", "li", "ul", "ol", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "tr", "table",
+                        "section", "article", "header", "footer", "blockquote", "hr", "dt", "dd", "caption"})
+    SKIP = frozenset({"script", "style", "head", "title", "template"})
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.out: list[str] = []
+        self.skip = 0
+        self.pre = 0
+        self.tables: list[list[list[str]]] = []  # the tables being read, innermost last
+        self.cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in self.SKIP:
+            self.skip += 1
+        elif tag == "table":
+            self.tables.append([])
+        elif tag == "tr" and self.tables:
+            self._end_cell()
+            self.tables[-1].append([])
+        elif tag in ("td", "th") and self.tables:
+            self._end_cell()  # HTML lets a cell end where the next begins
+            self.cell = []
+        elif tag == "pre":
+            self.pre += 1
+            self._write("\n")
+        elif tag == "li":
+            self._write("\n- ")
+        elif tag in self.BLOCKS:
+            self._write("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self.SKIP:
+            self.skip = max(0, self.skip - 1)
+        elif tag in ("td", "th"):
+            self._end_cell()
+        elif tag == "table" and self.tables:
+            self._end_cell()
+            rows = self.tables.pop()
+            self._write("\n" + table(rows) + "\n")
+        elif tag == "pre":
+            self.pre = max(0, self.pre - 1)
+            self._write("\n")
+        elif tag in self.BLOCKS and tag != "tr":
+            self._write("\n")
+
+    def _end_cell(self) -> None:
+        if self.tables and self.cell is not None:
+            if not self.tables[-1]:
+                self.tables[-1].append([])
+            self.tables[-1][-1].append(" ".join("".join(self.cell).split())[:MAX_CELL])
+        self.cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self.skip:
+            return
+        if not self.pre:
+            data = re.sub(r"\s+", " ", data)
+        self._write(data)
+
+    def _write(self, s: str) -> None:
+        if self.cell is not None:
+            self.cell.append(s)
+        elif self.tables:
+            pass  # text between cells of a table (whitespace, mostly)
+        else:
+            self.out.append(s)
+
+
+def table(rows: list[list[str]]) -> str:
+    """Rows of cells as a text table with aligned columns."""
+    rows = [r for r in rows if r]
+    if not rows:
+        return ""
+    n = max(len(r) for r in rows)
+    rows = [r + [""] * (n - len(r)) for r in rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(n)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def html_text(html: str) -> str:
+    """HTML as readable text (see _Text)."""
+    p = _Text()
+    try:
+        p.feed(html)
+        p.close()
+    except Exception:  # html.parser is lenient; anything it still refuses is shown as its tags stripped
+        return re.sub(r"<[^>]*>", "", html)
+    text = "".join(p.out)
+    text = re.sub(r"[ \t]+\n", "\n", text)
+    return re.sub(r"\n{3,}", "\n\n", text).strip("\n")
