@@ -193,10 +193,11 @@ async def test_images_and_big_outputs(api, brain, log):
     sid = brain.create_session(model=MODEL)["id"]
     assert await brain.run_turn(sid, "show me") == "end_turn"
     results = api.requests[-1]["messages"][-1]["content"]
-    image = results[0]["content"][1]
+    (image,) = results[0]["content"]  # a display of an image alone: the image, nothing else
     assert image == {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
     big = results[1]["content"][0]["text"]
-    assert len(big) < 21_000 and "stdout truncated" in big and "dropped 80,001 more" in big
+    assert len(big) < 21_000 and "stdout truncated" in big and "cut 80,001 in between" in big, big[-500:]
+    assert big.startswith("y" * 10_000 + "\n[... 80,001 characters of stdout cut here ...]\n" + "y" * 9_999 + "\n")
 
 
 @pytest.mark.asyncio

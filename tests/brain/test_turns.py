@@ -104,6 +104,33 @@ async def test_interrupts_racing_messages_always_leave_one_end_per_turn():
 
 
 @pytest.mark.asyncio
+async def test_a_second_cancel_during_the_close_does_not_leave_the_turn_open():
+    """Two cancels close together (two interrupts, an interrupt and a hands close, a shutdown): the second
+    lands while the turn is writing how it ended; the close still finishes (found by the API fuzzer: a
+    turn left with only its user_message and nothing running it)."""
+    log = MemoryLog()
+    brain = make_brain(log, lambda req: Reply(text="slow " * 5), delay=0.5)
+    rng = random.Random(11)
+    sessions = []
+    for _ in range(30):
+        sid = brain.create_session(model="scripted")["id"]
+        sessions.append(sid)
+        await brain.start_turn(sid, "go")
+        task = brain.turns.task(sid)
+        for _ in range(rng.randrange(0, 3)):
+            await asyncio.sleep(0)  # let the turn get to its model call, or not
+        task.cancel()
+        for _ in range(rng.randrange(1, 6)):  # the first cancel is being handled: the close has begun
+            await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.wait({task})
+    for sid in sessions:
+        kinds = consistent(log, sid)
+        assert kinds[-2:] == ["interrupted", "turn_ended"] and not brain.running(sid), kinds
+    await brain.close()
+
+
+@pytest.mark.asyncio
 async def test_an_interrupt_after_the_end_adds_nothing():
     log = MemoryLog()
     brain = make_brain(log, [Reply(text="done")])

@@ -3,69 +3,56 @@
 The request is a pure function of the events: the system prompt, tools and
 model settings frozen in `session_created`, then the messages, append-only,
 with every assistant turn exactly as the API returned it.
+
+`Conversation` folds events into that request one at a time: the log is
+append-only, so the message list only grows (a tool result joins the
+assistant turn that asked for it, a user's text joins pending results), and
+a step costs what is new, not the whole history. `build_request(events)` is
+the same fold from scratch; tests hold the two equal.
+
+Long sessions (docs/settings.md, `context`): with `compact` the request asks
+the API for server-side compaction (beta `compact-2026-01-12`); the API
+answers with a `compaction` block, stored verbatim in the assistant turn like
+a thinking block, and ignores everything before it, so requests start at the
+user message (text only) that opened the turn of the latest compaction. With `clear` (endpoints without
+compaction) the results of old tool calls are replaced by a short note once
+the estimated context passes the trigger; assistant turns, and so every
+thinking block, are never touched, nor is anything of the latest turns. With `turn` (a dream's chunks: each turn is given all it needs)
+every turn starts afresh: its requests hold only the messages since the user message that opened it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from ..log import Event
+
+COMPACT_BETA = "compact-2026-01-12"
+COMPACT_EDIT = "compact_20260112"
+CLEARED = "[cleared to keep the conversation within the context window: an old tool result]"
+# the events a request or a turn's state depends on: what a cold load reads
+REQUEST_TYPES = ("session_created", "user_message", "assistant_turn", "tool_started", "tool_result", "turn_ended")
 
 
 def tool_uses(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [b for b in message.get("content", []) if b.get("type") == "tool_use"]
 
 
-def build_request(events: list[Event]) -> dict[str, Any]:
-    """The Messages API request body for the next model call of a session."""
-    created = events[0]
-    assert created.type == "session_created", "a session's first event is session_created"
-    frozen = created.payload
-    messages: list[dict[str, Any]] = []
-    results: dict[str, dict[str, Any]] = {}
-    order: list[str] = []  # tool_use ids awaiting results, in the assistant's order
+def context_request(context: dict[str, Any] | None) -> dict[str, Any]:
+    """What a session's frozen `context` setting adds to every request (compaction's edit and beta)."""
+    if not context or context.get("mode") != "compact":
+        return {}
+    edit = {"type": COMPACT_EDIT, "trigger": {"type": "input_tokens", "value": int(context["trigger"])}}
+    return {"context_management": {"edits": [edit]}, "betas": [COMPACT_BETA]}
 
-    def flush_results() -> None:
-        if order:
-            blocks = [results[i] for i in order if i in results]
-            messages.append({"role": "user", "content": blocks})
-            order.clear()
-            results.clear()
 
-    for e in events[1:]:
-        if e.type == "user_message":
-            text_block = {"type": "text", "text": e.payload["text"]}
-            if order:
-                flush_results()
-                messages[-1]["content"].append(text_block)
-            else:
-                messages.append({"role": "user", "content": [text_block]})
-        elif e.type == "assistant_turn":
-            msg = e.payload["message"]
-            if msg.get("stop_reason") == "refusal":
-                continue  # refused turns are recorded but not sent back (their content may be empty)
-            flush_results()
-            messages.append({"role": "assistant", "content": msg["content"]})
-            order.extend(b["id"] for b in tool_uses(msg))
-        elif e.type == "tool_result":
-            p = e.payload
-            block = {"type": "tool_result", "tool_use_id": p["tool_use_id"], "content": p["content"]}
-            if p.get("is_error"):
-                block["is_error"] = True
-            results[p["tool_use_id"]] = block
-    flush_results()
-    request = {
-        "model": frozen["model"],
-        "max_tokens": frozen["max_tokens"],
-        "system": frozen["system"],
-        "tools": frozen["tools"],
-        "messages": messages,
-    }
-    for key in ("thinking", "output_config", "metadata", "temperature"):
-        if frozen.get(key) is not None:
-            request[key] = frozen[key]
-    return request
+def _tokens(value: Any) -> int:
+    """A rough token count: 4 bytes of JSON a token (what the fake API counts too)."""
+    return len(orjson.dumps(value)) // 4 + 1
 
 
 @dataclass
@@ -78,22 +65,150 @@ class TurnState:
     started: set[str] = field(default_factory=set)  # tool_use ids whose start was recorded
     pauses: int = 0
 
+    def copy(self) -> TurnState:
+        return TurnState(self.open, self.last_message, set(self.answered), set(self.started), self.pauses)
+
+
+class Conversation:
+    """A session's request and turn state, maintained event by event (feed them in seq order)."""
+
+    def __init__(self) -> None:
+        self.frozen: dict[str, Any] | None = None
+        self.messages: list[dict[str, Any]] = []  # complete messages; only the clear fallback rewrites old ones
+        self.state = TurnState()
+        self.seq = 0  # the last event folded in
+        self._tokens: list[int] = []  # estimated tokens of each message
+        self._results: dict[str, dict[str, Any]] = {}  # results awaiting the next message, by tool_use id
+        self._order: list[str] = []  # tool_use ids of the latest assistant turn, in its order
+        self._start = 0  # index of the first message sent (after a compaction: see feed)
+        self._opened = 0  # index of the latest user message that holds only text
+        self._cleared = 0  # messages before this index had their tool results cleared
+        self._base = 0  # estimated tokens of system prompt and tools
+        self._clearing = 0  # the trigger when old tool results are cleared (context mode `clear`), else 0
+        self._per_turn = False  # context mode `turn`: a request holds only its own turn's messages
+
+    def feed_all(self, events: Iterable[Event]) -> Conversation:
+        for e in events:
+            self.feed(e)
+        return self
+
+    def feed(self, e: Event) -> None:
+        self.fold(e.seq, e.type, e.payload)
+
+    def fold(self, seq: int, t: str, p: dict[str, Any]) -> None:
+        """Fold in the event `seq` of type `t` with payload `p` (the payload is kept, never changed)."""
+        self.seq = seq
+        st = self.state
+        if t == "session_created":
+            self.frozen = p
+            self._base = _tokens([p.get("system"), p.get("tools")])
+            context = p.get("context") or {}
+            self._clearing = int(context["trigger"]) if context.get("mode") == "clear" else 0
+            self._per_turn = context.get("mode") == "turn"
+        elif t == "user_message":
+            self.state = TurnState(open=True)
+            text_block = {"type": "text", "text": p["text"]}
+            if self._order and not self._per_turn:  # the results the latest assistant turn waits for, then the text
+                self._push({"role": "user", "content": self._pending() + [text_block]})
+            else:
+                if self._per_turn:  # earlier turns are not sent: neither are results still owed to them
+                    self._order, self._results = [], {}
+                    self._start = len(self.messages)
+                self._opened = len(self.messages)
+                self._push({"role": "user", "content": [text_block]})
+        elif t == "turn_ended":
+            self.state = TurnState(open=False)
+        elif t == "assistant_turn":
+            msg = p["message"]
+            if st.open:
+                st.last_message = msg
+                st.answered, st.started = set(), set()
+                if msg.get("stop_reason") in ("pause_turn", "compaction"):
+                    st.pauses += 1
+            if msg.get("stop_reason") == "refusal":
+                return  # refused turns are recorded but not sent back (their content may be empty)
+            if self._order:
+                self._push({"role": "user", "content": self._pending()})
+            content = msg["content"]
+            self._push({"role": "assistant", "content": content})
+            if any(b.get("type") == "compaction" for b in content):
+                # the API drops what came before the compaction block; we send from the user message that
+                # opened the step's turn (text only: no tool result whose call would be missing), so the
+                # request keeps the shape the API checks, and stops growing with the session
+                self._start = self._opened
+            self._order = [b["id"] for b in content if b.get("type") == "tool_use"]
+        elif t == "tool_started":
+            if st.open:
+                st.started.add(p["tool_use_id"])
+        elif t == "tool_result":
+            if st.open:
+                st.answered.add(p["tool_use_id"])
+            block = {"type": "tool_result", "tool_use_id": p["tool_use_id"], "content": p["content"]}
+            if p.get("is_error"):
+                block["is_error"] = True
+            self._results[p["tool_use_id"]] = block
+
+    def _pending(self) -> list[dict[str, Any]]:
+        blocks = [self._results[i] for i in self._order if i in self._results]
+        self._order, self._results = [], {}
+        return blocks
+
+    def _push(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+        if self._clearing:
+            self._tokens.append(_tokens(message["content"]))
+            self._clear(self._clearing, 6)
+
+    def _clear(self, trigger: int, keep: int) -> None:
+        """Past the trigger, clear old tool results until the estimate is at half of it (in one go, so
+        the prefix changes seldom). Assistant turns are never touched; the last `keep` messages neither."""
+        total = self._base + sum(self._tokens[self._start:])
+        if total <= trigger:
+            return
+        stop = len(self.messages) - keep
+        i = max(self._cleared, self._start)
+        while i < stop and total > trigger // 2:
+            m = self.messages[i]
+            if m["role"] == "user" and any(b.get("type") == "tool_result" and b.get("content") != CLEARED for b in m["content"]):
+                content = [{**b, "content": CLEARED} if b.get("type") == "tool_result" else b for b in m["content"]]
+                self.messages[i] = {"role": "user", "content": content}
+                before, self._tokens[i] = self._tokens[i], _tokens(content)
+                total -= before - self._tokens[i]
+            i += 1
+        self._cleared = i
+
+    def request(self) -> dict[str, Any]:
+        """The Messages API request body for the next model call (fresh lists; the blocks are shared)."""
+        frozen = self.frozen
+        assert frozen is not None, "a session's first event is session_created"
+        messages = self.messages[self._start:]
+        if self._order:  # results of the latest assistant turn, not yet followed by anything
+            blocks = [self._results[i] for i in self._order if i in self._results]
+            messages.append({"role": "user", "content": blocks})
+        request = {
+            "model": frozen["model"],
+            "max_tokens": frozen["max_tokens"],
+            "system": frozen["system"],
+            "tools": frozen["tools"],
+            "messages": messages,
+        }
+        for key in ("thinking", "output_config", "metadata", "temperature"):
+            if frozen.get(key) is not None:
+                request[key] = frozen[key]
+        request.update(context_request(frozen.get("context")))
+        return request
+
+    def tokens(self) -> int:
+        """The estimated input tokens of the next request (4 bytes of JSON a token)."""
+        return _tokens(self.request()) if not self._clearing else self._base + sum(self._tokens[self._start:])
+
+
+def build_request(events: list[Event]) -> dict[str, Any]:
+    """The Messages API request body for the next model call of a session, from all its events."""
+    assert events and events[0].type == "session_created", "a session's first event is session_created"
+    return Conversation().feed_all(events).request()
+
 
 def turn_state(events: list[Event]) -> TurnState:
     """Read the state of the latest turn from the events."""
-    st = TurnState()
-    for e in events:
-        if e.type == "user_message":
-            st = TurnState(open=True)
-        elif e.type == "turn_ended":
-            st = TurnState(open=False)
-        elif e.type == "assistant_turn" and st.open:
-            st.last_message = e.payload["message"]
-            st.answered, st.started = set(), set()
-            if st.last_message.get("stop_reason") == "pause_turn":
-                st.pauses += 1
-        elif e.type == "tool_started" and st.open:
-            st.started.add(e.payload["tool_use_id"])
-        elif e.type == "tool_result" and st.open:
-            st.answered.add(e.payload["tool_use_id"])
-    return st
+    return Conversation().feed_all(events).state

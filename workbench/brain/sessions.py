@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ConfigError
 from .tools import Tool
 
 DEFAULT_SYSTEM = (
@@ -30,6 +31,7 @@ class NewSession:
     title: str | None
     model: str
     config: Mapping[str, Any]
+    message: str | None = None  # the first user message, when the creator knows it (memories are ranked by it)
 
 
 @dataclass(frozen=True)
@@ -45,14 +47,25 @@ PromptHook = Callable[[NewSession], "PromptPart | None"]
 
 def session_payload(session_id: str | None, *, title: str | None, model: str, system: str | None,
                     tools: Sequence[Tool], config: dict[str, Any] | None, kind: str, settings: Any,
-                    hooks: Sequence[PromptHook] = ()) -> tuple[str, dict[str, Any], list[tuple[str, dict[str, Any]]]]:
-    """(session id, the `session_created` payload, the events to write with it)."""
+                    hooks: Sequence[PromptHook] = (), parent_id: str | None = None,
+                    origin: dict[str, Any] | None = None,
+                    message: str | None = None) -> tuple[str, dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    """(session id, the `session_created` payload, the events to write with it).
+
+    A session another session started (a delegated child) names it in `parent_id`, and what
+    started it (e.g. the tool call) in `origin`."""
     session_id = session_id or uuid.uuid4().hex[:12]
     config = dict(config or {})
-    parts = [p for p in (hook(NewSession(kind, title, model, config)) for hook in hooks) if p is not None and p.text]
+    parts = [p for p in (hook(NewSession(kind, title, model, config, message)) for hook in hooks) if p is not None and p.text]
     prompt = (system or DEFAULT_SYSTEM) + "".join(f"\n\n{p.text}" for p in parts)
     thinking = config.get("thinking", settings.thinking)
     effort = config.get("effort", settings.effort)
+    mode = config.get("context", settings.context)
+    if mode not in ("compact", "clear", "off", "turn"):
+        raise ConfigError(f"context must be compact, clear, off or turn, not {str(mode)[:40]!r}")
+    trigger = config.get("context_trigger", settings.context_trigger)
+    if isinstance(trigger, bool) or not isinstance(trigger, int) or trigger < 1000:
+        raise ConfigError(f"context_trigger must be a whole number of tokens >= 1000, not {str(trigger)[:40]!r}")
     payload = {
         "title": title,
         "model": model,
@@ -61,6 +74,10 @@ def session_payload(session_id: str | None, *, title: str | None, model: str, sy
         "max_tokens": int(config.get("max_tokens", settings.max_tokens)),
         "thinking": {"type": thinking} if thinking != "disabled" else None,
         "output_config": {"effort": effort} if effort else None,
+        "context": {"mode": mode, "trigger": trigger} if mode != "off" else None,
         "config": config,
     }
+    if parent_id is not None:
+        payload["parent_id"] = parent_id
+        payload["origin"] = dict(origin or {})
     return session_id, payload, [e for p in parts for e in p.events]

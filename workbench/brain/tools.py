@@ -29,11 +29,14 @@ class ToolOutput:
 
 @dataclass
 class ToolContext:
-    """What a running tool may use: its session, that session's hands (made on first use) and the log."""
+    """What a running tool may use: its session, that session's hands (made on first use), the log, its call's id,
+    and where to send output while it runs (`output(kind, text)`: live, never stored; brain/live.py)."""
 
     session_id: str
     hands: Callable[[], Awaitable[Hands]]
     log: Any
+    tool_use_id: str = ""
+    output: Callable[[str, str], None] | None = None
 
 
 ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable[ToolOutput]]
@@ -45,6 +48,13 @@ class Tool:
     description: str
     input_schema: dict[str, Any]
     run: ToolFn
+    # safe to run at the same time as other calls of the same turn (the brain then runs a run of
+    # such calls concurrently, and still records their results in the order the model made them)
+    concurrent: bool = False
+    # how to finish a call whose start is logged but whose result is not (the process running the
+    # turn died): None means it is answered "interrupted; state unknown" and never re-run; a tool
+    # whose work outlives the process (e.g. child sessions) may instead re-attach to it
+    resume: ToolFn | None = None
 
     def spec(self) -> dict[str, Any]:
         """The tool as the Messages API expects it (plain JSON: a schema may be built from read-only mappings)."""
@@ -73,7 +83,7 @@ async def run_python(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
                                 or not math.isfinite(timeout) or timeout <= 0):
         return ToolOutput([{"type": "text", "text": "timeout must be a positive number of seconds"}], is_error=True)
     hands = await ctx.hands()
-    obs = await hands.execute(code, timeout=timeout)
+    obs = await hands.execute(code, timeout=timeout, on_output=ctx.output)
     out = observation_output(obs)
     if inp.get("replayable"):
         out.details["replayable"] = True

@@ -4,8 +4,13 @@
   plugins may add scripts (the memory plugin adds `scripted:dream`);
 - `claude-...`: Claude through the Anthropic SDK (needs ANTHROPIC_API_KEY);
 - `anthropic:NAME`: any model name on an Anthropic-compatible server
-  (ANTHROPIC_BASE_URL), e.g. a local one;
+  (ANTHROPIC_BASE_URL), e.g. a local one; the API is sent `NAME`, while the
+  session, its requests in the log and a cassette keep `anthropic:NAME`;
 - `PREFIX` or `PREFIX:ARG`: a model a plugin registers under PREFIX.
+
+A catalog given a `Cassette` (WORKBENCH_CASSETTE, see cassette.py) wraps every
+model it makes in a `CassetteModel` of the same name, so sessions, requests and
+logs look exactly as without it, and a replay needs no key.
 
 A host builds one `ModelCatalog` from the built-ins and its plugins; nothing
 is registered globally.
@@ -16,13 +21,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 
-from ...errors import UnknownModel
+from ...errors import MissingAPIKey, UnknownModel
 from .anthropic import DEFAULT_MODEL, AnthropicModel
 from .base import FatalModelError, MessageBuilder, Model, RetryableError, message_events
+from .cassette import Cassette, CassetteError, CassetteMiss, CassetteModel
 from .scripted import BUILTIN_SCRIPTS, Reply, Script, ScriptedModel
 
 __all__ = [
-    "AnthropicModel", "DEFAULT_MODEL", "FatalModelError", "MessageBuilder", "Model", "ModelCatalog", "Reply",
+    "AnthropicModel", "Cassette", "CassetteError", "CassetteMiss", "CassetteModel",
+    "DEFAULT_MODEL", "FatalModelError", "MessageBuilder", "Model", "ModelCatalog", "Reply",
     "RetryableError", "ScriptedModel", "default_model_name", "make_model", "message_events",
 ]
 
@@ -40,10 +47,11 @@ class ModelCatalog:
     """Every model a host can make, by name: the built-ins plus its plugins' scripts and models."""
 
     def __init__(self, scripts: Mapping[str, Script] | None = None, providers: Mapping[str, ModelMaker] | None = None,
-                 default: str | None = None):
+                 default: str | None = None, cassette: Cassette | None = None):
         self.scripts: Mapping[str, Script] = {**BUILTIN_SCRIPTS, **(scripts or {})}
         self.providers: Mapping[str, ModelMaker] = dict(providers or {})
         self.default = default or None
+        self.cassette = cassette
 
     def default_name(self) -> str:
         """The model of sessions created without one."""
@@ -52,6 +60,17 @@ class ModelCatalog:
     def make(self, name: str | None = None) -> Model:
         """The model called `name` (see the module docstring for the forms); UnknownModel / MissingAPIKey."""
         name = name or self.default_name()
+        if self.cassette is None:
+            return self._make(name)
+        try:
+            inner: Model | None = self._make(name)
+        except MissingAPIKey:
+            if self.cassette.mode == "record":
+                raise
+            inner = None  # replaying needs no key; recording a miss will say it lacks one
+        return CassetteModel(name, self.cassette, inner or (lambda: self._make(name)))
+
+    def _make(self, name: str) -> Model:
         if not isinstance(name, str) or not name.strip():
             raise UnknownModel("a model name must be a non-empty string")
         kind, _, arg = name.partition(":")

@@ -4,6 +4,10 @@ The key comes from ANTHROPIC_API_KEY and the base URL from ANTHROPIC_BASE_URL
 (so Anthropic-compatible local servers, and the fake server of
 `workbench.testing`, work too). The SDK's own retries are off: the brain
 retries, and records each attempt in the log.
+
+The request's `model` is the session's model as the catalog knows it
+(`claude-opus-5-5`, `anthropic:NAME`); the API is sent this model's own name
+(`NAME` for `anthropic:NAME`), so the log and a cassette keep the catalog's name.
 """
 
 from __future__ import annotations
@@ -48,8 +52,12 @@ class AnthropicModel:
 
     async def stream(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         a = self._anthropic
+        request = {**request, "model": self.name}  # `anthropic:NAME` is the catalog's name; the API knows NAME
         try:
-            stream = await self.client.messages.create(**request, stream=True)
+            if request.get("betas"):  # e.g. server-side compaction: the beta endpoint takes the header
+                stream = await self.client.beta.messages.create(**request, stream=True)
+            else:
+                stream = await self.client.messages.create(**request, stream=True)
             async for event in stream:
                 yield event.to_dict(mode="json")
         except a.APIStatusError as e:

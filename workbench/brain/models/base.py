@@ -14,6 +14,9 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
+THINKING = ("adaptive", "disabled")  # what a session's config may set `thinking` to
+EFFORTS = ("low", "medium", "high", "xhigh", "max")  # and `effort`
+
 
 @runtime_checkable
 class Model(Protocol):
@@ -77,6 +80,10 @@ class MessageBuilder:
                 block["signature"] = block.get("signature", "") + d["signature"]
             elif dt == "input_json_delta":
                 self._json[ev["index"]] = self._json.get(ev["index"], "") + d["partial_json"]
+            elif dt == "compaction_delta":  # a compaction block's summary (and opaque state), kept as sent
+                for key in ("content", "encrypted_content"):
+                    if d.get(key) is not None:
+                        block[key] = (block.get(key) or "") + d[key]
             elif dt == "citations_delta":
                 block.setdefault("citations", []).append(d["citation"])
         elif t == "content_block_stop":
@@ -124,6 +131,9 @@ def message_events(message: dict[str, Any], *, chunk: int = 24) -> list[dict[str
             head = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
             evs.append({"type": "content_block_start", "index": i, "content_block": head})
             evs += deltas(i, "input_json_delta", "partial_json", json.dumps(block["input"]))
+        elif bt == "compaction" and block.get("content") is not None:  # the summary comes as a delta
+            evs.append({"type": "content_block_start", "index": i, "content_block": {**block, "content": None}})
+            evs.append({"type": "content_block_delta", "index": i, "delta": {"type": "compaction_delta", "content": block["content"]}})
         else:  # redacted_thinking and anything else arrive whole
             evs.append({"type": "content_block_start", "index": i, "content_block": block})
         evs.append({"type": "content_block_stop", "index": i})

@@ -1,0 +1,188 @@
+"""Folding outputs as JupyterLab does, and rendering them for the model: pure functions, hostile input included."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import pytest
+from PIL import Image
+
+from workbench.hands.base import Observation
+from workbench.hands.fold import Fold, overwrite
+from workbench.hands.images import svg_png
+from workbench.hands.render import blocks, html_text
+
+
+def texts(fold: Fold) -> list[str]:
+    return [o.get("text") or str(o.get("data")) for o in fold.outputs()]
+
+
+def png_b64(size=(8, 4)) -> str:
+    b = io.BytesIO()
+    Image.new("RGB", size, "red").save(b, "PNG")
+    return base64.b64encode(b.getvalue()).decode()
+
+
+def test_carriage_returns_and_backspaces_leave_what_a_terminal_shows():
+    assert overwrite("10%\r20%\r100%\n") == "100%\n"
+    assert overwrite("abc\rX") == "Xbc"
+    assert overwrite("abc\b\bZ") == "aZ"
+    assert overwrite("line\r\nnext") == "line\nnext"
+    f = Fold(1000, 20, 10**6)
+    for i in range(500):  # a progress bar written piece by piece
+        f.stream("stderr", f"\r{i:3d}%")
+    f.stream("stderr", "\n")
+    assert texts(f) == ["499%\n"]
+
+
+def test_clear_output_now_and_on_the_next_output():
+    f = Fold(1000, 20, 10**6)
+    f.stream("stdout", "gone")
+    f.clear(wait=False)
+    f.stream("stdout", "kept")
+    assert texts(f) == ["kept"]
+    for i in range(100):
+        f.clear(wait=True)
+        f.stream("stdout", f"step {i}\n")
+    assert texts(f) == ["step 99\n"]
+    f.clear(wait=True)  # pending: nothing came after it, so what was there stays
+    assert texts(f) == ["step 99\n"]
+
+
+def test_updates_replace_every_display_with_the_id_and_streams_keep_their_order():
+    f = Fold(1000, 20, 10**6)
+    f.stream("stdout", "before\n")
+    f.rich("display_data", {"text/plain": "a"}, "d1")
+    f.stream("stdout", "after\n")
+    f.rich("display_data", {"text/plain": "b"}, "d1")
+    assert f.update("d1", {"text/plain": "new"})
+    assert not f.update("unknown", {"text/plain": "x"})
+    assert [o["output_type"] for o in f.outputs()] == ["stream", "display_data", "stream", "display_data"]
+    assert [o["data"] for o in f.outputs() if "data" in o] == [{"text/plain": "new"}] * 2
+
+
+def test_a_new_display_with_a_shown_id_updates_the_earlier_ones_and_clears_are_remembered():
+    f = Fold(1000, 20, 10**6)
+    f.rich("display_data", {"text/plain": "p"}, "same")
+    f.rich("display_data", {"text/plain": "q"}, "other")
+    f.rich("display_data", {"text/plain": "r"}, "same")
+    assert [o["data"]["text/plain"] for o in f.outputs()] == ["r", "q", "r"]
+    f.clear(wait=False)
+    assert f.outputs() == [] and f.cleared_ids == {"same", "other"}
+    # a display an earlier call showed, shown here as updated, is not this call's to clear from the notebook
+    f.rich("display_data", {"text/plain": "u"}, "earlier", {"updated": True})
+    f.clear(wait=False)
+    assert "earlier" not in f.cleared_ids
+
+
+@pytest.mark.asyncio
+async def test_an_update_reaches_only_a_display_still_shown():
+    """A later call's update of a display an earlier call cleared is shown nowhere, as in a notebook; one of a
+    display still shown reads as an updated display; a new kernel starts with none shown."""
+    from workbench.hands.collect import Budget, Collector
+
+    shown: set[str] = set()
+    first = Collector(Budget(), 1, shown)
+    await first.feed("display_data", {"data": {"text/plain": "'kept'"}, "transient": {"display_id": "k"}})
+    await first.feed("display_data", {"data": {"text/plain": "'gone'"}, "transient": {"display_id": "g"}})
+    await first.feed("clear_output", {"wait": True})
+    await first.feed("display_data", {"data": {"text/plain": "'kept'"}, "transient": {"display_id": "k"}})
+    first.done()
+    assert shown == {"k"}
+    second = Collector(Budget(), 1, shown)
+    for display_id in ("k", "g", "never"):
+        await second.feed("update_display_data", {"data": {"text/plain": f"'{display_id} 2'"},
+                                                  "transient": {"display_id": display_id}})
+    outs = second.done().outputs
+    assert [(o["data"]["text/plain"], o.get("updated")) for o in outs] == [("'k 2'", True)]
+
+
+def test_a_long_stream_keeps_its_head_and_its_tail():
+    f = Fold(100, 20, 10**6)
+    f.stream("stdout", "".join(f"{i}\n" for i in range(10_000)))
+    (out,) = f.outputs()
+    assert out["text"].startswith("0\n1\n2\n") and out["text"].endswith("9998\n9999\n")
+    assert "characters of stdout cut here" in out["text"] and len(out["text"]) < 200
+    assert "cut 48,790 in between" in f.notes()[0]
+    # interleaved streams: bounded however many pieces come
+    f = Fold(100, 20, 10**6)
+    for i in range(20_000):
+        f.stream("stdout" if i % 2 else "stderr", f"{i}\n")
+    assert sum(len(o["text"]) for o in f.outputs()) < 2_000 and f.outputs()[-1]["text"].endswith("19999\n")
+
+
+def test_output_widget_captures_are_cleared_on_their_own():
+    f = Fold(1000, 20, 10**6)
+    f.stream("stdout", "cell\n")
+    f.capture("w1", True)
+    f.stream("stdout", "in widget\n")
+    f.clear(wait=False)
+    f.stream("stdout", "again\n")
+    f.capture("w1", False)
+    assert texts(f) == ["cell\n", "again\n"]
+    f.clear(wait=False)
+    assert texts(f) == ["again\n"]  # the widget's, not the cell's
+
+
+def test_displays_over_the_budget_are_counted_not_kept():
+    f = Fold(1000, 3, 200)
+    for i in range(10):
+        f.rich("display_data", {"text/plain": f"d{i}"})
+    assert len(f.outputs()) == 3 and f.over_count == {"display_data": 7}
+    f.rich("execute_result", {"text/plain": "x" * 500})
+    assert f.over_bytes == 1
+
+
+def test_blocks_put_images_in_place_and_rich_text_as_text():
+    png = png_b64()
+    outputs = [
+        {"output_type": "stream", "name": "stdout", "text": "\x1b[31mred\x1b[0m\n"},
+        {"output_type": "display_data", "data": {"text/plain": "<Figure size 640x480 with 1 Axes>", "image/png": png}},
+        {"output_type": "execute_result", "data": {"text/plain": "1"}},
+        {"output_type": "execute_result", "data": {"text/plain": "2"}},
+        {"output_type": "display_data", "data": {"text/plain": "<IPython.core.display.Markdown object>",
+                                                 "text/markdown": "**bold**"}},
+        {"output_type": "display_data", "data": {"text/plain": "<IPython.core.display.HTML object>",
+                                                 "text/html": "<p>hi</p><script>x()</script><table><tr><th>a</th><th>bb</th></tr>"
+                                                              "<tr><td>1</td><td>2</td></tr></table>"}},
+        {"output_type": "display_data", "data": {"text/plain": "IntSlider(value=3)",
+                                                 "application/vnd.jupyter.widget-view+json": {"model_id": "m"}}},
+        {"output_type": "set_next_input", "text": "x = 1"},
+        {"output_type": "error", "ename": "E", "evalue": "v", "traceback": ["\x1b[0;31mE\x1b[0m: v"]},
+    ]
+    got = blocks(outputs, ["[note before]"], ["[note after]"])
+    assert [b["type"] for b in got] == ["text", "image", "text"]
+    assert got[0]["text"] == "[note before]\nred"
+    assert got[1]["source"] == {"type": "base64", "media_type": "image/png", "data": png}
+    assert got[2]["text"] == ("1\n2\n**bold**\nhi\n\na  bb\n1  2\nIntSlider(value=3)\n"
+                              "[the kernel proposes this as the next input]\nx = 1\nE: v\n[note after]")
+    assert blocks([], [], []) == [{"type": "text", "text": "(no output)"}]
+
+
+def test_html_text_survives_broken_and_hostile_markup():
+    assert html_text("<table><tr><td>1<td>2</table>") == "1  2"
+    assert "alert" not in html_text("<b>x</b><script>alert(1)</script><style>p{}</style>")
+    assert html_text("<div>" * 5000 + "deep" + "</div>" * 5000) == "deep"
+    assert html_text("<<<>>> &amp; &bogus; \x00") .startswith("<<<>>> &")
+
+
+def test_svg_becomes_a_bounded_png_and_a_bad_one_a_note():
+    data, note = svg_png('<svg xmlns="http://www.w3.org/2000/svg" width="40" height="20"><rect width="40" height="20"/></svg>', 10**6)
+    assert note is None and Image.open(io.BytesIO(base64.b64decode(data))).size == (40, 20)
+    data, note = svg_png('<svg xmlns="http://www.w3.org/2000/svg" width="90000" height="30000"><rect width="9" height="9"/></svg>',
+                         10**6)
+    assert max(Image.open(io.BytesIO(base64.b64decode(data))).size) <= 2000
+    for bad in ("not svg", '<svg xmlns="http://www.w3.org/2000/svg" width="9" height="9"><image href="file:///etc/passwd"/></svg>',
+                "<svg" * 10_000):
+        data, note = svg_png(bad, 10**6)
+        assert data is None and note and "could not be rendered" in note
+
+
+def test_an_observation_stored_before_outputs_reads_as_before():
+    old = {"stdout": "out\n", "stderr": "", "result": "3", "displays": [{"image/png": png_b64()}], "error": None,
+           "truncated": [], "generation": 1, "duration_ms": 1.0, "notes": []}
+    obs = Observation.from_json(old)
+    assert [o["output_type"] for o in obs.outputs] == ["stream", "display_data", "execute_result"]
+    assert [b["type"] for b in obs.content_blocks()] == ["text", "image", "text"]
+    assert Observation.from_json(obs.to_json()).to_json() == obs.to_json()

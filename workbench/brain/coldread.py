@@ -1,0 +1,77 @@
+"""Reading a session's request from the log when the brain has none kept: a cold resume.
+
+A step costs what is new (request.Conversation); this is the one read that
+costs the whole session, paid when a session is first used by a process (or
+again after the brain's session cache dropped it). It reads only what a
+request and a turn's state depend on: six event types of the thirteen, and of
+a tool result only its id, content and error flag (not the observation, which
+repeats the content with more detail). From a DuckDB log the projection runs
+in SQL and the payloads arrive as JSON text, parsed here with the garbage
+collector paused (building tens of thousands of small objects otherwise
+triggers collection after collection over the growing heap). Any other log
+is read through its protocol. Both give the same `Conversation` (a test holds
+them equal).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from typing import Any
+
+import orjson
+
+from ..log import DuckDBLog
+from ..log.payload import decode_payload
+from .request import REQUEST_TYPES, Conversation
+
+log = logging.getLogger("workbench.brain")
+
+_TYPES = ", ".join(f"'{t}'" for t in REQUEST_TYPES)
+# a tool result reduced to what the request sends; every other payload as stored
+_SQL = f"""
+SELECT seq, type, CASE type
+    WHEN 'tool_result' THEN json_object('tool_use_id', payload->'tool_use_id', 'content', payload->'content',
+                                        'is_error', payload->'is_error')
+    WHEN 'tool_started' THEN json_object('tool_use_id', payload->'tool_use_id')
+    ELSE payload END::VARCHAR
+FROM events WHERE session_id = ? AND type IN ({_TYPES}) ORDER BY seq
+"""
+
+
+def read_conversation(source: Any, session_id: str) -> Conversation:
+    """The session's Conversation from its log (blocking: run it off the event loop)."""
+    conv = Conversation()
+    rows = _duckdb_rows(source, session_id) if isinstance(source, DuckDBLog) else None
+    if rows is None:
+        return conv.feed_all(source.events(session_id, types=list(REQUEST_TYPES)))
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        for seq, type_, raw in rows:
+            conv.fold(seq, type_, _payload(raw))
+    finally:
+        if paused:
+            gc.enable()
+    return conv
+
+
+def _duckdb_rows(source: DuckDBLog, session_id: str) -> list[tuple[int, str, str]] | None:
+    import duckdb
+
+    cur = source.cursor()
+    try:
+        return cur.execute(_SQL, [session_id]).fetchall()
+    except duckdb.Error:  # e.g. a row an older version wrote that DuckDB's JSON functions refuse
+        log.warning("workbench: the projected read of session %s failed; reading every event", session_id, exc_info=True)
+        return None
+    finally:
+        cur.close()
+
+
+def _payload(raw: str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return decode_payload(raw)
+    return value if isinstance(value, dict) else decode_payload(raw)
