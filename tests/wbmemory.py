@@ -65,3 +65,23 @@ def dream(brain, store, *, sessions=None, model="scripted:dream", instructions=N
     """Create and run a dream to its end, committed: its commit summary with the stop reason."""
     dream_id = create_dream(brain, store, sessions=sessions, model=model)
     return asyncio.run(run_dream(brain, store, dream_id, instructions))
+
+
+def pause_between_chunks(monkeypatch):
+    """Make every dream pause right after it commits a chunk (before its next one), in this process:
+    (between, go_on), two threading.Events: `between` is set at the pause, `go_on.set()` ends it."""
+    import threading
+
+    from workbench.memory import dream as dreams
+
+    between, go_on = threading.Event(), threading.Event()
+    real = dreams.commit_dream
+
+    def paused(store, dream_id):  # runs off the loop, between one chunk's turn and the next
+        out = real(store, dream_id)
+        between.set()
+        go_on.wait(120)
+        return out
+
+    monkeypatch.setattr(dreams, "commit_dream", paused)
+    return between, go_on

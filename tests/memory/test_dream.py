@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from wbmemory import build_host, dream, model_factory
+from wbmemory import build_host, dream, model_factory, pause_between_chunks
 
 from workbench.brain import BUILTIN_TOOLS, Brain
 from workbench.brain.models import Reply, ScriptedModel
@@ -160,6 +160,57 @@ async def test_a_background_dream_starts_after_every_n_finished_sessions(db_path
         assert [m["title"] for m in st.list(dream=d["id"])] == ["Preference: Always write files as UTF-8, please."]
     finally:
         await read.close()
+
+
+@pytest.mark.asyncio
+async def test_scheduled_dreams_go_on_when_more_sessions_finish_than_a_dream_may_read(db_path, tmp_path):
+    """dream_every above dream_max_sessions: dreams of at most that many start, the first to finish first
+    (the whole batch was refused by the cap each time, and no scheduled dream ever started again)."""
+    def models(name):
+        return model_factory(name) if name.startswith("scripted") else ScriptedModel([Reply(text="ok")], name=name)
+
+    plugin = MemoryPlugin(settings=MemorySettings(dream_every=3, dream_max_sessions=2, dream_model="scripted:dream"))
+    host = build_host(db_path, tmp_path, plugins=[plugin], model_factory=models)
+    await host.start()
+    try:
+        brain, store = host.brain, plugin.store
+        chats = []
+        for i in range(4):
+            chats.append(brain.create_session(title=f"chat {i}", model="echo")["id"])
+            await brain.run_turn(chats[-1], f"Remember number {i}, please.")
+            for _ in range(600):  # a dream that started runs to its end before the next chat
+                await host.jobs_done()
+                if not any(brain.running(d["id"]) for d in store.log.sessions(kind="dream")):
+                    break
+                await asyncio.sleep(0.05)
+        dreams = store.log.sessions(kind="dream")
+        read = [store.log.events(d["id"], until=1)[0].payload["config"]["dream"]["sessions"] for d in dreams]
+    finally:
+        await host.close()
+    assert read == [sorted(chats[:2]), sorted(chats[2:])], read
+
+
+@pytest.mark.asyncio
+async def test_a_dream_between_two_chunks_counts_as_running(recorded, db_path, tmp_path, monkeypatch):
+    """Between two chunks no turn runs, yet the dream's driver goes on with it: the session is running
+    (GET /sessions and a server's wake read this; a listing said "not running" and a check took the next
+    chunk's fresh turn for one nobody ran)."""
+    plugin = MemoryPlugin(settings=MemorySettings(dream_chunk_sessions=1))
+    host = build_host(db_path, tmp_path, plugins=[plugin], model_factory=model_factory, hands=False)
+    await host.start()
+    between, go_on = pause_between_chunks(monkeypatch)
+    try:
+        did = await plugin.create_dream(recorded, "scripted:dream")
+        task = asyncio.ensure_future(plugin.run_dream(did))
+        assert await asyncio.to_thread(between.wait, 120)
+        at_work = (host.brain.running(did), host.running(did))
+        go_on.set()
+        summary = await task
+        after = host.running(did)
+    finally:
+        go_on.set()
+        await host.close()
+    assert at_work == (False, True) and summary["chunks"] == len(recorded) and after is False
 
 
 def test_a_dream_through_the_messages_api_uses_the_same_tools(store, recorded, fake_api, monkeypatch):

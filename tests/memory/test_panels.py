@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import getpass
 import http.client
 import os
 import queue
@@ -106,6 +107,29 @@ def test_edit_proposals_show_a_diff(store):
     assert "-Print ratios plainly." in app.diff.object and "+Print ratios with two decimals." in app.diff.object
 
 
+def test_review_app_shows_contradictions_side_by_side_and_supersedes(store):
+    old = store.create(title="Prefer pandas", text="Prefer pandas for data frames.", actor="api", provenance=[], status="accepted")
+    new = store.create(title="Never use pandas", text="Never use pandas: use polars.", actor="dream:d1", provenance=[])
+    app = ReviewApp(store, actor="person:ann")
+    app.memories.value = new
+    pair = app.detail.object.split("wb-conflicts", 1)[1]
+    assert "Never use pandas: use polars." in pair and "Prefer pandas for data frames." in pair and "&#x27;never&#x27;" in pair
+    app.supersede_button.clicks += 1  # nothing chosen: refused, shown
+    assert app.message_kind == "danger" and "needs &quot;by&quot;" in app.message.object
+    app.accept_button.clicks += 1
+    app.status.value = "accepted"
+    app.memories.value = old
+    app.superseded_by.value = new
+    app.note_input.value = "moved to polars"
+    app.supersede_button.clicks += 1
+    m = store.get(old)
+    assert m["status"] == "superseded" and m["history"][-1]["actor"] == "person:ann" and m["history"][-1]["note"] == "moved to polars"
+    app.status.value = "all"
+    app.memories.value = old
+    assert "wb-chain" in app.detail.object and f"replaced by <code>{new}</code>" in app.detail.object
+    assert "wb-conflicts" not in app.detail.object
+
+
 def test_ipywidgets_review(store, dreamed):
     view = MemoryReview(store, actor="person:bob")
     first, second = dreamed["proposed"][:2]
@@ -144,7 +168,7 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def review_server(db_path: Path, port: int):
     """`workbench review` on `port` as a subprocess; yields the URL with the token it printed."""
-    cmd = [str(Path(sys.executable).parent / "workbench"), "review", "--db", str(db_path), "--port", str(port), "--actor", "person:browser"]
+    cmd = [str(Path(sys.executable).parent / "workbench"), "review", "--db", str(db_path), "--port", str(port)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
@@ -270,4 +294,4 @@ def test_review_served_to_headless_chromium_offline(store, dreamed, db_path):
         from workbench.memory import MemoryStore
 
         m = MemoryStore(log).get(target["id"])
-    assert m["status"] == "accepted" and m["history"][-1]["actor"] == "person:browser"
+    assert m["status"] == "accepted" and m["history"][-1]["actor"] == f"person:{getpass.getuser()}"

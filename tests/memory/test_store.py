@@ -41,7 +41,14 @@ def test_accepted_memories_enter_new_sessions_only(brain, store, recorded, syste
     assert chosen["text"] in fresh_system and rejected["text"] not in fresh_system
     injected = created[1]
     assert injected.type == "memories_injected"
-    assert injected.payload["memories"] == [{"id": chosen["id"], "version": 2, "title": chosen["title"]}]
+    accepted = store.get(chosen["id"])
+    (m,) = injected.payload["memories"]
+    assert {k: v for k, v in m.items() if k not in ("score", "why")} == {
+        "id": chosen["id"], "version": 2, "title": chosen["title"], "updated_at": accepted["updated_at"],
+        "sessions": list(dict.fromkeys(c["session_id"] for c in chosen["provenance"]))[:3]}
+    # ranked against the session's title: relevant when a word of it is in the memory, else by date
+    assert m["why"] == ("relevant" if m["score"] > 0 else "recent")
+    assert injected.payload["ranked_by"] == "title" and injected.payload["left_out"] == 0
     assert injected.payload["text"] in fresh_system
     # the session that was running keeps its frozen prefix
     assert chosen["text"] not in running_system

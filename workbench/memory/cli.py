@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
+import time
 from typing import TYPE_CHECKING, Any, cast
 
+from ..errors import ConfigError
 from ..plugins import Command, CommandContext
 from ..render import one_line, table
-from .store import REVIEW_ACTIONS, STATUSES
+from .store import REVIEW_ACTIONS, STATUSES, os_user
 
 if TYPE_CHECKING:  # the plugin imports this module for its commands
     from ..host import Host
@@ -40,7 +41,7 @@ def cmd_dream(args: argparse.Namespace, ctx: CommandContext) -> int:
         nonlocal dream_id
         try:
             store = plugin.require_store()
-            dream_id = await plugin.create_dream(args.sessions, args.model)
+            dream_id = await plugin.create_dream(args.sessions, args.model, args.instructions)
             print(f"dream {dream_id} (model {store.log.session(dream_id)['model']})", file=sys.stderr)
             await host.start()
             stop = ctx.follow(host, dream_id)
@@ -54,23 +55,158 @@ def cmd_dream(args: argparse.Namespace, ctx: CommandContext) -> int:
     try:
         result = ctx.run(go)
     except KeyboardInterrupt:
-        print(f"\nworkbench: dream {dream_id} interrupted; nothing it staged was proposed", file=sys.stderr)
+        print(f"\nworkbench: dream {dream_id} interrupted; its finished chunks are committed (resume it to go on)", file=sys.stderr)
         return 130
     if result["stop_reason"] != "end_turn":
-        print(f"\nworkbench: dream {dream_id} stopped ({result['stop_reason']}); nothing it staged was proposed "
-              "and its reading was not recorded, so the next dream reads the same events", file=sys.stderr)
-        return 1
+        return _dream_stopped(dream_id, result)
     print(f"\ndream {dream_id} ended ({result['stop_reason']}): {len(result['proposed'])} proposal(s); "
           f"read {', '.join(f'{s} to #{n}' for s, n in result['read'].items()) or 'nothing new'}")
     if result["proposed"]:
         host, plugin = _read_only(args, ctx)
         try:
-            for mid in result["proposed"]:
-                m = plugin.require_store().get(mid)
-                print(f"  {mid}  {m['proposal']:<7} {one_line(m['title'], 100)}")
+            titles = [(mid, plugin.require_store().get(mid)) for mid in result["proposed"]]
         finally:
             ctx.run(host.close)
-        print(f"review them with `workbench review --db {host.log.path}` or `workbench memories --status proposed`")
+        _print_proposals(titles, host.log.path)
+    return EXIT_OK
+
+
+def _dream_stopped(dream_id: str | None, result: dict[str, Any]) -> int:
+    print(f"\nworkbench: dream {dream_id} stopped ({result['stop_reason']}); the chunks it finished are committed, "
+          f"nothing of the chunk it was in: `workbench resume {dream_id}` reads that chunk again and goes on", file=sys.stderr)
+    return 1
+
+
+def _print_proposals(memories: list[tuple[str, dict[str, Any]]], db: Any) -> None:
+    for mid, m in memories:
+        print(f"  {mid}  {m['proposal']:<7} {one_line(m['title'], 100)}")
+    print(f"review them with `workbench review --db {db}` or `workbench memories --status proposed`")
+
+
+# -- through the server that holds the database (workbench/cli/remote.py) --------------------------
+
+
+def remote_dream(args: argparse.Namespace, r: Any) -> int:
+    """The dream runs in the server; its events stream here, its result is read when it is committed."""
+    from ..cli.console import Printer
+    from ..errors import UnknownMemory
+
+    with r.answers():
+        dream_id = r.client.dream(args.sessions, args.model, args.instructions)
+        print(f"dream {dream_id} (model {r.client.session(dream_id)['model']})", file=sys.stderr)
+    printer = Printer(dream_id)
+    try:
+        _follow_dream(r, dream_id, printer)
+        with r.answers(UnknownMemory):
+            result = r.client.dream_status(dream_id)
+            while result["state"] == "running":  # the last chunk's commit, a moment after its events
+                time.sleep(0.2)
+                result = r.client.dream_status(dream_id)
+    except KeyboardInterrupt:
+        r.interrupt(dream_id)
+        print(f"\nworkbench: dream {dream_id} interrupted; its finished chunks are committed (resume it to go on)",
+              file=sys.stderr)
+        return 130
+    if result["state"] != "done":
+        return _dream_stopped(dream_id, {**result, "stop_reason": result["stop_reason"] or result["state"]})
+    proposed = [(m["id"], m) for m in result["proposals"]]
+    print(f"\ndream {dream_id} ended ({result['stop_reason'] or 'end_turn'}): {len(proposed)} proposal(s); "
+          f"read {', '.join(f'{s} to #{n}' for s, n in result['read'].items()) or 'nothing new'}")
+    if proposed:
+        _print_proposals(proposed, args.db or r.client.status()["db"])
+    return EXIT_OK
+
+
+def _follow_dream(r: Any, dream_id: str, printer: Any) -> None:
+    """Print the dream's events as the server writes them, chunk after chunk, until it ends or stops."""
+    from ..cli.remote import event_of
+
+    with r.client.stream(dream_id, after=0) as stream:
+        for msg in stream:
+            if msg["kind"] == "delta":
+                printer.delta(msg.get("session_id") or dream_id, msg["event"])
+                continue
+            if msg["kind"] != "event":
+                continue
+            ev = event_of(msg["event"])
+            printer.event(ev)
+            if ev.type in ("dream_ended", "dream_cancelled") or (
+                    ev.type == "turn_ended" and ev.payload.get("stop_reason") != "end_turn"):
+                return
+
+
+def remote_memories(args: argparse.Namespace, r: Any) -> int:
+    with r.answers():
+        rows = r.client.memories(status=args.status, tag=args.tag, dream=args.dream)
+    return _print_memories(args, rows)
+
+
+def remote_memory(args: argparse.Namespace, r: Any) -> int:
+    from ..errors import UnknownMemory
+
+    with r.answers(UnknownMemory):
+        fields = _review_fields(args)
+        if args.action:  # the server records the user its token authenticates as the actor
+            r.client.review(args.id, args.action, **fields)
+        m = r.client.memory(args.id)
+    quotes = {}
+    for c in m["provenance"]:
+        found = r.events(c["session_id"], after=c["seq"] - 1, limit=1) if r.session(c["session_id"]) is not None else []
+        quotes[(c["session_id"], c["seq"])] = found[0].type if found and found[0].seq == c["seq"] else "missing"
+    return _print_memory(args, m, quotes)
+
+
+def remote_review(args: argparse.Namespace, r: Any) -> int:
+    from ..errors import DatabaseLocked
+
+    raise DatabaseLocked(
+        f"the workbench server at {r.client.url} holds the database, and this review panel needs the file itself: "
+        "review in that server's JupyterLab (workbench sidebar, Memories tab), with `workbench memory ID --action ...`, "
+        "or stop the server first"
+    )
+
+
+def cmd_dreams(args: argparse.Namespace, ctx: CommandContext) -> int:
+    from .dream import cancel_dream, list_dreams
+
+    if args.cancel:
+        host = ctx.build_host(args, hands=False)
+        try:
+            cancelled = cancel_dream(memory_plugin(host).require_store(), args.cancel, os_user())
+        finally:
+            ctx.run(host.close)
+        print(f"dream {args.cancel} {'cancelled' if cancelled else 'had already ended or been cancelled'}", file=sys.stderr)
+        return EXIT_OK
+    host, plugin = _read_only(args, ctx)
+    try:
+        rows = list_dreams(plugin.require_store())
+    finally:
+        ctx.run(host.close)
+    return _print_dreams(args, rows)
+
+
+def remote_dreams(args: argparse.Namespace, r: Any) -> int:
+    from ..errors import UnknownSession
+
+    if args.cancel:
+        with r.answers(UnknownSession):
+            status = r.client.cancel_dream(args.cancel)
+        print(f"dream {args.cancel} {'cancelled' if status['cancelled'] else 'had already ended or been cancelled'}", file=sys.stderr)
+        return EXIT_OK
+    with r.answers():
+        rows = r.client.dreams()
+    return _print_dreams(args, rows)
+
+
+def _print_dreams(args: argparse.Namespace, rows: list[dict[str, Any]]) -> int:
+    if args.json:
+        for d in rows:
+            print(json.dumps(d, ensure_ascii=False, default=str))
+    elif not rows:
+        print("no dreams yet: start one with `workbench dream`", file=sys.stderr)
+    else:
+        print(table([(d["id"], str(d["created_at"])[:19], d["state"], d["chunks"], d["proposals"], d["title"]) for d in rows],
+                    ("id", "created (UTC)", "state", "chunks", "proposed", "title"), (14, 19, 10, 6, 8)))
     return EXIT_OK
 
 
@@ -80,6 +216,10 @@ def cmd_memories(args: argparse.Namespace, ctx: CommandContext) -> int:
         rows = plugin.require_store().list(status=args.status, tag=args.tag, dream=args.dream)
     finally:
         ctx.run(host.close)
+    return _print_memories(args, rows)
+
+
+def _print_memories(args: argparse.Namespace, rows: list[dict[str, Any]]) -> int:
     if args.json:
         for r in rows:
             print(json.dumps(r, ensure_ascii=False))
@@ -90,16 +230,24 @@ def cmd_memories(args: argparse.Namespace, ctx: CommandContext) -> int:
         return EXIT_OK
     print(table([(m["id"], m["status"], m["proposal"], m["version"], ",".join(m["tags"]), m["title"]) for m in rows],
                 ("id", "status", "kind", "v", "tags", "title"), (12, 10, 7, 2, 20)))
+    conflicting = [m for m in rows if m.get("conflicts")]
+    if conflicting:
+        print("\ncontradictions (side by side; resolve with `workbench memory OLD --action supersede --by NEW`):")
+    for m in conflicting:
+        for c in m["conflicts"]:
+            print(f"  {m['id']} ({m['status']}, {m['updated_at'][:10]}) {one_line(m['title'], 60)}\n"
+                  f"    vs {c['id']} ({c['status']}, {c['updated_at'][:10]}) {one_line(c['title'], 60)}\n"
+                  f"    why: {one_line(c['why'], 160)}")
     return EXIT_OK
 
 
 def cmd_memory(args: argparse.Namespace, ctx: CommandContext) -> int:
+    fields = _review_fields(args)
     host = ctx.build_host(args, read_only=args.action is None, hands=False)
     try:
         store = memory_plugin(host).require_store()
         if args.action:
-            extra = {"reason": args.note} if args.action == "redact" else {"note": args.note}
-            store.review(args.id, args.action, args.actor, **extra)
+            store.review(args.id, args.action, os_user(), **fields)
         m = store.get(args.id)
         quotes = {}
         for c in m["provenance"]:
@@ -107,6 +255,30 @@ def cmd_memory(args: argparse.Namespace, ctx: CommandContext) -> int:
             quotes[(c["session_id"], c["seq"])] = found[0].type if found else "missing"
     finally:
         ctx.run(host.close)
+    return _print_memory(args, m, quotes)
+
+
+def _review_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The fields of the review action the command's options give (the actor is never one of them)."""
+    edits = {"title": args.title, "text": args.text, "tags": args.tags.split(",") if args.tags is not None else None}
+    allowed = {"edit": {"title", "text", "tags"}, "accept": {"title", "text", "tags"}, "redact": {"title"}}.get(args.action, set())
+    wrong = sorted(k for k, v in edits.items() if v is not None and k not in allowed)
+    if wrong:
+        raise ConfigError(f"--{', --'.join(wrong)} cannot go with {'--action ' + args.action if args.action else 'no --action'}: "
+                          "titles and texts change with --action edit (or accept), a title also with redact")
+    if args.by is not None and args.action != "supersede":
+        raise ConfigError("--by goes with --action supersede: the newer, accepted memory that replaces this one")
+    if args.action == "supersede" and not args.by:
+        raise ConfigError("--action supersede needs --by NEW: the newer, accepted memory that replaces this one")
+    fields: dict[str, Any] = {"reason" if args.action == "redact" else "note": args.note, **edits}
+    if args.action == "supersede":
+        fields["by"] = args.by
+    if args.allow_secret:
+        fields["allow_secret"] = True
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _print_memory(args: argparse.Namespace, m: dict[str, Any], quotes: dict[tuple[str, int], str]) -> int:
     if args.json:
         print(json.dumps(m, ensure_ascii=False, indent=1))
         return EXIT_OK
@@ -124,6 +296,15 @@ def cmd_memory(args: argparse.Namespace, ctx: CommandContext) -> int:
         print(f"  v{v['version']} {v['ts'][:19]} {v['actor']:<24} {v['action']:<9} -> {v['status']}{note}")
     for r in m["redactions"]:
         print(f"  redacted versions {r['versions']} at {r['ts'][:19]} by {r['actor']}: {r['reason']}")
+    for key, says in (("supersedes", "replaced"), ("superseded_by", "replaced by")):
+        for link in m.get(key) or []:
+            print(f"  {says} {link['id']} ({link['status']}) {one_line(link['title'] or '', 60)!r}: "
+                  f"{link['kind']} by {link['actor']} at {link['ts'][:19]}")
+    if m.get("current") and m["current"] != m["id"]:
+        print(f"  in effect now: {m['current']}")
+    for c in m.get("conflicts") or []:
+        print(f"\ncontradicts {c['id']} ({c['status']}, {c['updated_at'][:10]}): {one_line(c['title'], 80)}\n  {one_line(c['text'], 200)}"
+              f"\n  why: {c['why']}")
     return EXIT_OK
 
 
@@ -140,7 +321,7 @@ def cmd_review(args: argparse.Namespace, ctx: CommandContext) -> int:
     print("memory review: Ctrl-C stops it; the URL below carries a token that is new at every launch",
           file=sys.stderr, flush=True)
     try:
-        serve_review(store, port=args.port, show=False, actor=args.actor)
+        serve_review(store, port=args.port, show=False, actor=os_user())
     except KeyboardInterrupt:
         pass
     finally:
@@ -154,6 +335,11 @@ def _dream_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--instructions", help="what to look for (default: anything new worth remembering)")
 
 
+def _dreams_args(r: argparse.ArgumentParser) -> None:
+    r.add_argument("--cancel", metavar="ID", help="cancel this dream: no later chunk runs, no resume or server start goes on with it")
+    r.add_argument("--json", action="store_true", help="one JSON object per line")
+
+
 def _memories_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--status", choices=STATUSES)
     r.add_argument("--tag")
@@ -163,20 +349,26 @@ def _memories_args(r: argparse.ArgumentParser) -> None:
 
 def _memory_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("id")
-    r.add_argument("--action", choices=[a for a in REVIEW_ACTIONS if a not in ("edit", "merge")], help="a review action to apply first")
+    r.add_argument("--action", choices=[a for a in REVIEW_ACTIONS if a != "merge"],
+                   help="a review action to apply first, as you (person:<your OS user>; through a server: its authenticated user)")
+    r.add_argument("--title", help="the new title (edit, accept, redact)")
+    r.add_argument("--text", help="the new text (edit, accept)")
+    r.add_argument("--tags", help="the new tags, comma-separated (edit, accept)")
     r.add_argument("--note", help="why (required for redact)")
-    r.add_argument("--actor", default=f"person:{os.environ.get('USER') or 'cli'}", help="who reviews (default: person:$USER)")
+    r.add_argument("--allow-secret", action="store_true", help="store a title or text that looks like a secret (it is not one)")
+    r.add_argument("--by", metavar="NEW", help="with --action supersede: the newer, accepted memory that replaces this one")
     r.add_argument("--json", action="store_true")
 
 
 def _review_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--port", type=int, default=5006)
-    r.add_argument("--actor", default=f"person:{os.environ.get('USER') or 'reviewer'}", help="who reviews (default: person:$USER)")
 
 
 COMMANDS = (
-    Command("dream", "run a dream: read sessions and propose memories for review", _dream_args, cmd_dream),
-    Command("memories", "list memories", _memories_args, cmd_memories),
-    Command("memory", "one memory: text, provenance and history; optionally review it", _memory_args, cmd_memory),
-    Command("review", "serve the memory review panel on 127.0.0.1", _review_args, cmd_review),
+    Command("dream", "run a dream: read sessions and propose memories for review", _dream_args, cmd_dream, remote=remote_dream),
+    Command("dreams", "list dreams with their state; --cancel one", _dreams_args, cmd_dreams, remote=remote_dreams),
+    Command("memories", "list memories", _memories_args, cmd_memories, remote=remote_memories),
+    Command("memory", "one memory: text, provenance and history; optionally review it", _memory_args, cmd_memory,
+            remote=remote_memory),
+    Command("review", "serve the memory review panel on 127.0.0.1", _review_args, cmd_review, remote=remote_review),
 )

@@ -11,6 +11,7 @@ that show it with a quote copied from them:
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from typing import Any
@@ -24,21 +25,31 @@ PREFERENCE = re.compile(r"\b(always|prefer|never)\b", re.I)
 IMPORT = re.compile(r"^\s*(?:import|from)\s+([A-Za-z_]\w*)", re.M)
 
 
+def _text(content: Any) -> str:
+    """The text of a tool result's content, whatever its shape (a string, blocks, nothing, anything else)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(x.get("text", "")) for x in content if isinstance(x, dict) and x.get("type") == "text")
+    return "" if content is None else str(content)
+
+
 def exchanges(request: dict[str, Any]) -> list[tuple[str, dict, str, bool]]:
     """Every (tool name, input, result text, is_error) of the request so far."""
     calls: dict[str, tuple[str, dict]] = {}
     out = []
     for m in request.get("messages", []):
-        if isinstance(m["content"], str):
+        if not isinstance(m.get("content"), list):
             continue
         for b in m["content"]:
+            if not isinstance(b, dict):
+                continue
             if b.get("type") == "tool_use":
-                calls[b["id"]] = (b["name"], b["input"])
+                inp = b.get("input")
+                calls[str(b.get("id"))] = (str(b.get("name")), inp if isinstance(inp, dict) else {})
             elif b.get("type") == "tool_result":
-                name, inp = calls.get(b["tool_use_id"], ("?", {}))
-                c = b.get("content")
-                text = c if isinstance(c, str) else "\n".join(x.get("text", "") for x in c or [] if x.get("type") == "text")
-                out.append((name, inp, text, bool(b.get("is_error"))))
+                name, inp = calls.get(str(b.get("tool_use_id")), ("?", {}))
+                out.append((name, inp, _text(b.get("content")), bool(b.get("is_error"))))
     return out
 
 
@@ -120,34 +131,66 @@ def find_libraries(reads: list[tuple[str, str, list[dict[str, Any]]]]) -> dict[s
             "provenance": [_cite(sid, seq, line) for sid, _, seq, line in seen.values()]}
 
 
+CHUNK = re.compile(r"^- read_events (\{.*\})$", re.M)
+LISTED = re.compile(r"^(\S+)\s+created=.*\bunread=(\d+)", re.M)
+MORE = re.compile(r"cursor='([^']+)'")
+
+
+def _chunk(text: str) -> list[dict[str, Any]]:
+    """The read_events inputs a chunk's message names."""
+    out = []
+    for m in CHUNK.finditer(text):
+        try:
+            r = json.loads(m.group(1))
+        except ValueError:
+            continue
+        if isinstance(r, dict) and isinstance(r.get("session_id"), str):
+            out.append({"session_id": r["session_id"], "limit": 200})
+    return out
+
+
+def _first_line_of_reason(text: str) -> str:
+    """A refusal is "not proposed:" then one reason a line; other errors (an interrupted call) are one line, or none."""
+    lines = [x for x in text.splitlines() if x.strip()]
+    return (lines[1:] or lines or ["(no reason given)"])[0].lstrip("- ")
+
+
 def dream_script(request: dict[str, Any]) -> Reply:
-    """List, read the unread events, propose memories with citations, then summarise."""
-    _, step, _ = position(request)
+    """Read the chunk's events (or list and read the unread ones), propose memories with citations, summarise.
+
+    What to do next is decided by what was done so far in this turn, never by counting steps, and
+    every tool result is taken as it comes: an error, empty, huge or not what a tool usually says."""
+    _, _, text = position(request)
     done = exchanges(request)
-    if step == 0:
+    called = {n for n, *_ in done}
+    if not done:
+        chunk = _chunk(text)
+        if chunk:
+            return Reply(text=f"Reading this chunk: {len(chunk)} session(s).",
+                         tool_calls=[("read_memories", {}), *(("read_events", r) for r in chunk)])
         return Reply(text="Let me see which sessions have unread events, and what is remembered already.",
                      tool_calls=[("list_sessions", {}), ("read_memories", {})])
-    if step == 1:
-        listing = next((t for n, _, t, _ in done if n == "list_sessions"), "")
-        unread = [m.group(1) for m in re.finditer(r"^(\S+)\s+created=.*\bunread=(\d+)", listing, re.M) if int(m.group(2)) > 0]
+    if "propose_memory" in called:
+        results = [(inp.get("title"), t, err) for n, inp, t, err in done if n == "propose_memory"]
+        ok = [r for r in results if not r[2]]
+        lines = [f"- {title}: {'refused: ' + _first_line_of_reason(t) if err else 'proposed'}" for title, t, err in results]
+        return Reply(text=f"Dream done: {len(ok)} of {len(results)} proposals staged for review.\n" + "\n".join(lines))
+    if "read_events" not in called:
+        listings = [t for n, _, t, err in done if n == "list_sessions" and not err]
+        more = MORE.search(listings[-1]) if listings else None
+        if more and len(listings) < 1000:  # every page, not just the first
+            return Reply(text="The next page of sessions.", tool_calls=[("list_sessions", {"cursor": more.group(1)})])
+        unread = list(dict.fromkeys(m.group(1) for t in listings for m in LISTED.finditer(t) if int(m.group(2)) > 0))
         if not unread:
             return Reply(text="Nothing new to read: every session is read up to its last event. No proposals.")
         return Reply(text=f"Reading {len(unread)} session(s).",
                      tool_calls=[("read_events", {"session_id": sid, "limit": 200}) for sid in unread])
-    if step == 2:
-        known = next((t for n, _, t, _ in done if n == "read_memories"), "")
-        reads = [parse_read(t) for n, _, t, err in done if n == "read_events" and not err]
-        facts = [f for sid, title, evs in reads if sid for f in find_facts(sid, title, evs)]
-        libs = find_libraries(reads)
-        facts += [libs] if libs else []
-        facts = [f for f in facts if f["title"] not in known]
-        if not facts:
-            return Reply(text=f"I read {len(reads)} session(s) and found nothing worth remembering.")
-        return Reply(text=f"Proposing {len(facts)} memories.", tool_calls=[("propose_memory", f) for f in facts])
-    results = [(inp.get("title"), t, err) for n, inp, t, err in done if n == "propose_memory"]
-    ok = [r for r in results if not r[2]]
-    # a refusal is "not proposed:" then one reason per line; other errors (an interrupted call) are one line
-    lines = [f"- {title}: {'refused: ' + (t.splitlines()[1:] or [t])[0].lstrip('- ') if err else 'proposed'}"
-             for title, t, err in results]
-    return Reply(text=f"Dream done: {len(ok)} of {len(results)} proposals staged for review.\n" + "\n".join(lines))
-
+    known = "\n".join(t for n, _, t, err in done if n == "read_memories" and not err)
+    reads = [parse_read(t) for n, _, t, err in done if n == "read_events" and not err]
+    facts = [f for sid, title, evs in reads if sid for f in find_facts(sid, title, evs)]
+    libs = find_libraries(reads)
+    facts += [libs] if libs else []
+    facts = [f for f in facts if f["title"] not in known]
+    if not facts:
+        return Reply(text=f"I read {len(reads)} session(s) and found nothing worth remembering.")
+    return Reply(text=f"Proposing {len(facts)} memories.", tool_calls=[("propose_memory", f) for f in facts])

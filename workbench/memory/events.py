@@ -15,6 +15,7 @@ from ..log import Event, SessionLog
 from ..render import event_text as said, result_text
 
 UNCITABLE = frozenset({"session_created", "memories_injected", "dream_read", "memory_proposed", "model_request", "model_retry"})
+RECALL = "recall"  # the tool whose results are recalled memories: not evidence either
 MIN_QUOTE = 8
 BODY_LIMIT = 2000
 
@@ -48,7 +49,9 @@ def render_event(e: Event) -> str:
         head += f" {p.get('name')}"
     elif e.type == "tool_result":
         head += f" {p.get('name')}" + (" [error]" if p.get("is_error") else "")
-    if e.type == "tool_result":
+    if e.type == "tool_result" and p.get("name") == RECALL and not p.get("is_error"):
+        body = "(recalled memories, not evidence: " + ", ".join(str(m.get("id")) for m in p.get("recalled") or []) + ")"
+    elif e.type == "tool_result":
         body = result_text(p)  # the head says [error]
     elif e.type == "session_created":
         body = f"title: {p.get('title')}\nmodel: {p.get('model')}\n(system prompt not shown: it may hold recalled memories)"
@@ -89,7 +92,7 @@ def check_citations(log: SessionLog, items: Any, *, scope: list[str] | None, req
             problems.append(f"{where}: session {sid} has no event {seq} (its events are 1..{s['last_seq']}); read_events shows them")
             continue
         e = found[0]
-        if e.type in UNCITABLE:
+        if e.type in UNCITABLE or (e.type == "tool_result" and e.payload.get("name") == RECALL):
             problems.append(f"{where}: event {sid} #{seq} is a {e.type} event, which is not evidence; "
                             "cite what happened in the session (messages, tool calls, results)")
             continue

@@ -3,26 +3,41 @@
 It contributes the memory store (in the session log's DuckDB file), the dream
 tools and the `scripted:dream` script, the accepted memories in new sessions'
 system prompts, the memory and dream routes, the `dream`, `memories`,
-`memory` and `review` commands, and at start-up: committing dreams that
-ended while nobody committed them, and the dream scheduler.
+`memory` and `review` commands, and at start-up: committing dream chunks that
+ended while nobody committed them, and the dream scheduler. It resumes dreams
+as a whole (`resumers`), and a server start goes on with cut-off ones (`wake`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..config import from_env
-from ..errors import ConfigError, TurnBusy
+from ..egress import EgressSettings, Vault
+from ..errors import ConfigError, TurnBusy, WorkbenchError
 from ..log import DuckDBLog, Event
 from ..plugins import Command, NewSession, Plugin, PromptPart
-from .dream import DEFAULT_INSTRUCTIONS, DreamScheduler, commit_dream, commit_finished_dreams, create_dream, run_dream
+from .dream import (
+    DreamScheduler,
+    cancel_dream,
+    commit_dream,
+    commit_finished_dreams,
+    create_dream,
+    drive_dream,
+    has_unread,
+    unfinished_dreams,
+)
 from .dream_script import dream_script
+from .secretscan import SecretScanner
 from .store import MemorySettings, MemoryStore
-from .tools import dream_tools
+from .tools import dream_tools, recall_tool
+
+log_ = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # the host imports its plugins
     from ..host import Host
@@ -36,8 +51,12 @@ class MemoryPlugin(Plugin):
     settings: MemorySettings = field(default_factory=lambda: from_env(MemorySettings, prefix="WORKBENCH_MEMORY_"))
     store: MemoryStore | None = field(default=None, repr=False)
     scheduler: DreamScheduler | None = field(default=None, repr=False)
+    vault: Vault | None = field(default=None, repr=False)  # whose values no memory may hold (default: the host's)
     _unsubscribe: Any = field(default=None, repr=False)
     _dreaming: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    _stopping: bool = field(default=False, repr=False)
+    _timer: asyncio.Future | None = field(default=None, repr=False)
+    _driving: dict[str, asyncio.Future] = field(default_factory=dict, repr=False)  # dreams this host runs, by id
 
     # -- without a host --------------------------------------------------------------
 
@@ -60,22 +79,58 @@ class MemoryPlugin(Plugin):
         super().attach(host)
         # the store's tables live in the log's own DuckDB file; a log without SQL (the in-memory
         # twin of fast tests) has no memory, and sessions simply get none
-        self.store = MemoryStore(host.log, self.settings) if isinstance(host.log, DuckDBLog) else None
-
-    def tools(self) -> Sequence[Any]:
-        return dream_tools(self.store) if self.store is not None else ()
+        if isinstance(host.log, DuckDBLog):
+            # the egress vault the hands use (or WORKBENCH_VAULT's when this host has no sandbox)
+            vault = self.vault or getattr(host.hands, "vault", None) or Vault.load(from_env(EgressSettings).vault)
+            self.store = MemoryStore(host.log, self.settings, SecretScanner(vault.redact))
+        else:
+            self.store = None
 
     def scripts(self) -> Mapping[str, Any]:
         return {"dream": dream_script}
 
+    def tools(self) -> Sequence[Any]:
+        if self.store is None:
+            return ()
+        return (*dream_tools(self.store), recall_tool(self.store))
+
+    def event_types(self) -> Mapping[str, str]:
+        return {
+            "dream_chunk": "a dream planned its next chunk: the ranges of unread events its next turn reads",
+            "dream_ended": "a dream read everything in its scope: its chunks and proposals",
+            "dream_cancelled": "a dream was cancelled: no later chunk runs and no resume goes on with it",
+        }
+
+    def resumers(self) -> Mapping[str, Any]:
+        """A dream resumes as a whole: its cut-off chunk, then the chunks still to read."""
+        return {"dream": self.drive}
+
+    async def wake(self) -> list[str]:
+        """A server start goes on, in the background, with every dream that was cut off (mid-chunk or between)."""
+        if self.store is None or self.store.log.read_only:
+            return []
+        ids = await asyncio.to_thread(unfinished_dreams, self.store)
+        for d in ids:
+            self._host().background(self._quietly(self._driver(d)))
+        return ids
+
+    async def _quietly(self, driver: asyncio.Future) -> None:
+        try:
+            await asyncio.shield(driver)
+        except WorkbenchError as e:  # e.g. the dream's model cannot be made here (no key): a later resume goes on
+            log_.warning("workbench: a dream did not run to its end: %s", e)
+
     def system_prompt(self, session: NewSession) -> PromptPart | None:
-        """Accepted memories join the frozen prompt of a new (non-dream) session, recorded with it."""
+        """Accepted memories join the frozen prompt of a new (non-dream) session, recorded with it:
+        ranked by relevance to its first message (else its title), then newest, within `inject_chars`."""
         if self.store is None or session.kind == "dream":
             return None
-        text, injected = self.store.prompt_memories()
+        query, by = (session.message, "message") if session.message else (session.title, "title") if session.title else (None, "recency")
+        text, injected, left_out = self.store.injection(query)
         if not injected:
             return None
-        return PromptPart(text, (("memories_injected", {"memories": injected, "text": text}),))
+        return PromptPart(text, (("memories_injected", {"memories": injected, "text": text, "ranked_by": by,
+                                                        "left_out": left_out}),))
 
     async def startup(self) -> None:
         if self.store is None or self.store.log.read_only:
@@ -92,12 +147,28 @@ class MemoryPlugin(Plugin):
         self._unsubscribe = self.store.log.subscribe(on_commit)
         if self.settings.dream_every > 0:
             self.scheduler = DreamScheduler(lambda batch: self.start_dream(sessions=batch), self.store, loop, host.background)
+        if self.settings.dream_interval > 0:
+            self._timer = asyncio.ensure_future(self._every(self.settings.dream_interval))
 
     async def shutdown(self) -> None:
+        self._stopping = True
+        if self._timer is not None:
+            self._timer.cancel()
         if self.scheduler is not None:
             self.scheduler.close()
         if self._unsubscribe is not None:
             self._unsubscribe()
+
+    async def _every(self, seconds: float) -> None:
+        """Every `dream_interval` seconds, a dream over what is unread (none while one runs or nothing is new)."""
+        while not self._stopping:
+            await asyncio.sleep(seconds)
+            try:
+                if not self._stopping and await self.running_dream() is None \
+                        and await asyncio.to_thread(has_unread, self.require_store()):
+                    await self.start_dream()
+            except WorkbenchError as e:  # e.g. the dream model cannot be made: the next tick tries again
+                log_.warning("workbench: the scheduled dream did not start: %s", e)
 
     def _commit_if_dream(self, session_id: str) -> None:
         if self.store is not None and self.store.log.session(session_id)["kind"] == "dream":
@@ -116,36 +187,75 @@ class MemoryPlugin(Plugin):
         return self.store
 
     def dream_model(self, model: str | None) -> str:
-        """The model a dream uses: the one asked for, else `dream_model`, else the host's default."""
-        return model or self.settings.dream_model or self._host().models.default_name()
+        """The model a dream uses: the one asked for, else `dream_model`, else the host's default.
+
+        Never the plain scripted model: it echoes what it is told and can read nothing, so a dream of it
+        would only ever say "read nothing new". ConfigError says what to pass instead."""
+        chosen = model or self.settings.dream_model or self._host().models.default_name()
+        if chosen == "scripted":
+            raise ConfigError(
+                "dreams need a model that reads sessions: pass --model claude-opus-5-5 (with ANTHROPIC_API_KEY set) "
+                "or set WORKBENCH_MEMORY_DREAM_MODEL; --model scripted:dream is the offline demo dreamer")
+        return chosen
 
     async def running_dream(self) -> str | None:
         """The id of a dream whose turn runs in this host, if any."""
-        running = self._host().brain.turns.sessions()
+        running = [*self._host().brain.turns.sessions(), *self._driving]
         if not running:
             return None
         rows = await asyncio.to_thread(self.require_store().log.sessions, ids=running)
         return next((s["id"] for s in rows if s["kind"] == "dream"), None)
 
-    async def create_dream(self, sessions: list[str] | None = None, model: str | None = None) -> str:
+    async def create_dream(self, sessions: list[str] | None = None, model: str | None = None,
+                           instructions: str | None = None) -> str:
         """Create a dream session (checked: its sessions exist and are chats, its model can be made)."""
         store, brain = self.require_store(), self._host().brain
         model = self.dream_model(model)
         await asyncio.to_thread(self._host().models.check, model)
-        return await asyncio.to_thread(lambda: create_dream(brain, store, sessions=sessions, model=model))
+        return await asyncio.to_thread(lambda: create_dream(brain, store, sessions=sessions, model=model, instructions=instructions))
 
     async def start_dream(self, sessions: list[str] | None = None, model: str | None = None,
                           instructions: str | None = None) -> str:
-        """Start a dream in the background (one at a time); it is committed when its turn ends."""
+        """Start a dream in the background (one at a time); each chunk is committed when its turn ends."""
         async with self._dreaming:  # two requests at once must not both pass the check below
             running = await self.running_dream()
             if running:
                 # two dreams over the same sessions would each propose the same facts
                 raise TurnBusy(f"dream {running} is still running; wait for it (GET /workbench/api/dreams/{running})")
-            dream_id = await self.create_dream(sessions, model)
-            await self._host().brain.start_turn(dream_id, instructions or DEFAULT_INSTRUCTIONS)
+            dream_id = await self.create_dream(sessions, model, instructions)
+            self._host().background(self._quietly(self._driver(dream_id)))  # registered now: a second start sees it
             return dream_id
 
+    def _driver(self, dream_id: str, instructions: str | None = None) -> asyncio.Future:
+        """The task that drives the dream in this host: the one running, else a new one (one driver per dream)."""
+        task = self._driving.get(dream_id)
+        if task is None:
+            task = self._driving[dream_id] = asyncio.ensure_future(self._drive(dream_id, instructions))
+            task.add_done_callback(lambda _: self._driving.pop(dream_id, None))
+        return task
+
+    async def _drive(self, dream_id: str, instructions: str | None) -> dict[str, Any]:
+        store = self.require_store()
+        await asyncio.to_thread(self._host().models.check, (await store.log.asession(dream_id))["model"])
+        return await drive_dream(self._host().brain, store, dream_id, instructions, stopping=lambda: self._stopping)
+
+    async def drive(self, dream_id: str, instructions: str | None = None) -> dict[str, Any]:
+        """Run a dream, or go on with one cut off anywhere, to its end; its summary with the stop reason."""
+        store = self.require_store()
+        if (await store.log.asession(dream_id))["kind"] != "dream":
+            raise ConfigError(f"session {dream_id} is not a dream")
+        return await asyncio.shield(self._driver(dream_id, instructions))
+
+    def driving(self, dream_id: str) -> bool:
+        """Whether this host runs the dream now (a chunk's turn, or between chunks)."""
+        return dream_id in self._driving or self._host().brain.running(dream_id)
+
+    async def cancel(self, dream_id: str, actor: str) -> bool:
+        """Cancel a dream: recorded first (no later chunk, no resume), then its running chunk is interrupted."""
+        cancelled = await asyncio.to_thread(cancel_dream, self.require_store(), dream_id, actor)
+        await self._host().brain.interrupt(dream_id, by=actor)
+        return cancelled
+
     async def run_dream(self, dream_id: str, instructions: str | None = None) -> dict[str, Any]:
-        """Run a created dream to its end and commit it; the commit summary with the stop reason."""
-        return await run_dream(self._host().brain, self.require_store(), dream_id, instructions)
+        """Run a created dream to its end, chunk by chunk, each committed; the summary with the stop reason."""
+        return await self.drive(dream_id, instructions)

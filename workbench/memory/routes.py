@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 from tornado import web
 
 from ..errors import ConfigError, UnknownMemory, UnknownSession, WorkbenchError
@@ -23,8 +23,8 @@ from ..server import bodies
 from ..server.bodies import Body, Items, Text
 from ..server.handlers import WorkbenchHandler, api
 from ..server.routes import API
-from . import store as memory_store
-from .store import REVIEW_ACTIONS, STATUSES
+from . import store as memory_store, tools as memory_tools
+from .store import REVIEW_ACTIONS, STATUSES, person
 
 # limits of what a person or a client may write into a memory (docs/api.md, "Limits")
 MAX_MEMORY_TITLE_CHARS = memory_store.MAX_TITLE_CHARS
@@ -33,10 +33,11 @@ MAX_TAGS = memory_store.MAX_TAGS
 MAX_TAG_CHARS = memory_store.MAX_TAG_CHARS
 MAX_NOTE_CHARS = memory_store.MAX_NOTE_CHARS
 MAX_MERGE = 20
-MAX_ACTOR_CHARS = 200
 MAX_INSTRUCTIONS_CHARS = 100_000
 MAX_DREAM_SESSIONS = 1000  # the dream_max_sessions setting (default 20) applies as well
 MAX_SEARCH_CHARS = 1000
+MAX_RECALL_QUERY = memory_tools.MAX_RECALL_QUERY
+MAX_RECALL_RESULTS = memory_tools.MAX_RECALL_RESULTS
 
 Title = Text(MAX_MEMORY_TITLE_CHARS, blank=False)
 MemoryText = Text(MAX_MEMORY_TEXT_CHARS, blank=False)
@@ -47,7 +48,6 @@ Id = Text(bodies.MAX_ID_CHARS, blank=False)
 
 class _Review(Body):
     action: str
-    actor: Text(MAX_ACTOR_CHARS, blank=False) | None = None
 
 
 class _Edits(_Review):
@@ -55,6 +55,7 @@ class _Edits(_Review):
     text: MemoryText | None = None
     tags: Tags | None = None
     note: Note | None = None
+    allow_secret: bool = False  # the person confirms that what looks like a secret is not one
 
 
 class Accept(_Edits):
@@ -85,24 +86,34 @@ class Redact(_Review):
     reason: Note | None = None
     note: Note | None = None
     title: Title | None = None
+    allow_secret: bool = False
+
+
+class Supersede(_Review):
+    action: Literal["supersede"]
+    by: Id  # the newer, accepted memory that replaces this one
+    note: Note | None = None
 
 
 # each review action of the store, with exactly the fields it takes
 ACTIONS: Mapping[str, type[_Review]] = MappingProxyType({
-    "accept": Accept, "reject": Reject, "edit": Edit, "merge": Merge, "retire": Retire, "redact": Redact})
+    "accept": Accept, "reject": Reject, "edit": Edit, "merge": Merge, "retire": Retire, "redact": Redact,
+    "supersede": Supersede})
 
 
-def review_body(body: Any) -> tuple[str, str | None, dict[str, Any]]:
-    """(action, actor or None, the action's fields) of a `PATCH /memories/{id}` body."""
+def review_body(body: Any) -> tuple[str, dict[str, Any]]:
+    """(action, the action's fields) of a `PATCH /memories/{id}` body."""
     if not isinstance(body, dict):
         raise ConfigError(f"the body must be a JSON object, not {bodies.kind_of(body)}")
+    if "actor" in body:
+        raise ConfigError('"actor" is not a field: a review is recorded as the authenticated user who sends it')
     action = body.get("action")
     if not isinstance(action, str) or action not in ACTIONS:
         shown = f" {action[:40]!r}" if isinstance(action, str) else ""
         raise ConfigError(f"unknown review action{shown}; the body needs \"action\": one of {', '.join(REVIEW_ACTIONS)}")
     b = bodies.parse(ACTIONS[action], body, what=f"the {action} action")
-    fields = {k: v for k, v in b.model_dump(by_alias=True, exclude={"action", "actor"}).items() if v is not None}
-    return action, b.actor, fields
+    fields = {k: v for k, v in b.model_dump(by_alias=True, exclude={"action"}).items() if v is not None and v is not False}
+    return action, fields
 
 
 class DreamBody(Body):
@@ -122,6 +133,13 @@ class MemoriesArgs(Body):
     search: Text(MAX_SEARCH_CHARS) | None = None
 
 
+class RecallArgs(Body):
+    """`GET /recall?q=&limit=`."""
+
+    q: Text(MAX_RECALL_QUERY, blank=False)
+    limit: Annotated[bodies.Digits, AfterValidator(lambda n: bodies._within(n, 1, MAX_RECALL_RESULTS))] | None = None
+
+
 class MemoryHandlerBase(WorkbenchHandler):
     unknown: type[WorkbenchError] = UnknownMemory
     what = "memory"
@@ -135,13 +153,9 @@ class MemoryHandlerBase(WorkbenchHandler):
     def store(self) -> Any:
         return self.plugin.require_store()
 
-    def actor(self, given: str | None) -> str:
-        """Who acts: the body's actor, else the authenticated Jupyter user as person:<name>."""
-        if given:
-            return given
-        user = self.current_user
-        name = getattr(user, "username", None) or getattr(user, "name", None) or "jupyter"
-        return f"person:{name}"
+    def actor(self) -> str:
+        """Who acts: the user Jupyter's identity provider authenticated, as person:<username> (never the request's word)."""
+        return person(getattr(self.current_user, "username", None) or getattr(self.current_user, "name", None))
 
 
 class MemoriesHandler(MemoryHandlerBase):
@@ -163,8 +177,8 @@ class MemoryHandler(MemoryHandlerBase):
     @web.authenticated
     @api
     async def patch(self, id: str) -> None:
-        action, actor, kw = review_body(self.body())
-        actor = self.actor(actor)
+        action, kw = review_body(self.body())
+        actor = self.actor()
         if action == "merge" and "text" not in kw:
             await asyncio.to_thread(self._merged_text_fits, [id, *kw.get("with", [])])
         self.reply(await asyncio.to_thread(lambda: self.store.review(id, action, actor, **kw)))
@@ -178,13 +192,33 @@ class MemoryHandler(MemoryHandlerBase):
                               f"(at most {MAX_MEMORY_TEXT_CHARS:,}) for the merged memory")
 
 
+class RecallHandler(MemoryHandlerBase):
+    """Accepted memories ranked by relevance to `q`, as the `recall` tool finds them (each with its `score`)."""
+
+    args = RecallArgs
+
+    @web.authenticated
+    @api
+    async def get(self) -> None:
+        q = self.query
+
+        def find() -> list[dict[str, Any]]:
+            limit = q.limit or self.store.settings.recall_results
+            return [dict(m, score=round(s, 4)) for m, s in memory_tools.rank(self.store.list(status="accepted", annotate=False), q.q)
+                    if s > 0][:limit]
+
+        self.reply({"memories": await asyncio.to_thread(find)})
+
+
 class DreamsHandler(MemoryHandlerBase):
     unknown, what = UnknownSession, "dream"
 
     @web.authenticated
     @api
     async def get(self) -> None:
-        self.reply({"dreams": await asyncio.to_thread(self.store.dreams)})
+        from ..memory.dream import list_dreams
+
+        self.reply({"dreams": await asyncio.to_thread(list_dreams, self.store, self.plugin.driving)})
 
     @web.authenticated
     @api
@@ -204,15 +238,29 @@ class DreamHandler(MemoryHandlerBase):
     async def get(self, id: str) -> None:
         from ..memory.dream import dream_status
 
-        status = await asyncio.to_thread(dream_status, self.store, id)
-        if self.runtime.brain.running(id):
-            status["state"] = "running"
-        self.reply(status)
+        running = self.plugin.driving(id)
+        self.reply(await asyncio.to_thread(dream_status, self.store, id, running))
+
+
+class DreamCancelHandler(MemoryHandlerBase):
+    unknown, what = UnknownSession, "dream"
+
+    @web.authenticated
+    @api
+    async def post(self, id: str) -> None:
+        from ..memory.dream import dream_status
+
+        bodies.parse(bodies.EmptyBody, self.body())
+        cancelled = await self.plugin.cancel(id, self.actor())
+        status = await asyncio.to_thread(dream_status, self.store, id, self.plugin.driving(id))
+        self.reply({**status, "cancelled": cancelled})
 
 
 ROUTES: tuple[tuple[str, type], ...] = (
     (f"{API}/memories", MemoriesHandler),
     (f"{API}/memories/{{id}}", MemoryHandler),
+    (f"{API}/recall", RecallHandler),
     (f"{API}/dreams", DreamsHandler),
     (f"{API}/dreams/{{id}}", DreamHandler),
+    (f"{API}/dreams/{{id}}/cancel", DreamCancelHandler),
 )

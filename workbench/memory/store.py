@@ -1,8 +1,10 @@
 """The memory store: memories and their full history, in the session log's DuckDB file.
 
 Every change is a new row in `memory_versions` naming its actor; nothing is
-deleted. The one in-place change is `redact`, which blanks the text (and quotes) of every
-version (a leaked secret, personal data) and records who did it, when and why.
+deleted. The one in-place change is `redact` (a leaked secret, personal data): the
+memory's title, text and quotes go from every version, every copy of them goes from
+the session log (log/scrub.py) with a `redacted` tombstone in each session changed,
+and the file is compacted so that no free block keeps them.
 Writes run on the log's writer thread, one transaction each; reads use a
 cursor of their own.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 # MemoryStore has a method named `list`; below it, the class's annotations reach the builtin as builtins.list
 import builtins
 import json
+import os
 import re
 import uuid
 from dataclasses import dataclass
@@ -22,6 +25,9 @@ from typing import Any
 from ..errors import ConfigError, MemoryConflict, UnknownMemory
 from ..log import DuckDBLog
 from ..log.duckdb_log import one_row
+from ..log.scrub import scrub_text
+from .relevance import contradictions, contradictions_among, rank
+from .secretscan import SecretScanner
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memory_items (
@@ -54,6 +60,14 @@ CREATE TABLE IF NOT EXISTS memory_redactions (
     reason     VARCHAR NOT NULL,
     versions   INTEGER[] NOT NULL
 );
+CREATE TABLE IF NOT EXISTS memory_links (
+    memory_id  VARCHAR NOT NULL,
+    by_id      VARCHAR NOT NULL,
+    ts         TIMESTAMP NOT NULL,
+    actor      VARCHAR NOT NULL,
+    kind       VARCHAR NOT NULL,
+    PRIMARY KEY (memory_id, by_id)
+);
 CREATE TABLE IF NOT EXISTS dream_reads (
     dream_id   VARCHAR NOT NULL,
     session_id VARCHAR NOT NULL,
@@ -68,10 +82,13 @@ FROM memory_items i JOIN memory_versions v ON v.memory_id = i.id
 QUALIFY row_number() OVER (PARTITION BY i.id ORDER BY v.version DESC) = 1;
 """
 
-STATUSES = ("proposed", "accepted", "rejected", "superseded", "retired")
+STATUSES = ("proposed", "accepted", "rejected", "superseded", "retired", "redacted")
 PROPOSALS = ("create", "edit", "merge", "retire")
-REVIEW_ACTIONS = ("accept", "reject", "edit", "merge", "retire", "redact")
+REVIEW_ACTIONS = ("accept", "reject", "edit", "merge", "retire", "redact", "supersede")
 REDACTED = "[redacted]"
+MIN_SCRUB = 8  # shorter texts (a title like "pandas") are not scrubbed from the log: they are everywhere
+MIN_SCRUB_LINE = 16  # each line of a text this long is scrubbed too (renderings indent or split a text)
+LIVE = ("accepted", "proposed")  # the statuses of memories that are, or may become, what sessions are told
 ACTOR = re.compile(r"^(api|auto-accept|(dream|person|api):\S.{0,200})$")
 
 
@@ -81,10 +98,15 @@ class MemorySettings:
 
     inject: bool = True  # put accepted memories into the system prompt of new (non-dream) sessions
     inject_chars: int = 8000  # at most this many characters of memories per system prompt
+    recall_results: int = 5  # how many memories the `recall` tool returns by default (at most 20)
     dream_model: str = ""  # the model dreams use; empty: the default model
     dream_every: int = 0  # start a dream after this many sessions finished a turn (0: never)
+    dream_interval: float = 0.0  # the server starts a dream every this many seconds when events are unread (0: never)
     dream_max_sessions: int = 20  # at most this many sessions per dream
     auto_accept: bool = False  # accept a dream's proposals without review (actor `auto-accept`)
+    dream_order: str = "newest"  # which unread sessions a dream reads first: newest or oldest
+    dream_chunk_chars: int = 60_000  # at most this many characters of events a dream reads per chunk (one turn)
+    dream_chunk_sessions: int = 20  # at most this many sessions per chunk
 
 
 def _now() -> datetime:
@@ -95,11 +117,40 @@ def _iso(ts: datetime) -> str:
     return ts.replace(tzinfo=UTC).isoformat()
 
 
+def sessions_of(m: dict[str, Any], shown: int = 3) -> builtins.list[str]:
+    """The distinct sessions a memory's provenance cites, in order (at most `shown`)."""
+    return builtins.list(dict.fromkeys(c["session_id"] for c in m["provenance"] if isinstance(c, dict) and "session_id" in c))[:shown]
+
+
+def stamp(m: dict[str, Any]) -> str:
+    """`accepted 2026-11-30 by person:ann, from sessions a, b`: when and where from, compactly, for a prompt or a listing."""
+    sources = sessions_of(m)
+    more = len({c.get("session_id") for c in m["provenance"] if isinstance(c, dict)}) - len(sources)
+    origin = f"from session{'s' if len(sources) > 1 else ''} {', '.join(sources)}" + (f" and {more} more" if more > 0 else "")
+    return f"{m['status']} {m['updated_at'][:10]} by {m['updated_by']}" + (f"; {origin}" if sources else "; written by a person")
+
+
 def check_actor(actor: str) -> str:
     """An actor is `api`, `auto-accept`, `dream:<session>`, `person:<name>` or `api:<name>`."""
     if not isinstance(actor, str) or not ACTOR.match(actor):
         raise ConfigError(f"actor {actor!r} must be 'api', 'person:<name>', 'dream:<session id>' or 'api:<name>'")
     return actor
+
+
+def person(name: Any) -> str:
+    """The actor of a person called `name` (an authenticated user): person:<name>, one line, at most 200 characters."""
+    name = " ".join(str(name or "").split())[:200]
+    return f"person:{name or 'unknown'}"
+
+
+def os_user() -> str:
+    """The actor of whoever runs this process (the CLI, the local review panel): person:<OS user name>."""
+    import getpass
+
+    try:
+        return person(getpass.getuser())
+    except (KeyError, OSError):  # no passwd entry and no LOGNAME/USER: the uid still names someone
+        return person(f"uid-{os.getuid()}")
 
 
 # How big a memory may be, wherever it comes from (a person, the API, a dream): every later dream
@@ -171,9 +222,10 @@ def _memory_row(r: tuple) -> dict[str, Any]:
 class MemoryStore:
     """Memories with versioned history and provenance, in the session log's database."""
 
-    def __init__(self, log: DuckDBLog, settings: MemorySettings | None = None):
+    def __init__(self, log: DuckDBLog, settings: MemorySettings | None = None, scanner: SecretScanner | None = None):
         self.log = log
         self.settings = settings or MemorySettings()
+        self.scanner = scanner or SecretScanner()  # what a memory may not hold: vault values, likely secrets
         if not log.read_only:
             log.write(lambda tx: tx.execute(SCHEMA)).result()
 
@@ -189,8 +241,9 @@ class MemoryStore:
             cur.close()
 
     def list(self, *, status: str | None = None, tag: str | None = None, dream: str | None = None,
-             search: str | None = None) -> list[dict[str, Any]]:
-        """Current memories, oldest first, filtered by status, tag, dream and text."""
+             search: str | None = None, annotate: bool = True) -> list[dict[str, Any]]:
+        """Current memories, oldest first, filtered by status, tag, dream and text; `annotate`: with
+        `superseded_by` and `conflicts` (what a reviewer needs; the prompt and the tools do without)."""
         where, params = [], []
         if status:
             if status not in STATUSES:
@@ -207,7 +260,46 @@ class MemoryStore:
             where.append("(title ILIKE ? OR text ILIKE ?)")
             params += [f"%{search}%"] * 2
         sql = f"SELECT {MEMORY_COLS} FROM memories {'WHERE ' + ' AND '.join(where) if where else ''} ORDER BY created_at, id"
-        return [_memory_row(r) for r in self._rows(sql, params)]
+        rows = [_memory_row(r) for r in self._rows(sql, params)]
+        if rows and annotate:
+            self._annotate(rows)
+        return rows
+
+    def _annotate(self, rows: builtins.list[dict[str, Any]]) -> None:
+        """Each row gets `superseded_by` (ids) and `conflicts`: the live memories it looks contradictory to."""
+        links: dict[str, builtins.list[str]] = {}
+        for old, new in self._rows("SELECT memory_id, by_id FROM memory_links ORDER BY ts"):
+            links.setdefault(old, []).append(new)
+        live = [m for m in self._current_rows() if m["status"] in LIVE]
+        found = contradictions_among([m for m in rows if m["status"] in LIVE], live)
+        for m in rows:
+            m["superseded_by"] = links.get(m["id"], [])
+            m["conflicts"] = found.get(m["id"], [])
+
+    def _current_rows(self) -> builtins.list[dict[str, Any]]:
+        return [_memory_row(r) for r in self._rows(f"SELECT {MEMORY_COLS} FROM memories ORDER BY created_at, id")]
+
+    def links(self, memory_id: str) -> dict[str, builtins.list[dict[str, Any]]]:
+        """What a memory replaced (`supersedes`) and what replaced it (`superseded_by`), each link with who and when."""
+        out: dict[str, builtins.list[dict[str, Any]]] = {"supersedes": [], "superseded_by": []}
+        for old, new, ts, actor, kind in self._rows(
+                "SELECT memory_id, by_id, ts, actor, kind FROM memory_links WHERE memory_id = ? OR by_id = ? ORDER BY ts",
+                [memory_id, memory_id]):
+            other = new if old == memory_id else old
+            title = self._rows("SELECT title, status FROM memories WHERE id = ?", [other])
+            out["superseded_by" if old == memory_id else "supersedes"].append(
+                {"id": other, "title": title[0][0] if title else None, "status": title[0][1] if title else None,
+                 "ts": _iso(ts), "actor": actor, "kind": kind})
+        return out
+
+    def current(self, memory_id: str) -> str:
+        """The memory in effect in place of this one: follow `superseded_by` to one that nothing replaced."""
+        seen = [memory_id]
+        while True:
+            nxt = self._rows("SELECT by_id FROM memory_links WHERE memory_id = ? ORDER BY ts DESC LIMIT 1", [seen[-1]])
+            if not nxt or nxt[0][0] in seen:
+                return seen[-1]
+            seen.append(nxt[0][0])
 
     def get(self, memory_id: str) -> dict[str, Any]:
         """One memory with its whole history and redaction records; raises UnknownMemory."""
@@ -222,6 +314,10 @@ class MemoryStore:
             for r in self._rows(
                 "SELECT version, ts, actor, reason, versions FROM memory_redactions WHERE memory_id = ? ORDER BY ts", [memory_id])
         ]
+        m.update(self.links(memory_id))
+        m["current"] = self.current(memory_id)
+        live = [x for x in self._current_rows() if x["status"] in LIVE]
+        m["conflicts"] = contradictions(m, live) if m["status"] in LIVE else []
         return m
 
     def bookmarks(self) -> dict[str, int]:
@@ -241,24 +337,37 @@ class MemoryStore:
         """A slice of a session's events as JSON (what the review panels show as context)."""
         return [e.to_json() for e in self.log.events(session_id, after=after, until=until)]
 
-    def prompt_memories(self) -> tuple[str, builtins.list[dict[str, Any]]]:
-        """The memory preamble for a new session's system prompt, and what it holds."""
-        accepted = self.list(status="accepted")
+    def prompt_memories(self, query: str | None = None) -> tuple[str, builtins.list[dict[str, Any]]]:
+        """The memory preamble for a new session's system prompt, and what it holds (see `injection`)."""
+        text, used, _ = self.injection(query)
+        return text, used
+
+    def injection(self, query: str | None = None) -> tuple[str, builtins.list[dict[str, Any]], int]:
+        """The memory preamble for a new session's system prompt, what it holds and how many did not fit.
+
+        Accepted memories only (a superseded, retired or rejected one never), ranked by BM25
+        relevance to `query` (the session's first message, else its title), then newest; each
+        with its date and the sessions it came from. Under `inject_chars`, the best go first.
+        """
+        accepted = self.list(status="accepted", annotate=False)
         if not accepted or not self.settings.inject:
-            return "", []
-        head = ("# Memories\n\nAccepted memories from earlier sessions, reviewed by a person. "
-                "They may be out of date: check them against what you see.\n")
-        parts, used, size = [head], [], len(head)
-        for m in accepted:
-            block = f"\n## {m['title']} ({m['id']})\n{m['text']}\n"
+            return "", [], 0
+        head = ("# Memories\n\nAccepted memories from earlier sessions, reviewed by a person, most relevant first; "
+                "each says when it was last accepted or changed and which sessions it came from. They may be out "
+                "of date: check them against what you see.\n")
+        parts, used, size, left = [head], [], len(head), 0
+        for m, score in rank(accepted, query):
+            block = f"\n## {m['title']} ({m['id']}, {stamp(m)})\n{m['text']}\n"
             if size + len(block) > self.settings.inject_chars:
-                continue  # the rest still fit if they are short; what was left out is visible in the event
+                left += 1
+                continue  # the rest still fit if they are short; what was left out is counted in the event
             parts.append(block)
             size += len(block)
-            used.append({"id": m["id"], "version": m["version"], "title": m["title"]})
+            used.append({"id": m["id"], "version": m["version"], "title": m["title"], "updated_at": m["updated_at"],
+                         "sessions": sessions_of(m), "score": round(score, 4), "why": "relevant" if score > 0 else "recent"})
         if not used:
-            return "", []
-        return "".join(parts).strip(), used
+            return "", [], left
+        return "".join(parts).strip(), used, left
 
     # -- writing (each on the log's writer thread, in one transaction) ------------
 
@@ -310,11 +419,27 @@ class MemoryStore:
         if action not in REVIEW_ACTIONS:
             raise ConfigError(f"unknown review action {action!r}; one of {', '.join(REVIEW_ACTIONS)}")
         check_actor(actor)
-        unknown = set(kw) - {"title", "text", "tags", "note", "reason", "with"}
+        unknown = set(kw) - {"title", "text", "tags", "note", "reason", "with", "by", "allow_secret"}
         if unknown:
             raise ConfigError(f"unknown fields for {action}: {', '.join(sorted(unknown))}")
+        if not kw.pop("allow_secret", False):
+            self.refuse_secrets(kw.get("title"), kw.get("text"))
         result_id = self.log.write(lambda tx: getattr(self, "_" + action)(tx, memory_id, actor, **kw)).result()
+        if action == "redact":
+            self.log.compact()  # the old bytes of what was scrubbed must not stay in the file's free blocks
         return self.get(result_id)
+
+    def secret_problems(self, title: Any, text: Any) -> builtins.list[str]:
+        """Why this title and text may not be stored (a vault value, a likely secret), one line each; empty: none."""
+        return [p for what, value in (("title", title), ("text", text)) if isinstance(value, str)
+                for p in self.scanner.problems(value, what)]
+
+    def refuse_secrets(self, title: Any, text: Any) -> None:
+        """ConfigError (a 400, a CLI error) when a person's title or text holds a secret."""
+        problems = self.secret_problems(title, text)
+        if problems:
+            raise ConfigError("not saved: " + "; ".join(problems) + ". Remove it; if it is not a secret, "
+                              'confirm with "allow_secret": true (CLI: --allow-secret)')
 
     def _edits(self, kw: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -328,7 +453,7 @@ class MemoryStore:
         edits = self._edits(kw)
         if all(edits[k] is None or edits[k] == m[k] for k in edits):
             raise ConfigError("an edit needs a new title, text or tags")
-        if m["status"] in ("superseded", "retired", "rejected"):
+        if m["status"] in ("superseded", "retired", "rejected", "redacted"):
             raise MemoryConflict(f"memory {memory_id} is {m['status']}; edit the memory that replaced it, or propose a new one")
         self._change(tx, m, actor, "edit", note=note, **edits)
         return memory_id
@@ -348,6 +473,7 @@ class MemoryStore:
                 self._change(tx, t, actor, "retire", status="retired", note=f"retired by proposal {memory_id}")
             else:
                 self._change(tx, t, actor, "supersede", status="superseded", note=f"superseded by {memory_id}")
+                self._link(tx, target, memory_id, actor, m["proposal"])
         # a carried-out retire proposal is closed as retired, so `accepted` always means "in the prompt"
         status = "retired" if m["proposal"] == "retire" else "accepted"
         self._change(tx, m, actor, "accept", status=status, note=note)
@@ -384,25 +510,81 @@ class MemoryStore:
             targets=[p["id"] for p in parts], note=note)
         for p in parts:
             self._change(tx, p, actor, "merge", status="superseded", note=f"merged into {new_id}")
+            self._link(tx, p["id"], new_id, actor, "merge")
         return new_id
+
+    def _link(self, tx: Any, old: str, new: str, actor: str, kind: str) -> None:
+        """Record that memory `new` replaced memory `old` (the chain a reviewer sees)."""
+        tx.execute("INSERT OR REPLACE INTO memory_links VALUES (?, ?, ?, ?, ?)", [old, new, _now(), actor, kind])
+
+    def _supersede(self, tx: Any, memory_id: str, actor: str, by: str | None = None, note: str | None = None,
+                   reason: str | None = None) -> str:
+        """Memory `by` (accepted) replaces this one (accepted or proposed): this one is no longer injected."""
+        if not isinstance(by, str) or not by or by == memory_id:
+            raise ConfigError('a supersede needs "by": the id of the newer, accepted memory that replaces this one')
+        m, newer = self._current(tx, memory_id), self._current(tx, by)
+        if m["status"] not in LIVE:
+            raise MemoryConflict(f"memory {memory_id} is {m['status']} already")
+        if newer["status"] != "accepted":
+            raise MemoryConflict(f"memory {by} is {newer['status']}; only an accepted memory can supersede another "
+                                 "(accept it first)")
+        self._change(tx, m, actor, "supersede", status="superseded", note=note or reason or f"superseded by {by}")
+        self._link(tx, memory_id, by, actor, "supersede")
+        return memory_id
 
     def _redact(self, tx: Any, memory_id: str, actor: str, reason: str | None = None, note: str | None = None,
                 title: str | None = None, **_: Any) -> str:
         m = self._current(tx, memory_id)
         reason = _text(reason or note, "reason")
-        versions = [r[0] for r in tx.execute(
-            "SELECT version FROM memory_versions WHERE memory_id = ? ORDER BY version", [memory_id]).fetchall()]
-        # the one in-place change: the text goes from every version; the record of the redaction stays
-        tx.execute("UPDATE memory_versions SET text = ? WHERE memory_id = ?", [REDACTED, memory_id])
-        # quotes copied from the source events may hold the same secret
+        new_title = _text(title, "title") if title is not None else REDACTED
+        rows = tx.execute("SELECT version, title, text, provenance, note FROM memory_versions WHERE memory_id = ? ORDER BY version",
+                          [memory_id]).fetchall()
+        versions = [r[0] for r in rows]
+        targets = self._scrub_targets(rows)
+        # the memory itself: no version keeps its title, text or the quotes copied from the source events
+        tx.execute("UPDATE memory_versions SET text = ?, title = ? WHERE memory_id = ?", [REDACTED, new_title, memory_id])
         for version, prov in tx.execute("SELECT version, provenance FROM memory_versions WHERE memory_id = ?", [memory_id]).fetchall():
             blanked = [dict(c, quote=REDACTED) if "quote" in c else c for c in json.loads(prov)]
             tx.execute("UPDATE memory_versions SET provenance = ? WHERE memory_id = ? AND version = ?",
                        [json.dumps(blanked), memory_id, version])
-        if title is not None:
-            tx.execute("UPDATE memory_versions SET title = ? WHERE memory_id = ?", [_text(title, "title"), memory_id])
+        # other memories with a copy (a merge joins texts), and every copy in the session log
+        self._scrub_memories(tx, targets)
+        touched = tx.scrub(targets, REDACTED)
+        reason = scrub_text(reason, targets, REDACTED)
         m = self._current(tx, memory_id)
-        self._change(tx, m, actor, "redact", note=reason)
+        self._change(tx, m, actor, "redact", status="redacted", note=reason)
         tx.execute("INSERT INTO memory_redactions VALUES (?, ?, ?, ?, ?, ?)",
                    [memory_id, m["version"] + 1, _now(), actor, reason, versions])
+        for sid, seqs in touched.items():  # the tombstones: who, when (the event's ts), why, and what changed
+            tx.append(sid, "redacted", {"memory_id": memory_id, "actor": actor, "reason": reason, "seqs": seqs,
+                                        "replacement": REDACTED})
         return memory_id
+
+    def _scrub_targets(self, rows: builtins.list[tuple]) -> builtins.list[str]:
+        """Every text of a memory's versions that a redaction removes from the log: titles, texts and their
+        longer lines, and the likely secrets in them and in its quotes (a token is also in the events the
+        memory came from; a quote as a whole is not removed: it may be a common line of code)."""
+        found: set[str] = set()
+        for _, title, text, prov, _note in rows:
+            quotes = [c["quote"] for c in json.loads(prov) if isinstance(c.get("quote"), str)]
+            for t in (title, text):
+                found.add(t.strip())
+                found.update(line.strip() for line in t.splitlines() if len(line.strip()) >= MIN_SCRUB_LINE)
+            for t in (title, text, *quotes):
+                found.update(self.scanner.values(t))
+        return sorted((t for t in found if len(t) >= MIN_SCRUB and t != REDACTED), key=lambda t: (-len(t), t))
+
+    def _scrub_memories(self, tx: Any, targets: builtins.list[str]) -> None:
+        if not targets:
+            return
+        where = " OR ".join(["contains(title, ?) OR contains(text, ?) OR contains(coalesce(note, ''), ?) "
+                             "OR contains(provenance::VARCHAR, ?)"] * len(targets))
+        params = [p for t in targets for p in (t, t, t, json.dumps(t)[1:-1])]
+        rows = tx.execute(f"SELECT memory_id, version, title, text, note, provenance FROM memory_versions WHERE {where}",
+                          params).fetchall()
+        for mid, version, title, text, note, prov in rows:
+            quotes = [dict(c, quote=scrub_text(c["quote"], targets, REDACTED)) if isinstance(c.get("quote"), str) else c
+                      for c in json.loads(prov)]
+            tx.execute("UPDATE memory_versions SET title = ?, text = ?, note = ?, provenance = ? WHERE memory_id = ? AND version = ?",
+                       [scrub_text(title, targets, REDACTED) or REDACTED, scrub_text(text, targets, REDACTED) or REDACTED,
+                        None if note is None else scrub_text(note, targets, REDACTED), json.dumps(quotes), mid, version])

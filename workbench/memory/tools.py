@@ -1,9 +1,9 @@
 """The tools a dream session has: read other sessions and memories, propose changes.
 
 Proposals are staged in the dream's own log (the tool result's details) and
-committed by `commit_dream` together with the dream's read positions, in one
-transaction: a dream that dies half-way leaves nothing behind, and a dream
-that finished is never redone. `dream_tools(store)` makes them for one store;
+committed by `commit_dream` together with the chunk's read positions, in one
+transaction: a chunk cut off half-way leaves nothing behind, and a chunk
+committed is never redone. In a chunk, `read_events` reads only the chunk's ranges. `dream_tools(store)` makes them for one store;
 each runs in a worker thread, since it reads the log and the store with
 blocking DuckDB calls that must stay off the server's event loop.
 """
@@ -16,15 +16,22 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 from ..brain.tools import Tool, ToolContext, ToolOutput
 from ..errors import WorkbenchError
 from ..log import Event
 from .events import check_citations, normalize, render_event
-from .store import MemoryStore, field_problems
+from .relevance import contradictions, rank
+from .store import LIVE, MemoryStore, field_problems, stamp
 
 MAX_EVENTS = 200
+MAX_RECALL_QUERY = 2000  # characters of a recall query
+MAX_RECALL_RESULTS = 20
+MAX_RECALL_TEXT = 1500  # characters of each recalled memory's text shown
+MAX_MEMORIES_CHARS = 20_000  # what read_memories shows at once
+PAGE = 50  # sessions list_sessions shows at a time
+MAX_PAGE = 200
 DUPLICATE_RATIO = 0.85
 
 
@@ -37,6 +44,15 @@ def dream_scope(ctx: ToolContext) -> list[str] | None:
     return ((ctx.log.events(ctx.session_id, until=1)[0].payload.get("config") or {}).get("dream") or {}).get("sessions")
 
 
+def _chunk_range(ctx: ToolContext, sid: str) -> dict[str, Any] | None | Literal[False]:
+    """The range of `sid` the dream's current chunk was given; None: the dream has no chunks; False: not in it."""
+    chunks = ctx.log.events(ctx.session_id, types=["dream_chunk"])
+    if not chunks:
+        return None
+    found: dict[str, Any] | None = next((r for r in chunks[-1].payload["ranges"] if r["session_id"] == sid), None)
+    return found if found is not None else False
+
+
 def staged(events: list[Event]) -> list[dict[str, Any]]:
     """The proposals a dream's tools accepted so far, read from its log."""
     return [e.payload["proposal"] for e in events
@@ -45,35 +61,40 @@ def staged(events: list[Event]) -> list[dict[str, Any]]:
 
 def list_sessions(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     scope = dream_scope(ctx)
-    marks = store.bookmarks()
-    rows = [s for s in ctx.log.sessions(ids=scope, kind="chat")]
-    since, until, title, tag = inp.get("since"), inp.get("until"), inp.get("title"), inp.get("tag")
-    if any(v is not None and not isinstance(v, str) for v in (since, until, title, tag)):
-        return _out("since, until, title and tag must be strings", True)
+    since, until, title, tag, cursor = (inp.get(k) for k in ("since", "until", "title", "tag", "cursor"))
+    if any(v is not None and not isinstance(v, str) for v in (since, until, title, tag, cursor)):
+        return _out("since, until, title, tag and cursor must be strings", True)
+    order = inp.get("order") or store.settings.dream_order
+    if order not in ("newest", "oldest"):
+        return _out("order must be newest or oldest", True)
+    limit = inp.get("limit") or PAGE
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        return _out("limit must be a positive integer", True)
     try:
-        if since:
-            rows = [s for s in rows if s["updated_at"] >= datetime.fromisoformat(since).isoformat()]
-        if until:
-            rows = [s for s in rows if s["created_at"] <= datetime.fromisoformat(until).isoformat()]
-    except ValueError:
-        return _out("since and until must be ISO dates, e.g. 2026-11-30 or 2026-11-30T10:00", True)
-    if title:
-        rows = [s for s in rows if normalize(title) in normalize(s["title"] or "")]
+        until_at = datetime.fromisoformat(until).isoformat() if until else None
+        # a page at a time over every session: the listing never stops silently (`more` gives the next page)
+        page = ctx.log.sessions_page(ids=scope, kind="chat", text=title or None, updated_after=since or None,
+                                     order="-created" if order == "newest" else "created", limit=min(limit, MAX_PAGE),
+                                     cursor=cursor)
+    except ValueError as e:
+        return _out(f"{e}; since and until are ISO dates, e.g. 2026-11-30 or 2026-11-30T10:00; cursor as a listing gave it", True)
+    rows = page["sessions"]
+    if until_at:
+        rows = [s for s in rows if s["created_at"] <= until_at]
     if tag:
         def tags(s: dict) -> list[str]:
             return ((ctx.log.events(s["id"], until=1)[0].payload.get("config") or {}).get("tags")) or []
         rows = [s for s in rows if tag in tags(s)]
-    if not rows:
-        return _out("no sessions match")
+    marks = store.bookmarks()
     lines = []
-    limit = inp.get("limit") or 100
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        return _out("limit must be a positive integer", True)
-    for s in rows[:limit]:
+    for s in rows:
         read = marks.get(s["id"], 0)
         lines.append(f"{s['id']}  created={s['created_at'][:19]}  events={s['last_seq']}  read_until={read}  "
                      f"unread={max(0, s['last_seq'] - read)}  title={' '.join((s['title'] or '').split())}")
-    return _out("\n".join(lines))
+    more = f"more ({order} first): call list_sessions again with cursor={page['next']!r}" if page["next"] else ""
+    if not lines:
+        return _out("no sessions match" + (f" on this page; {more}" if more else ""))
+    return _out("\n".join(lines + ([more] if more else [])))
 
 
 def read_events(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -81,8 +102,12 @@ def read_events(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> To
     scope = dream_scope(ctx)
     if not isinstance(sid, str) or not ctx.log.has_session(sid) or (scope is not None and sid not in scope):
         return _out(f"no session {sid!r} in this dream; list_sessions shows the ids", True)
+    chunk = _chunk_range(ctx, sid)
+    if chunk is False:
+        return _out(f"session {sid} is not in this chunk; read the ranges this chunk's message names "
+                    "(a later chunk reads the rest)", True)
     marks = store.bookmarks()
-    after = inp.get("after", marks.get(sid, 0))
+    after = inp.get("after", chunk["after"] if chunk else marks.get(sid, 0))
     until, search = inp.get("until"), inp.get("search")
     limit = inp.get("limit") or 50
     bad = [k for k, v in (("after", after), ("until", until), ("limit", limit))
@@ -90,6 +115,8 @@ def read_events(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> To
     if bad or (search is not None and not isinstance(search, str)):
         return _out(f"{', '.join(bad) or 'search'}: after, until and limit must be non-negative integers, search a string", True)
     limit = min(max(limit, 1), MAX_EVENTS)
+    if chunk:  # a chunk bounds what the dream's context holds: nothing outside its range
+        after, until = max(after, chunk["after"]), chunk["until"] if until is None else min(until, chunk["until"])
     events = ctx.log.events(sid, after=after, until=until)
     if search:
         events = [e for e in events if normalize(search) in normalize(render_event(e))]
@@ -111,13 +138,21 @@ def read_memories(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> 
     rows = store.list(status=inp.get("status"), tag=inp.get("tag"), search=inp.get("search"))
     if not rows:
         return _out("no memories match")
-    return _out("\n\n".join(f"[{m['id']}] ({m['status']}) {m['title']}\n  tags: {', '.join(m['tags'])}\n  "
-                            + m["text"].replace("\n", "\n  ") for m in rows))
+    blocks: list[str] = []
+    size = 0
+    for m in reversed(rows):  # newest first, within a budget: a dream's context holds a chunk, not every memory
+        block = f"[{m['id']}] ({m['status']}) {m['title']}\n  tags: {', '.join(m['tags'])}\n  " + m["text"].replace("\n", "\n  ")
+        if size + len(block) > MAX_MEMORIES_CHARS and blocks:
+            blocks.append(f"({len(rows) - len(blocks)} older memories not shown: filter with search, tag or status)")
+            break
+        blocks.append(block)
+        size += len(block) + 2
+    return _out("\n\n".join(blocks))
 
 
 def _duplicate(store: MemoryStore, pending: list[dict[str, Any]], title: str, text: str, skip: set[str]) -> str | None:
     """Why this looks like a memory that exists or is staged, or None."""
-    candidates = [(m["id"], m["status"], m["title"], m["text"]) for m in store.list() if m["id"] not in skip]
+    candidates = [(m["id"], m["status"], m["title"], m["text"]) for m in store.list(annotate=False) if m["id"] not in skip]
     candidates += [(p["memory_id"], "staged in this dream", p["title"], p["text"]) for p in pending]
     for mid, status, t, x in candidates:
         if normalize(t) == normalize(title) or difflib.SequenceMatcher(None, normalize(x), normalize(text)).ratio() >= DUPLICATE_RATIO:
@@ -129,7 +164,10 @@ def _duplicate(store: MemoryStore, pending: list[dict[str, Any]], title: str, te
 def _propose(kind: str, store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     scope = dream_scope(ctx)
     pending = staged(ctx.log.events(ctx.session_id))
-    named = inp.get("memory_ids") if kind == "merge" else ([inp.get("memory_id")] if kind != "create" else [])
+    named = (inp.get("memory_ids") if kind == "merge" else [inp.get("memory_id")] if kind != "create"
+             else inp.get("supersedes") or [])
+    if kind == "create" and not isinstance(named, list):
+        return _out("not proposed:\n- supersedes must be a list of memory ids", True)
     targets: list[Any] = named if isinstance(named, list) else []  # model input: any JSON, checked one by one
     problems = []
     current: dict[str, dict[str, Any]] = {}
@@ -146,6 +184,8 @@ def _propose(kind: str, store: MemoryStore, inp: dict[str, Any], ctx: ToolContex
         current[t] = m
         if m["status"] not in ("accepted", "proposed"):
             problems.append(f"memory {t} is {m['status']}; only accepted or proposed memories can change")
+        elif kind == "create" and m["status"] != "accepted":
+            problems.append(f"memory {t} is {m['status']}; supersedes names accepted memories this one replaces")
     if kind == "merge" and len(targets) < 2:
         problems.append("memory_ids must list at least two memories to merge")
     title, text = inp.get("title"), inp.get("text")
@@ -161,11 +201,16 @@ def _propose(kind: str, store: MemoryStore, inp: dict[str, Any], ctx: ToolContex
         problems.append("title and text are required (non-empty strings)")
     else:
         problems += field_problems(title, text, inp.get("tags"))
+    if not problems:  # a memory reaches every later prompt: no vault value, no likely secret (memory/secretscan.py)
+        problems += [f"{p}; a memory must not hold a credential: propose it without the value (say where it is kept "
+                     "instead), or drop it" for p in store.secret_problems(title, text)]
+        if kind in ("edit", "merge") and isinstance(inp.get("reason"), str):
+            problems += store.scanner.problems(inp["reason"], "reason")
     provenance = inp.get("provenance")
     problems += check_citations(ctx.log, provenance, scope=scope, required=kind in ("create", "edit"))
     if not problems and kind == "create":
         assert isinstance(title, str) and isinstance(text, str), "checked above"
-        dup = _duplicate(store, pending, title, text, skip=set())
+        dup = _duplicate(store, pending, title, text, skip=set(current))
         if dup:
             problems.append(dup)
         marks = store.bookmarks()
@@ -178,13 +223,41 @@ def _propose(kind: str, store: MemoryStore, inp: dict[str, Any], ctx: ToolContex
     provenance = [{"session_id": c["session_id"], "seq": c["seq"], "quote": c["quote"]} for c in provenance or []]
     if kind == "merge":
         provenance = [c for t in targets for c in current[t]["provenance"]] + provenance
+    # a contradiction with a live memory the proposal does not replace: the reviewer sees both side by side
+    live = [m for m in store.list(annotate=False) if m["status"] in LIVE and m["id"] not in current]
+    conflicts = contradictions({"id": "", "title": title.strip(), "text": text.strip()}, live) if kind != "retire" else []
     proposal = {
         "memory_id": "m" + uuid.uuid4().hex[:10], "proposal": kind, "title": title.strip(), "text": text.strip(),
         "tags": inp.get("tags") or [], "provenance": provenance, "targets": list(targets), "note": inp.get("reason"),
     }
     what = {"create": "new memory", "edit": f"edit of {targets[0] if targets else ''}",
             "merge": f"merge of {', '.join(targets)}", "retire": f"retirement of {targets[0] if targets else ''}"}[kind]
-    return _out(f"staged {proposal['memory_id']} ({what}): it is proposed for review when this dream ends", proposal=proposal)
+    if kind == "create" and targets:
+        what += f", superseding {', '.join(targets)}"
+    warn = "".join(f"\nit contradicts memory {c['id']} ({c['status']}) {c['title']!r}: {c['why']}. If the new fact replaces it, "
+                   f"propose_retire {c['id']} or call propose_memory with supersedes=[{c['id']!r}] instead" for c in conflicts)
+    return _out(f"staged {proposal['memory_id']} ({what}): it is proposed for review when this chunk ends{warn}", proposal=proposal)
+
+
+def recall(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    """Accepted memories ranked by relevance to a query (BM25), with their ids, dates and sources; bounded."""
+    query, limit = inp.get("query"), inp.get("limit", store.settings.recall_results)
+    if not isinstance(query, str) or not query.strip():
+        return _out("query must be a non-empty string: the words to look for", True)
+    if len(query) > MAX_RECALL_QUERY:
+        return _out(f"query is {len(query):,} characters; a recall query takes at most {MAX_RECALL_QUERY:,}", True)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RECALL_RESULTS:
+        return _out(f"limit must be an integer from 1 to {MAX_RECALL_RESULTS}", True)
+    found = [(m, s) for m, s in rank(store.list(status="accepted", annotate=False), query) if s > 0][:limit]
+    if not found:
+        return _out("no accepted memory matches; try other words (memories are searched by title, text and tags)",
+                    recalled=[])
+    blocks = []
+    for m, score in found:
+        body, cut = m["text"][:MAX_RECALL_TEXT], len(m["text"]) - MAX_RECALL_TEXT
+        body += f" [... {cut:,} more characters]" if cut > 0 else ""
+        blocks.append(f"[{m['id']}] {m['title']} ({stamp(m)}; score {score:.2f})\n  " + body.replace("\n", "\n  "))
+    return _out("\n\n".join(blocks), recalled=[{"id": m["id"], "version": m["version"], "score": round(s, 4)} for m, s in found])
 
 
 def propose_memory(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -216,13 +289,18 @@ CITATIONS = MappingProxyType({
 TAGS = MappingProxyType({"type": "array", "items": {"type": "string"}})
 
 SPECS: tuple[tuple[str, str, dict[str, Any], Callable[..., ToolOutput]], ...] = (
-    ("list_sessions", "List the sessions this dream may read, with how far earlier dreams read each (read_until) "
-                      "and how many events are unread.",
+    ("list_sessions", "List the sessions this dream may read, a page at a time, with how far earlier dreams read each "
+                      "(read_until) and how many events are unread.",
          {"type": "object", "properties": {"since": {"type": "string", "description": "ISO date: only sessions active since"},
                                            "until": {"type": "string", "description": "ISO date: only sessions created before"},
                                            "title": {"type": "string", "description": "text the title contains"},
                                            "tag": {"type": "string", "description": "a tag in the session's config.tags"},
-                                           "limit": {"type": "integer"}}}, list_sessions),
+                                           "order": {"type": "string", "enum": ["newest", "oldest"],
+                                                     "description": "newest or oldest sessions first (default: dream_order)"},
+                                           "cursor": {"type": "string", "description": "the page after the one that gave it"},
+                                           "limit": {"type": "integer",
+                                                     "description": f"sessions per page (default {PAGE}, at most {MAX_PAGE})"}}},
+         list_sessions),
     ("read_events", "Read a session's events in seq order: by default the ones no dream has read yet. "
                     "Use after/until for a slice, search for text.",
          {"type": "object", "properties": {"session_id": {"type": "string"}, "after": {"type": "integer"}, "until": {"type": "integer"},
@@ -233,8 +311,11 @@ SPECS: tuple[tuple[str, str, dict[str, Any], Callable[..., ToolOutput]], ...] = 
          {"type": "object", "properties": {"status": {"type": "string"}, "tag": {"type": "string"}, "search": {"type": "string"}}},
          read_memories),
     ("propose_memory", "Propose a new memory: a durable, checked fact worth knowing in future sessions "
-                       "(not a guess, not a dead end). A person reviews it.",
-         {"type": "object", "properties": {"title": {"type": "string"}, "text": {"type": "string"}, "tags": TAGS, "provenance": CITATIONS},
+                       "(not a guess, not a dead end). A person reviews it. If it corrects accepted memories, "
+                       "name them in supersedes: they stop being injected when it is accepted.",
+         {"type": "object", "properties": {"title": {"type": "string"}, "text": {"type": "string"}, "tags": TAGS, "provenance": CITATIONS,
+                                           "supersedes": {"type": "array", "items": {"type": "string"},
+                                                          "description": "ids of accepted memories this one replaces"}},
           "required": ["title", "text", "provenance"]}, propose_memory),
     ("propose_edit", "Propose a new version of an existing memory (it replaces the old one when accepted).",
          {"type": "object", "properties": {"memory_id": {"type": "string"}, "title": {"type": "string"}, "text": {"type": "string"},
@@ -266,3 +347,19 @@ def _threaded(store: MemoryStore, fn: Callable[..., ToolOutput]) -> Callable[[di
 def dream_tools(store: MemoryStore) -> list[Tool]:
     """The dream tools, bound to `store`."""
     return [Tool(name, description, schema, _threaded(store, fn)) for name, description, schema, fn in SPECS]
+
+
+RECALL_SCHEMA = MappingProxyType({
+    "type": "object",
+    "properties": {"query": {"type": "string", "description": f"what to look for (at most {MAX_RECALL_QUERY} characters)"},
+                   "limit": {"type": "integer", "description": f"how many memories, 1 to {MAX_RECALL_RESULTS}"}},
+    "required": ["query"],
+})
+
+
+def recall_tool(store: MemoryStore) -> Tool:
+    """`recall`: search accepted memories on demand, for any session that names it among its tools."""
+    return Tool("recall", "Search the accepted memories of earlier sessions (reviewed by people) by words: the most "
+                          "relevant come first, each with its id, when it was accepted and the sessions it came from. "
+                          "Check a recalled fact against what you see before relying on it.",
+                dict(RECALL_SCHEMA), _threaded(store, recall), concurrent=True)

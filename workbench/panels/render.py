@@ -14,10 +14,10 @@ from typing import Any
 
 from ..render import event_text
 
-STATUS_OPTIONS = ("all", "proposed", "accepted", "rejected", "superseded", "retired")
+STATUS_OPTIONS = ("all", "proposed", "accepted", "rejected", "superseded", "retired", "redacted")
 CONTEXT = 2  # events shown on each side of a cited one
 STATUS_COLORS = MappingProxyType({"proposed": "#b26b00", "accepted": "#1a7f37", "rejected": "#a40e26", "superseded": "#6e7781",
-                                  "retired": "#6e7781"})
+                                  "retired": "#6e7781", "redacted": "#6e7781"})
 MESSAGE_COLORS = MappingProxyType({"success": "#1a7f37", "danger": "#a40e26", "warning": "#b26b00"})
 
 
@@ -46,6 +46,33 @@ def memory_html(m: dict[str, Any]) -> str:
     return (f'<div class="wb-memory"><h3 style="margin:4px 0">{esc(m["title"])}</h3>'
             f"<div>{badge(m['status'])} <i>{esc(what)}</i> · v{esc(m['version'])} · {by} {tags}</div>"
             f'<pre style="white-space:pre-wrap;background:#f6f8fa;padding:8px">{esc(m["text"])}</pre></div>')
+
+
+def chain_html(m: dict[str, Any]) -> str:
+    """What this memory replaced and what replaced it (kind, who, when), and the memory in effect now."""
+    rows = []
+    for key, says in (("supersedes", "replaced"), ("superseded_by", "replaced by")):
+        for link in m.get(key) or []:
+            rows.append(f"<div>{esc(says)} <code>{esc(link['id'])}</code> {badge(link['status'] or 'unknown')} "
+                        f"{esc(link['title'] or '')} · {esc(link['kind'])} by {esc(link['actor'])} at {esc(link['ts'][:19])}</div>")
+    if m.get("current") and m["current"] != m["id"]:
+        rows.append(f"<div>in effect now: <code>{esc(m['current'])}</code></div>")
+    return f'<div class="wb-chain"><b>chain</b>{"".join(rows)}</div>' if rows else ""
+
+
+def conflicts_html(m: dict[str, Any]) -> str:
+    """Each memory this one looks contradictory to, side by side with it, and why."""
+    if not m.get("conflicts"):
+        return ""
+    side = ('<td style="vertical-align:top;padding:4px;border:1px solid #d0d7de;width:50%">'
+            '<code>{}</code> {} <small>{}</small><div><b>{}</b></div><pre style="white-space:pre-wrap">{}</pre></td>')
+    rows = []
+    for c in m["conflicts"]:
+        rows.append("<tr>" + side.format(esc(m["id"]), badge(m["status"]), esc(m["updated_at"][:10]), esc(m["title"]), esc(m["text"]))
+                    + side.format(esc(c["id"]), badge(c["status"]), esc(c["updated_at"][:10]), esc(c["title"]), esc(c["text"]))
+                    + f'</tr><tr><td style="padding:4px"><small>why: {esc(c["why"])}</small></td></tr>')
+    return ('<div class="wb-conflicts"><b>looks contradictory to</b> (resolve: supersede the older by the newer, '
+            f'retire or reject one)<table style="border-collapse:collapse;width:100%">{"".join(rows)}</table></div>')
 
 
 def diff_html(old: str, new: str, old_name: str = "current", new_name: str = "proposed") -> str:

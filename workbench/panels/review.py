@@ -20,7 +20,18 @@ import panel as pn
 
 from ..errors import WorkbenchError
 from .gate import cookie_name, new_token, require_token
-from .render import CONTEXT, STATUS_OPTIONS, context_html, esc, memory_html, message_html, proposal_diffs, timeline_html
+from .render import (
+    CONTEXT,
+    STATUS_OPTIONS,
+    chain_html,
+    conflicts_html,
+    context_html,
+    esc,
+    memory_html,
+    message_html,
+    proposal_diffs,
+    timeline_html,
+)
 from .source import MemorySource
 
 
@@ -32,7 +43,8 @@ class ReviewApp:
         self.status = pn.widgets.Select(label="status", options=list(STATUS_OPTIONS), value=status, width=140)
         self.tag = pn.widgets.Select(label="tag", options=["all"], value="all", width=140)
         self.dream = pn.widgets.Select(label="dream", options={"all": ""}, value="", width=220)
-        self.actor = pn.widgets.TextInput(label="reviewer", value=actor, width=200)
+        # who reviews is who runs the panel (or whom the server authenticates): shown, not chosen
+        self.actor = pn.widgets.TextInput(label="reviewer", value=actor, width=200, disabled=True)
         self.memories = pn.widgets.Select(label="memories", options={}, size=14, width=420, css_classes=["wb-memories"])
         self.detail = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["wb-detail"])
         self.diff = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["wb-diff-pane"])
@@ -48,6 +60,8 @@ class ReviewApp:
         self.retire_button = pn.widgets.Button(label="Retire", color="warning")
         self.merge_with = pn.widgets.MultiSelect(label="merge with", options={}, size=4, sizing_mode="stretch_width")
         self.merge_button = pn.widgets.Button(label="Merge", color="primary")
+        self.superseded_by = pn.widgets.Select(label="superseded by (a newer, accepted memory)", options={}, sizing_mode="stretch_width")
+        self.supersede_button = pn.widgets.Button(label="Supersede", color="warning")
         self.message = pn.pane.HTML("", visible=False, sizing_mode="stretch_width", css_classes=["wb-message"])
         self.message_kind = ""
         self.timeline_dream = pn.widgets.Select(label="dream", options={}, width=320)
@@ -59,7 +73,8 @@ class ReviewApp:
         self.timeline_dream.param.watch(lambda _e: self.show_timeline(), "value")
         for button, action, edited in ((self.accept_button, "accept", False), (self.accept_edited_button, "accept", True),
                                        (self.save_button, "edit", True), (self.reject_button, "reject", False),
-                                       (self.retire_button, "retire", False), (self.merge_button, "merge", True)):
+                                       (self.retire_button, "retire", False), (self.merge_button, "merge", True),
+                                       (self.supersede_button, "supersede", False)):
             self._on_click(button, action, edited)
         self.refresh()
 
@@ -91,6 +106,7 @@ class ReviewApp:
         self.memories.options = {f"[{m['status']}] {m['title']} ({m['id']})": m["id"] for m in rows}
         self.memories.value = keep if keep in self.memories.options.values() else (rows[0]["id"] if rows else None)
         self.merge_with.options = {f"{m['title']} ({m['id']})": m["id"] for m in everything if m["status"] in ("proposed", "accepted")}
+        self.superseded_by.options = {"": "", **{f"{m['title']} ({m['id']})": m["id"] for m in everything if m["status"] == "accepted"}}
         self.show()
         self.show_timeline()
 
@@ -103,7 +119,7 @@ class ReviewApp:
             self.diff.object, self.provenance.objects = "", []
             return
         m = self.source.get(mid)
-        self.detail.object = memory_html(m)
+        self.detail.object = memory_html(m) + chain_html(m) + conflicts_html(m)
         self.diff.object = proposal_diffs(m, self.source.get)
         buttons: list[pn.viewable.Viewable] = []
         for c in m["provenance"]:
@@ -146,7 +162,9 @@ class ReviewApp:
             kw.update(title=self.title_input.value, text=self.text_input.value)
         if action == "merge":
             kw["with"] = [i for i in self.merge_with.value if i != mid]
-        if action in ("accept", "reject", "retire", "edit", "merge") and note:
+        if action == "supersede":
+            kw["by"] = self.superseded_by.value or None
+        if action in ("accept", "reject", "retire", "edit", "merge", "supersede") and note:
             kw["note"] = note
         try:
             m = self.source.review(mid, action, (self.actor.value or "").strip(), **kw)
@@ -171,6 +189,7 @@ class ReviewApp:
             self.title_input, self.text_input, self.note_input,
             pn.Row(self.save_button, self.accept_edited_button),
             pn.Row(self.merge_with, self.merge_button),
+            pn.Row(self.superseded_by, self.supersede_button),
         )
         review = pn.Column(filters, self.message, pn.Row(
             pn.Column(self.memories, width=440),

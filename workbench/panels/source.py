@@ -43,7 +43,8 @@ class RestSource:
         return self.client.memory(memory_id)
 
     def review(self, memory_id: str, action: str, actor: str, **kw: Any) -> dict[str, Any]:
-        return self.client.review(memory_id, action, actor=actor, **kw)
+        # the server records the user this client authenticates as; `actor` is only the panel's label
+        return self.client.review(memory_id, action, **kw)
 
     def dreams(self) -> builtins.list[dict[str, Any]]:
         return self.client.dreams()

@@ -1,0 +1,95 @@
+"""Finding secrets in what would become a memory: the vault's own values, and likely secrets.
+
+A memory reaches every later session's prompt and every later dream, so a
+credential in one leaks everywhere. Two checks, each naming what it found and
+never the value itself (the reason goes back to a model, into the log):
+
+- the egress vault's values, in every spelling the vault masks (reversed, hex,
+  URL-encoded, base64: workbench/egress/redact.py), through the vault's own
+  redactor;
+- detect-secrets' plugins: the detectors of known token formats (GitHub, AWS,
+  Slack, Stripe, private keys, JWTs, passwords in URLs, `password = "..."`),
+  with detect-secrets' own false-positive filters; its entropy plugins only
+  look at quoted strings, so a bare word in prose is also tested with their
+  entropy measure: a word of 20+ characters mixing upper case, lower case and
+  digits above 4.5 bits a character, or a hex word of 32+ characters on a line
+  that names a token, key, secret or password (a bare commit hash is not one).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterator
+
+from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+from detect_secrets.core.scan import _process_line_based_plugins
+from detect_secrets.filters.heuristic import is_sequential_string
+from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString, HexHighEntropyString
+from detect_secrets.settings import default_settings, transient_settings
+
+# entropy plugins at detect-secrets' defaults; IPPublicDetector flags any public address, which memories name freely
+ENTROPY_LIMIT_BASE64 = 4.5
+ENTROPY_LIMIT_HEX = 3.0
+SKIPPED = frozenset({"IPPublicDetector"})
+WORD = re.compile(r"[A-Za-z0-9+/=_\-.~]{20,}")
+HEX_WORD = re.compile(r"\b[0-9a-fA-F]{32,}\b")
+NAMES_A_SECRET = re.compile(r"token|secret|passw(or)?d|api[_-]?key|auth|bearer|credential", re.IGNORECASE)
+MAX_SCAN_CHARS = 200_000  # the longest memory field is 10,000 characters; past this, what is scanned is cut
+
+# detect-secrets keeps its settings in one global: scans take turns
+_lock = threading.Lock()
+_base64 = Base64HighEntropyString(limit=ENTROPY_LIMIT_BASE64)
+_hex = HexHighEntropyString(limit=ENTROPY_LIMIT_HEX)
+
+
+def _plugins() -> list[dict[str, object]]:
+    classes: list[type] = list(get_mapping_from_secret_type_to_class().values())
+    names = sorted(c.__name__ for c in classes)
+    out: list[dict[str, object]] = [{"name": n} for n in names if n not in SKIPPED]
+    for p in out:
+        if p["name"] == "Base64HighEntropyString":
+            p["limit"] = ENTROPY_LIMIT_BASE64
+        elif p["name"] == "HexHighEntropyString":
+            p["limit"] = ENTROPY_LIMIT_HEX
+    return out
+
+
+def _detected(text: str) -> Iterator[tuple[str, str]]:
+    """(kind, value) of each likely secret detect-secrets' plugins and filters find in text."""
+    lines = [(i + 1, line) for i, line in enumerate(text[:MAX_SCAN_CHARS].splitlines())]
+    with _lock, default_settings(), transient_settings({"plugins_used": _plugins()}):
+        found = [(s.type, s.secret_value or "") for s in _process_line_based_plugins(lines, "memory")]
+    yield from found
+    for _, line in lines:
+        for m in WORD.finditer(line):
+            word = m.group().strip("=.-_~")
+            if (len(word) >= 20 and re.search("[a-z]", word) and re.search("[A-Z]", word) and re.search("[0-9]", word)
+                    and not is_sequential_string(word) and _base64.calculate_shannon_entropy(word) > ENTROPY_LIMIT_BASE64):
+                yield "High Entropy String", word
+        if NAMES_A_SECRET.search(line):
+            for m in HEX_WORD.finditer(line):
+                if _hex.calculate_shannon_entropy(m.group()) > ENTROPY_LIMIT_HEX:
+                    yield "Hex High Entropy String", m.group()
+
+
+class SecretScanner:
+    """What in a text looks like a secret: the vault's values (through its redactor) and detect-secrets' findings."""
+
+    def __init__(self, vault_redact: Callable[[str], str] | None = None):
+        self.vault_redact = vault_redact
+
+    def problems(self, text: str, what: str) -> list[str]:
+        """One line per kind of secret found in text (empty: none), naming the kind, never the value."""
+        out = []
+        if self.vault_redact is not None and self.vault_redact(text) != text:
+            names = sorted(set(re.findall(r"\[secret ([^\]]+)\]", self.vault_redact(text)))) or ["credential"]
+            out.append(f"{what} holds the value of vault credential {', '.join(names)} (or an encoding of it)")
+        kinds = sorted({kind for kind, _ in _detected(text)})
+        if kinds:
+            out.append(f"{what} holds what looks like a secret ({', '.join(kinds)})")
+        return out
+
+    def values(self, text: str) -> list[str]:
+        """The likely secrets detect-secrets finds in text, longest first (what a redaction scrubs besides the text)."""
+        return sorted({v for _, v in _detected(text) if len(v) >= 8}, key=lambda v: (-len(v), v))
