@@ -1,0 +1,90 @@
+"""`workbench eval` as a subprocess through the fake Messages API: 40 attempts, 8 at a time, SIGKILLed
+halfway and run again with its run id: no attempt runs twice, none is lost."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from workbench.evals import load_tasks
+from workbench.evals.script import solver
+from workbench.log import DuckDBLog
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from wbsupport import WORKBENCH, cli_env  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+TASKS, EPOCHS = 10, 4
+
+
+def task_set(tmp_path: Path, markers: Path) -> Path:
+    lines = []
+    for i in range(TASKS):
+        # the kernel's working directory is the attempt's own workspace (.../<run>/<session id>/work)
+        code = (f"import os, time\nopen({str(markers)!r}, 'a').write(os.getcwd() + '\\n')\n"
+                f"time.sleep(0.5)\nprint({i} * {i})")
+        lines.append({"id": f"square-{i}", "prompt": f"What is {i} squared? Answer with the number.",
+                      "verifier": {"kind": "python", "code": f"assert answer.strip() == '{i * i}', 'wrong square'"},
+                      "scripted": [{"code": [code], "answer": "{output}"}],
+                      # one turn: a failed verdict is not sent back, so each attempt's code is run by one call only
+                      "limits": {"turns": 1}})
+    path = tmp_path / "squares.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def test_a_run_killed_halfway_goes_on_without_running_anything_twice(tmp_path, fake_api):
+    markers, db = tmp_path / "markers.txt", tmp_path / "wb.duckdb"
+    tasks_path = task_set(tmp_path, markers)
+    tasks = {t.prompt.strip(): t for t in load_tasks(tasks_path)}
+    fake_api.use(solver(lambda: tasks))
+    # local hands: the kernels write markers into this test's directory, which a sandbox does not mount
+    env = cli_env(ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=fake_api.url, WORKBENCH_HANDS_BACKEND="local",
+                  WORKBENCH_HANDS_POOL_SIZE="0")
+    cmd = [*WORKBENCH, "eval", str(tasks_path), "--model", "anthropic:evalbot", "--epochs", str(EPOCHS),
+           "--parallel", "8", "--run", "killed", "--db", str(db)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if markers.exists() and len(markers.read_text().splitlines()) >= TASKS * EPOCHS // 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, f"the run ended before it could be killed: {proc.communicate()[1].decode()[-2000:]}"
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    before = Counter(markers.read_text().splitlines())
+    assert 0 < len(before) < TASKS * EPOCHS
+
+    again = subprocess.run(cmd + ["--json"], env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    rows = [json.loads(line) for line in again.stdout.splitlines()]
+    assert len(rows) == TASKS * EPOCHS and all(r["passed"] is not None for r in rows)
+    assert len({(r["task"], r["model"], r["epoch"]) for r in rows}) == TASKS * EPOCHS  # none lost
+
+    ran = Counter(markers.read_text().splitlines())
+    assert max(ran.values()) == 1, [k for k, n in ran.items() if n > 1]  # no attempt's code ran twice
+    sessions = {r["session_id"] for r in rows}
+    assert {Path(k).parent.name for k in ran} <= sessions
+    with DuckDBLog(db, read_only=True) as log:
+        for sid in sessions:
+            evs = log.events(sid)
+            assert sum(e.type == "eval_started" for e in evs) == 1 and sum(e.type == "eval_finished" for e in evs) == 1
+            calls = [e.payload["tool_use_id"] for e in evs if e.type == "tool_started"]
+            assert len(calls) == len(set(calls))
+        # an attempt whose code did not write its marker is one whose call was cut off before it ran
+        # (answered as interrupted, never re-run), and it is graded all the same
+        for r in rows:
+            if not any(Path(k).parent.name == r["session_id"] for k in ran):
+                results = [e.payload for e in log.events(r["session_id"], types=["tool_result"])]
+                assert results and results[0]["is_error"], r
+    assert fake_api.rejections == []
+    # an attempt whose call was cut off fails its verdict (its answer is the interruption); the others pass
+    assert sum(r["passed"] for r in rows) >= TASKS * EPOCHS - 8

@@ -1,0 +1,164 @@
+"""The pure parts of evals: Wilson intervals, prices, the report's escaping, the scripted solver and grader,
+the workspace copy and the verdict line."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from workbench.brain.models.scripted import Reply
+from workbench.errors import ConfigError
+from workbench.evals import Prices, Task, Verifier, report_html, summary, wilson
+from workbench.evals.report import compare_html
+from workbench.evals.results import COLUMNS, attempt_row, frame
+from workbench.evals.script import grader, solver
+from workbench.evals.verify import GRADER_SYSTEM, copy_workspace, grader_request, harness_code, parse_grade, read_verdict
+from workbench.log import Event
+
+HOSTILE = '<script>alert(1)</script>"\'&<img src=x onerror=alert(2)>'
+
+
+def test_wilson_matches_known_values():
+    low, high = wilson(8, 10)
+    assert (round(low, 4), round(high, 4)) == (0.4902, 0.9433)
+    assert wilson(0, 0) == (0.0, 1.0)
+    assert wilson(0, 5)[0] == 0.0 and wilson(5, 5)[1] == 1.0
+    assert wilson(50, 100)[0] < 0.5 < wilson(50, 100)[1]
+
+
+def test_prices_by_name_and_prefix_and_bad_entries_refused():
+    p = Prices.parse("claude-opus-5-5=5/25, claude-*=3/15,scripted*=0/0")
+    assert p("claude-opus-5-5", 1_000_000, 1_000_000) == 30.0
+    assert p("claude-haiku-9", 2_000_000, 0) == 6.0
+    assert p("unknown", 10**9, 10**9) == 0.0
+    for bad in ("x=1", "=1/2", "x=a/b", "x=-1/2", "x=nan/1", "x=inf/1"):
+        with pytest.raises(ConfigError, match="NAME=INPUT/OUTPUT"):
+            Prices.parse(bad)
+
+
+def ev(sid, seq, type, payload, ts):
+    return Event(sid, seq, ts, type, payload)
+
+
+def rows_with(task: str, model: str, transcript_text: str) -> list[dict]:
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    events = [ev("s1", 1, "eval_started", {"run": "r", "task": task, "model": model, "epoch": 1}, t0),
+              ev("s1", 2, "user_message", {"text": transcript_text}, t0),
+              ev("s1", 3, "assistant_turn", {"message": {"content": [{"type": "text", "text": transcript_text}]},
+                                             "usage": {"input_tokens": 10, "output_tokens": 3}}, t0),
+              ev("s1", 4, "eval_finished", {"passed": True, "score": 1.0, "reason": "passed", "cost": 0.5},
+                 t0 + timedelta(seconds=2))]
+    row = attempt_row(events)
+    assert row is not None
+    return [row]
+
+
+def test_attempt_rows_count_what_the_view_counts():
+    (row,) = rows_with("t", "m", "hi")
+    assert set(row) == set(COLUMNS)
+    assert (row["turns"], row["input_tokens"], row["output_tokens"], row["wall_s"], row["passed"]) == (1, 10, 3, 2.0, True)
+
+
+def test_the_report_escapes_everything_and_puts_each_transcript_one_click_away():
+    rows = rows_with(HOSTILE, HOSTILE, HOSTILE)
+    df = frame(rows)
+    events = {"s1": [{"seq": 1, "type": "user_message", "payload": {"text": HOSTILE}}]}
+    html = report_html(df, lambda sid: events[sid], title=HOSTILE) + compare_html(df, df)
+    assert "<script>" not in html and "<img" not in html and "onerror=alert(2)>" not in html
+    assert "&lt;script&gt;" in html
+    assert html.count('<details class="wb-attempt"') == 1 and 'data-session="s1"' in html
+    (s,) = summary(df)
+    assert (s["n"], s["passed"], s["cost"]) == (1, 1, 0.5)
+
+
+def request(*messages, system="sys"):
+    return {"system": system, "messages": list(messages)}
+
+
+def test_the_solver_plays_a_tasks_turns_and_fills_in_the_output():
+    t = Task("t", "the prompt", Verifier.python("assert 1"),
+             scripted=({"code": ["print(1)"], "answer": "got {output}"}, {"code": [], "answer": "second"}))
+    script = solver(lambda: {"the prompt": t})
+    first = script(request({"role": "user", "content": "the prompt"}))
+    assert isinstance(first, Reply) and first.code == ["print(1)"]
+    done = script(request({"role": "user", "content": "the prompt"},
+                          {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "python", "input": {}}]},
+                          {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": " 42 \n"}]}))
+    assert done.text == "got 42"
+    again = script(request({"role": "user", "content": "the prompt"}, {"role": "assistant", "content": "x"},
+                           {"role": "user", "content": "feedback"}))
+    assert again.text == "second"
+    assert "no scripted solution" in (script(request({"role": "user", "content": "other"})).text or "")
+
+
+def test_the_scripted_grader_looks_for_the_rubrics_quoted_phrases():
+    t = Task("t", "q", Verifier.graded('say "alpha" and "beta"'))
+    yes = grader(grader_request(t, "Alpha, then BETA.", "(no files)", "m"))
+    no = grader(grader_request(t, "alpha only", "(no files)", "m"))
+    assert json.loads(yes.text or "")["passed"] is True
+    v = json.loads(no.text or "")
+    assert v["passed"] is False and v["score"] == 0.5 and "beta" in v["explanation"]
+    assert grader_request(t, "a", "f", "m")["system"] == GRADER_SYSTEM
+
+
+@pytest.mark.parametrize("reply, expected", [
+    ('{"passed": true, "score": 0.9, "explanation": "ok"}', (True, 0.9, "ok")),
+    ('Here: {"passed": false, "score": 7, "explanation": "no"}', (False, 1.0, "no")),
+    ('{"passed": "yes"}', None), ("no json", None), ('{"passed": true, "score": NaN}', None),
+])
+def test_a_grade_is_read_strictly(reply, expected):
+    assert parse_grade(reply) == expected
+
+
+def test_the_verdict_line_needs_the_nonce():
+    out = 'WBVERDICT-fake{"passed": true}\nNONCE{"passed": false, "explanation": "real"}\nNONCEnot json'
+    assert read_verdict(out, "NONCE") is None  # the last marked line counts, and it is broken
+    assert read_verdict(out.rsplit("\n", 1)[0], "NONCE") == {"passed": False, "explanation": "real"}
+    assert read_verdict('WBVERDICT-fake{"passed": true}', "WBVERDICT-real") is None
+    code = harness_code('x = """\n"""', HOSTILE + "\n\"\"\"", "N")
+    compile(code, "<harness>", "exec")  # the answer and the check enter the cell as literals only
+
+
+def test_the_workspace_copy_keeps_links_as_links_and_skips_fifos_and_big_files(tmp_path):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_text("a")
+    (src / "sub" / "b.txt").write_text("b")
+    (src / "big.bin").write_bytes(b"x" * 5000)
+    os.mkfifo(src / "pipe")
+    os.symlink("/etc/passwd", src / "link")
+    os.symlink(src / "sub", src / "dirlink")
+    notes = copy_workspace(src, dst, limit=1000)
+    assert (dst / "a.txt").read_text() == "a" and (dst / "sub" / "b.txt").read_text() == "b"
+    assert os.readlink(dst / "link") == "/etc/passwd" and (dst / "link").is_symlink()
+    assert (dst / "dirlink").is_symlink()
+    assert not (dst / "pipe").exists() and not (dst / "big.bin").exists()
+    assert any("pipe" in n and "not a regular file" in n for n in notes)
+    assert any("big.bin" in n for n in notes)
+
+
+def test_a_run_checks_its_models_and_graders_before_anything_is_written(tmp_path):
+    from workbench.errors import UnknownModel
+    from workbench.evals import EvalRun
+    from workbench.host import Host
+
+    host = Host.build(tmp_path / "wb.duckdb", hands=False)
+    try:
+        rubric = Task("r", "q", Verifier.graded('"x"', model="no-such-grader"))
+        with pytest.raises(UnknownModel, match="no-such-grader"):
+            EvalRun(host, [rubric], ["scripted:eval"])
+        with pytest.raises(UnknownModel, match="no-such-model"):
+            EvalRun(host, [rubric], ["no-such-model"])
+        with pytest.raises(ConfigError, match="without hands"):
+            EvalRun(host, [Task("p", "q", Verifier.python("assert 1"))], ["scripted:eval"])
+        for bad in ({"epochs": 0}, {"parallel": 0}, {"run_id": "../x"}, {"epochs": True}):
+            with pytest.raises(ConfigError):
+                EvalRun(host, [rubric], ["scripted:eval"], **bad)
+        assert host.log.sessions() == []
+    finally:
+        import asyncio
+
+        asyncio.run(host.close())

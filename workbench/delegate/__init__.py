@@ -1,0 +1,5 @@
+"""Delegation: a `delegate` tool with which a session starts child sessions and waits for them, in parallel."""
+
+from .plugin import DelegatePlugin, DelegateSettings
+
+__all__ = ["DelegatePlugin", "DelegateSettings"]

@@ -1,0 +1,299 @@
+"""Running a `delegate` call: start (or re-attach to) its children, hold them to their limits, read their answers.
+
+Each child is an ordinary session (kind `delegate`) with its own hands, whose `session_created`
+names its parent (`parent_id`) and the call that started it (`origin`). Its id is derived from the
+parent, the call and its index, so a call resumed after a crash finds the children it started
+instead of starting them again. Everything the parent learns about a child it reads from the
+child's log: a child's crash (its kernel, its model, the harness) is data, never an exception here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..brain.request import turn_state
+from ..brain.tools import ToolOutput
+from ..errors import TurnBusy, WorkbenchError
+from ..log import Event
+from .files import FileRefused, placing_code, read_tree
+from .spec import ChildSpec
+
+CHILD_SYSTEM = (
+    "You are a delegated agent: another agent gave you the task in the next message. Work on it with your "
+    "tools, then end with a final answer that stands on its own: it is all the other agent will read."
+)
+
+
+def child_id(parent_id: str, tool_use_id: str, index: int) -> str:
+    """The id of a call's index-th child: the same every time the call is run or resumed."""
+    return "d" + hashlib.sha256(f"{parent_id}\0{tool_use_id}\0{index}".encode()).hexdigest()[:15]
+
+
+@dataclass
+class Watch:
+    """A running child's use of its limits, fed with its committed events (in any order, any number of times)."""
+
+    spec: ChildSpec
+    seen: dict[int, tuple[str, int, Any]] = field(default_factory=dict)  # seq -> (type, tokens, stop reason)
+    reason: str | None = None
+    over: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def feed(self, e: Event) -> None:
+        if e.seq in self.seen or e.type not in ("user_message", "assistant_turn"):
+            return
+        message = e.payload.get("message") or {}
+        self.seen[e.seq] = (e.type, _tokens(e.payload.get("usage")), message.get("stop_reason"))
+        turns = tokens = 0
+        going_on = False
+        for seq in sorted(self.seen):  # the latest turn's responses: what a resumed child has used counts too
+            type_, used, stop = self.seen[seq]
+            if type_ == "user_message":
+                turns = tokens = 0
+            else:
+                turns, tokens, going_on = turns + 1, tokens + used, stop in ("tool_use", "pause_turn")
+        if going_on and turns >= self.spec.max_turns:
+            self.stop(f"max_turns {self.spec.max_turns} reached")
+        elif going_on and tokens >= self.spec.max_tokens:
+            self.stop(f"max_tokens {self.spec.max_tokens} reached ({tokens} used)")
+
+    def stop(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+            self.over.set()
+
+
+def _tokens(usage: Any) -> int:
+    if not isinstance(usage, dict):
+        return 0
+    keys = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    return sum(v for k in keys if isinstance(v := usage.get(k), int) and not isinstance(v, bool))
+
+
+class Delegation:
+    """One delegate call: its parent, its children, and the host's brain they run in."""
+
+    def __init__(self, host: Any, parent_id: str, tool_use_id: str, specs: list[ChildSpec], depth: int,
+                 files: dict[str, bytes], running: set[str], max_answer: int, max_copy: int = 16 * 1024 * 1024):
+        self.host, self.brain = host, host.brain
+        self.parent_id, self.tool_use_id = parent_id, tool_use_id
+        self.specs, self.depth, self.files = specs, depth, files
+        self.running = running  # the host's running children: the plugin counts them against max_running
+        self.max_answer = max_answer
+        self.max_copy = max_copy  # bytes of a child's workspace copied for its check
+        self.ids = [child_id(parent_id, tool_use_id, i) for i in range(len(specs))]
+        self.watches = {cid: Watch(spec) for cid, spec in zip(self.ids, specs, strict=True)}
+
+    async def run(self) -> ToolOutput:
+        """Start or re-attach to every child, wait for all of them (in parallel), and report each once."""
+        loop = asyncio.get_running_loop()
+        mine = set(self.ids)
+
+        def on_commit(e: Event) -> None:  # the log's writer thread: hand the event to our loop
+            if e.session_id in mine and not loop.is_closed():
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self.watches[e.session_id].feed, e)
+
+        unsubscribe = self.brain.log.subscribe(on_commit)
+        self.running.update(self.ids)
+        tasks = [asyncio.ensure_future(self._child(i)) for i in range(len(self.specs))]
+        try:
+            outcomes = await asyncio.gather(*tasks)
+        except BaseException:
+            # the parent's turn was interrupted (or its host is closing, or the harness failed): so are the children
+            for t in tasks:
+                t.cancel()
+            await asyncio.shield(self._interrupt_all(f"parent {self.parent_id} interrupted"))
+            raise
+        finally:
+            unsubscribe()
+            self.running.difference_update(self.ids)
+        return self._output(outcomes)
+
+    async def _interrupt_all(self, why: str) -> None:
+        for cid in self.ids:
+            with contextlib.suppress(WorkbenchError):
+                await self.brain.interrupt(cid, by=why)
+
+    async def _child(self, i: int) -> dict[str, Any]:
+        cid, spec = self.ids[i], self.specs[i]
+        try:
+            task = await self._start(i)
+        except (WorkbenchError, PlacingFailed) as e:  # e.g. its model cannot be made: an observation, not the parent's failure
+            outcome = {**await self._outcome(cid, spec), "status": "failed", "error": f"did not start: {e}"}
+        else:
+            if task is not None:
+                await self._wait(cid, task)
+            outcome = await self._outcome(cid, spec)
+            if spec.check is not None:
+                outcome["check"] = await self._check(cid, spec.check)
+        if not self.brain.running(cid):  # done with: its kernel (and workspace) are freed now, not at the host's close
+            await self.brain.close_session(cid)
+        return outcome
+
+    async def _check(self, cid: str, code: str) -> dict[str, Any]:
+        """The child's verdict: `code` run in fresh hands of its own against a copy of the child's workspace.
+
+        The child never sees the check and cannot reach its kernel; the verdict is recorded in the
+        child's log (`delegate_checked`), so a call resumed after a crash reads it instead of checking again."""
+        events = await self.brain.events(cid)
+        last_user = max((k for k, e in enumerate(events) if e.type == "user_message"), default=0)
+        done = [e.payload for e in events[last_user:] if e.type == "delegate_checked"]
+        if done:
+            return done[-1]
+        try:
+            verdict = await self._run_check(cid, code)
+        except WorkbenchError as e:  # e.g. the host is closing its hands factory: the check did not run
+            verdict = {"passed": False, "score": 0.0, "explanation": f"not checked: {e}", "duration_ms": 0.0}
+        await self.brain.log.aappend(cid, "delegate_checked", verdict)
+        return verdict
+
+    async def _run_check(self, cid: str, code: str) -> dict[str, Any]:
+        t0 = time.perf_counter()
+
+        def refused(why: str) -> dict[str, Any]:
+            return {"passed": False, "score": 0.0, "explanation": f"not checked: {why}", "duration_ms": 0.0}
+
+        factory = self.host.hands
+        if factory is None:
+            return refused("this host runs no code")
+        workdir = getattr(getattr(await self.brain.hands(cid), "place", None), "workdir", None)
+        if workdir is None:
+            return refused("the child has no workspace (it ran no code, or its workspace did not survive a restart)")
+        try:
+            files = await asyncio.to_thread(read_tree, Path(workdir), self.max_copy)
+        except FileRefused as e:
+            return refused(f"its workspace cannot be copied: {e}")
+        hands = factory(f"{cid}-check", {}, None, None)  # fresh hands, no log of their own: the verdict is the record
+        try:
+            if files:
+                placed = await hands.execute(placing_code(files), timeout=120)
+                if not placed.ok:
+                    return refused(f"the copy of its workspace could not be placed: {placed.text()[:300]}")
+            obs = await hands.execute(code)
+        finally:
+            await hands.shutdown()
+        text = obs.text().strip()
+        return {"passed": obs.ok, "score": 1.0 if obs.ok else 0.0,
+                "explanation": (text or ("the check ran without error" if obs.ok else "the check failed"))[-2000:],
+                "duration_ms": round((time.perf_counter() - t0) * 1000, 1)}
+
+    async def _start(self, i: int) -> asyncio.Task | None:
+        """Create the child if it is not there, place its files, start (or resume) its turn; its task, if one runs."""
+        cid, spec = self.ids[i], self.specs[i]
+        brain = self.brain
+        if not await self.brain.log.ahas_session(cid):
+            origin = {"tool_use_id": self.tool_use_id, "index": i, "depth": self.depth + 1, "prompt": spec.prompt,
+                      "limits": spec.limits(), "files": list(spec.files)}
+            await asyncio.to_thread(lambda: brain.create_session(
+                cid, title=spec.title, model=spec.model, system=CHILD_SYSTEM, tools=list(spec.tools),
+                kind="delegate", parent_id=self.parent_id, origin=origin))
+        events = await brain.events(cid)
+        for e in events:
+            self.watches[cid].feed(e)
+        if not any(e.type == "user_message" for e in events):
+            if spec.files:
+                await self._place_files(cid, spec)
+            await brain.start_turn(cid, spec.prompt)
+        elif turn_state(events).open and not brain.running(cid):
+            with contextlib.suppress(TurnBusy):  # another resume (the server waking cut-off turns) got there first
+                await brain.start_resume(cid)
+        return brain.turns.task(cid)
+
+    async def _place_files(self, cid: str, spec: ChildSpec) -> None:
+        gone = [p for p in spec.files if p not in self.files]
+        if gone:
+            raise PlacingFailed(f"its files are gone from the parent's workspace ({', '.join(gone)[:200]})")
+        hands = await self.brain.hands(cid)
+        obs = await hands.execute(placing_code({p: self.files[p] for p in spec.files}), timeout=120)
+        if not obs.ok:
+            raise PlacingFailed(f"could not place its files: {obs.text()[:300]}")
+
+    async def _wait(self, cid: str, task: asyncio.Task) -> None:
+        """Wait for the child's turn; interrupt it when it passes a limit."""
+        watch = self.watches[cid]
+        started = next((e.ts.timestamp() for e in reversed(await self.brain.events(cid)) if e.type == "user_message"), time.time())
+        deadline = started + watch.spec.timeout
+        over = asyncio.ensure_future(watch.over.wait())
+        try:
+            while not task.done() and watch.reason is None:
+                left = deadline - time.time()
+                if left <= 0:
+                    watch.stop(f"timeout {watch.spec.timeout:g} s reached")
+                    break
+                await asyncio.wait({task, over}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            over.cancel()
+        if not task.done():
+            with contextlib.suppress(WorkbenchError):
+                await self.brain.interrupt(cid, by=f"delegate limit: {watch.reason}")
+            await asyncio.wait({task})
+
+    async def _outcome(self, cid: str, spec: ChildSpec) -> dict[str, Any]:
+        """What the child's log says about its (latest) turn."""
+        events = await self.brain.events(cid) if await self.brain.log.ahas_session(cid) else []
+        last_user = max((k for k, e in enumerate(events) if e.type == "user_message"), default=None)
+        turn = events[last_user:] if last_user is not None else []
+        out: dict[str, Any] = {"session_id": cid, "title": spec.title, "model": spec.model, "status": "not started",
+                               "stop_reason": None, "answer": "", "turns": 0, "tokens": 0, "kernel_deaths": 0,
+                               "started_at": turn[0].ts.isoformat() if turn else None, "ended_at": None}
+        errors: list[str] = []
+        for e in turn:
+            p = e.payload
+            if e.type == "assistant_turn":
+                out["turns"] += 1
+                out["tokens"] += _tokens(p.get("usage"))
+                text = "".join(b.get("text", "") for b in (p.get("message") or {}).get("content", []) if b.get("type") == "text")
+                if text.strip():
+                    out["answer"] = text
+            elif e.type == "hands_died":
+                out["kernel_deaths"] += 1
+            elif e.type == "interrupted":
+                errors.append(f"interrupted ({p.get('by')})")
+            elif e.type in ("model_error", "turn_failed"):
+                errors.append(f"{e.type.replace('_', ' ')}: {str(p.get('error'))[:300]}")
+            elif e.type == "turn_ended":
+                out["stop_reason"], out["ended_at"] = p.get("stop_reason"), e.ts.isoformat()
+        stop = out["stop_reason"]
+        if turn:
+            out["status"] = ("done" if stop == "end_turn" else "interrupted" if stop == "interrupted"
+                             else "failed" if stop == "error" else "unfinished" if stop is None else str(stop))
+        if errors:
+            out["error"] = "; ".join(errors)
+        return out
+
+    def _output(self, outcomes: list[dict[str, Any]]) -> ToolOutput:
+        blocks = []
+        n = len(outcomes)
+        for i, o in enumerate(outcomes):
+            head = (f"child {i + 1} of {n} (session {o['session_id']}, {o['model']}): {o['status']}"
+                    f" after {o['turns']} model response(s), {o['tokens']} tokens")
+            if "check" in o:
+                c = o["check"]
+                head += f"\ncheck: {'passed' if c['passed'] else 'FAILED'}: {c['explanation'][-500:]}"
+            if o["kernel_deaths"]:
+                head += f"; its kernel died {o['kernel_deaths']} time(s)"
+            if o.get("error"):
+                head += f"\n{o['error']}"
+            answer = o["answer"]
+            if len(answer) > self.max_answer:
+                answer = answer[: self.max_answer] + f"\n[... {len(answer) - self.max_answer} more characters in session {o['session_id']}]"
+            blocks.append({"type": "text", "text": head + ("\n\n" + answer if answer else "\n\n(no final answer)")})
+        return ToolOutput(blocks, is_error=False, details={"children": outcomes})
+
+
+class PlacingFailed(Exception):
+    """The child's files could not be written into its workspace (its kernel said why)."""
+
+
+def depth_of(created: Event | None) -> int:
+    """How deep a session is in a delegation tree (0 for a session nobody delegated to)."""
+    origin = (created.payload.get("origin") if created is not None else None) or {}
+    depth = origin.get("depth", 0) if isinstance(origin, dict) else 0
+    return depth if isinstance(depth, int) and not isinstance(depth, bool) and depth >= 0 else 0
+

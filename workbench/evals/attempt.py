@@ -1,0 +1,197 @@
+"""One eval attempt in **outcome mode**: turns until the verifier passes or a budget is spent.
+
+An attempt is an ordinary session (kind `eval`) whose id is derived from (run, task, model,
+epoch), so it is created once however often a run is started. Its workspace is a directory
+of its own with the task's files in it; the session's hands run there. After each turn the
+verifier grades a copy of the workspace (verify.py) and its verdict is an `eval_verdict`
+event; a failed verdict's explanation is the next user message, until the verdict passes
+or the attempt's limits (turns, tokens, seconds) are spent. `eval_finished` closes it.
+
+Everything the loop decides is read back from the log, so an attempt cut off by a crash
+goes on where it stopped: an open turn is resumed (a started tool call is never re-run),
+a turn without a verdict is graded, a finished attempt is left alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..brain.request import turn_state
+from .tasks import Task
+from .verify import Verdict, python_verdict, rubric_verdict
+
+FEEDBACK = ("A check of your work did not pass:\n\n{explanation}\n\n"
+            "Fix it and answer again (your files are as you left them).")
+
+
+def attempt_id(run: str, task: str, model: str, epoch: int) -> str:
+    """The session id of one attempt: the same (run, task, model, epoch) always names the same session."""
+    return "ev" + hashlib.sha256(f"{run}\0{task}\0{model}\0{epoch}".encode()).hexdigest()[:14]
+
+
+@dataclass
+class Spec:
+    """What one attempt is."""
+
+    run: str
+    task: Task
+    model: str
+    epoch: int
+
+    @property
+    def id(self) -> str:
+        return attempt_id(self.run, self.task.id, self.model, self.epoch)
+
+
+def final_answer(events: list[Any]) -> str:
+    """The text of the last assistant turn."""
+    for e in reversed(events):
+        if e.type == "assistant_turn":
+            return "\n\n".join(b.get("text", "") for b in e.payload["message"].get("content", []) if b.get("type") == "text")
+    return ""
+
+
+def usage_of(events: list[Any]) -> tuple[int, int]:
+    """(input tokens, output tokens) of the agent's model calls."""
+    ins = outs = 0
+    for e in events:
+        if e.type == "assistant_turn":
+            u = e.payload.get("usage") or {}
+            ins += int(u.get("input_tokens") or 0)
+            outs += int(u.get("output_tokens") or 0)
+    return ins, outs
+
+
+class Attempt:
+    """Runs one attempt to its `eval_finished` (see the module docstring)."""
+
+    def __init__(self, host: Any, spec: Spec, workspace_root: Path, *, grader_model: str = "",
+                 price: Any = None, owner: tuple[int, int] | None = None):
+        self.host, self.spec = host, spec
+        self.dir = workspace_root / spec.run / spec.id
+        self.workspace = self.dir / "work"
+        self.grader_model = grader_model
+        self.price = price or (lambda model, i, o: 0.0)
+        self.owner = owner
+        self._checks = 0
+
+    async def _append(self, type: str, payload: dict[str, Any]) -> None:
+        sid = self.spec.id
+        await asyncio.wrap_future(self.host.log.write(lambda tx: tx.append(sid, type, payload)))
+
+    def _create(self) -> None:
+        """Place the task's files in a fresh workspace, then create the session with its `eval_started`."""
+        s, brain = self.spec, self.host.brain
+        if self.dir.exists():  # a run that died before its session was created
+            shutil.rmtree(self.dir)
+        self.workspace.mkdir(parents=True)
+        for name, data in s.task.files.items():
+            path = self.workspace / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        if self.owner is not None:
+            for p in [self.dir, *self.dir.rglob("*")]:
+                os.lchown(p, *self.owner)
+        config = {"eval": {"run": s.run, "task": s.task.id, "model": s.model, "epoch": s.epoch},
+                  "hands": {"workdir": str(self.workspace)}}
+        started = {"run": s.run, "task": s.task.id, "model": s.model, "epoch": s.epoch, "digest": s.task.digest(),
+                   "verifier": s.task.verifier.kind, "limits": {"turns": s.task.limits.turns, "tokens": s.task.limits.tokens,
+                                                                "seconds": s.task.limits.seconds}}
+        # in the session's creating transaction: a run killed in between cannot leave an attempt without it
+        # (the results and the eval_results view find attempts by their eval_started)
+        brain.create_session(s.id, title=f"eval {s.task.id} · {s.model} · epoch {s.epoch}", model=s.model,
+                             config=config, kind="eval", then=[("eval_started", started)])
+
+    async def run(self) -> dict[str, Any]:
+        """Run (or go on with) the attempt; the payload of its `eval_finished`."""
+        s, brain, log = self.spec, self.host.brain, self.host.log
+        if not await asyncio.to_thread(log.has_session, s.id):
+            await asyncio.to_thread(self._create)
+        t0 = time.monotonic()
+        try:
+            while True:
+                events = await brain.events(s.id)
+                done = next((e for e in events if e.type == "eval_finished"), None)
+                if done is not None:
+                    return dict(done.payload)
+                if turn_state(events).open:
+                    await self._within(brain.resume(s.id, interrupted_by="eval"), t0)
+                    continue
+                turns = sum(1 for e in events if e.type == "user_message")
+                verdicts = [e for e in events if e.type == "eval_verdict"]
+                if turns == 0:
+                    await self._within(brain.run_turn(s.id, s.task.prompt, interrupted_by="eval"), t0)
+                    continue
+                if len(verdicts) < turns:
+                    verdict = await self.verify(final_answer(events))
+                    await self._append("eval_verdict", {"turn": turns, **verdict.to_json()})
+                    continue
+                last = verdicts[-1].payload
+                reason = self._stop(events, last, turns, t0)
+                if reason:
+                    return await self._finish(events, last, reason)
+                await self._within(brain.run_turn(s.id, FEEDBACK.format(explanation=last["explanation"]), interrupted_by="eval"), t0)
+        except TimeoutError:
+            events = await brain.events(s.id)
+            verdicts = [e.payload for e in events if e.type == "eval_verdict"]
+            last = verdicts[-1] if verdicts else {"passed": False, "score": 0.0, "explanation": "no verdict: out of time"}
+            return await self._finish(events, last, "time")
+        finally:
+            if brain.running(s.id):  # cancelled or out of time: the turn records its interrupt before we go
+                await brain.interrupt(s.id, by="eval")
+            await brain.close_session(s.id)  # stop the attempt's kernel; its log and workspace stay
+
+    async def _within(self, coro: Any, t0: float) -> Any:
+        """A turn within the attempt's time limit (cancelling it interrupts the turn, recorded as such)."""
+        limit = self.spec.task.limits.seconds
+        if not limit:
+            return await coro
+        left = limit - (time.monotonic() - t0)
+        if left <= 0:
+            coro.close()
+            raise TimeoutError
+        return await asyncio.wait_for(coro, left)
+
+    def _stop(self, events: list[Any], last: dict[str, Any], turns: int, t0: float) -> str | None:
+        """Why the attempt ends now, or None to send the verdict back for another turn."""
+        lim = self.spec.task.limits
+        if last.get("passed"):
+            return "passed"
+        ended = [e.payload.get("stop_reason") for e in events if e.type == "turn_ended"]
+        if ended and ended[-1] not in ("end_turn", "interrupted"):
+            return f"stopped: {ended[-1]}"
+        if turns >= lim.turns:
+            return "turns"
+        if lim.tokens and sum(usage_of(events)) >= lim.tokens:
+            return "tokens"
+        if lim.seconds and time.monotonic() - t0 >= lim.seconds:
+            return "time"
+        return None
+
+    async def _finish(self, events: list[Any], last: dict[str, Any], reason: str) -> dict[str, Any]:
+        ins, outs = usage_of(events)
+        payload = {"passed": bool(last.get("passed")), "score": float(last.get("score") or 0.0), "reason": reason,
+                   "cost": round(float(self.price(self.spec.model, ins, outs)), 6)}
+        await self._append("eval_finished", payload)
+        return payload
+
+    async def verify(self, answer: str) -> Verdict:
+        """The task's verifier over the workspace as the turn left it."""
+        task, host = self.spec.task, self.host
+        if task.verifier.kind == "rubric":
+            name = task.verifier.model or self.grader_model or self.spec.model
+            return await rubric_verdict(host.brain.model(name), task, answer, self.workspace)
+        self._checks += 1
+        check_dir = self.dir / f"check-{time.monotonic_ns()}"
+        try:
+            return await python_verdict(host.hands, task, answer, self.workspace, check_dir, f"{self.spec.id}-check",
+                                        owner=self.owner)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, check_dir, True)

@@ -1,0 +1,266 @@
+"""`workbench eval TASKS` (run or resume a run) and `workbench evals` (list runs, show one's results)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import TYPE_CHECKING, Any, cast
+
+from ..errors import ConfigError
+from ..plugins import Command, CommandContext
+from ..render import table
+from .report import summary
+from .results import results, runs
+from .tasks import load_tasks, select
+
+if TYPE_CHECKING:
+    from .plugin import EvalPlugin
+
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+
+def _progress(total_hint: str) -> Any:
+    """A progress callback: a tqdm bar on stderr when tqdm is installed, else a line per finished attempt."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    bar: Any = None
+
+    def update(done: int, total: int, row: dict[str, Any] | None) -> None:
+        nonlocal bar
+        if tqdm is not None:
+            if bar is None:
+                bar = tqdm(total=total, initial=done, desc=total_hint, unit="attempt", file=sys.stderr)
+            else:
+                bar.update(done - bar.n)
+                if row is not None:
+                    bar.set_postfix_str(f"{row['task']} {row['model']} {'pass' if row['passed'] else 'fail'}")
+        elif row is not None:
+            mark = "pass" if row["passed"] else "FAIL"
+            print(f"[{done}/{total}] {mark} {row['task']} · {row['model']} · epoch {row['epoch']} ({row['reason']})",
+                  file=sys.stderr)
+
+    update.close = lambda: bar.close() if bar is not None else None  # type: ignore[attr-defined]
+    return update
+
+
+def print_summary(df: Any) -> None:
+    rows = summary(df)
+    print(table([(r["model"], f"{r['passed']}/{r['n']}", f"{r['rate']:.0%}", f"{r['low']:.0%}–{r['high']:.0%}",
+                  f"${r['cost']:.4f}", "-" if math.isnan(r["mean_wall_s"]) else f"{r['mean_wall_s']:.1f}s") for r in rows],
+                ("model", "passed", "rate", "95% CI", "cost", "mean time"), (30, 8, 6, 12, 10, 9)))
+
+
+def cmd_eval(args: argparse.Namespace, ctx: CommandContext) -> int:
+    tasks = select(load_tasks(args.tasks), args.task)
+    host = ctx.build_host(args)
+    plugin = cast("EvalPlugin", host.plugin("evals"))
+    progress = _progress("eval")
+    run_id = args.run_id
+
+    async def go() -> Any:
+        nonlocal run_id
+        try:
+            models = args.model or [host.models.default_name()]
+            run = plugin.make_run(tasks, models, epochs=args.epochs, parallel=args.parallel, run_id=args.run_id,
+                                  progress=progress)
+            run_id = run.run_id
+            print(f"eval run {run.run_id}: {len(tasks)} task(s) × {len(run.models)} model(s) × {args.epochs} epoch(s), "
+                  f"{run.parallel} at a time", file=sys.stderr)
+            await host.start()
+            return await run.run()
+        finally:
+            await host.close()
+
+    try:
+        df = ctx.run(go)
+    except KeyboardInterrupt:
+        _interrupted(args, run_id)
+        return EXIT_INTERRUPTED
+    finally:
+        progress.close()
+    _print_run(args, df, run_id)
+    return EXIT_OK
+
+
+def _interrupted(args: argparse.Namespace, run_id: str | None) -> None:
+    print(f"\nworkbench: eval run {run_id} interrupted; finished attempts are kept. Go on with "
+          f"`workbench eval {args.tasks} --run {run_id}` and the same models and epochs", file=sys.stderr)
+
+
+def _print_run(args: argparse.Namespace, df: Any, run_id: str) -> None:
+    if args.json:
+        _print_rows(df)
+    else:
+        print_summary(df)
+        print(f"run {run_id}: results in SQL with SELECT * FROM eval_results WHERE run = '{run_id}'", file=sys.stderr)
+
+
+def _print_rows(df: Any) -> None:
+    for row in df.to_dict("records"):
+        print(json.dumps(row, default=str))
+
+
+def _print_results(args: argparse.Namespace, df: Any) -> int:
+    if df.empty:
+        print(f"no eval run {args.run_id!r} in this log", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        _print_rows(df)
+    else:
+        print_summary(df)
+    return EXIT_OK
+
+
+def _print_runs(rows: list[dict[str, Any]]) -> int:
+    if not rows:
+        print("no eval runs yet: start one with `workbench eval TASKS.jsonl --model scripted:eval`", file=sys.stderr)
+        return EXIT_OK
+    print(table([(r["run"], r["started_at"][:19], ", ".join(r["models"]), r["tasks"], f"{r['finished']}/{r['attempts']}")
+                 for r in rows], ("run", "started (UTC)", "models", "tasks", "finished"), (14, 19, 40, 6, 9)))
+    return EXIT_OK
+
+
+def cmd_evals(args: argparse.Namespace, ctx: CommandContext) -> int:
+    host = ctx.build_host(args, read_only=True, hands=False)
+    try:
+        if args.run_id:
+            return _print_results(args, results(host.log, args.run_id))
+        rows = runs(host.log)
+    finally:
+        ctx.run(host.close)
+    return _print_runs(rows)
+
+
+# -- through the server that holds the database (workbench/cli/remote.py) --------------------------
+
+POLL_S = 0.5  # how often a remote run's results are read for its progress
+
+
+def _run_path(run_id: str) -> str:
+    from urllib.parse import quote
+
+    return f"/evals/{quote(run_id, safe='')}"
+
+
+def remote_evals(args: argparse.Namespace, r: Any) -> int:
+    from ..errors import RequestRefused
+    from .results import frame
+
+    if args.run_id:
+        try:
+            rows = r.client._call("GET", _run_path(args.run_id))["results"]
+        except RequestRefused as e:
+            if e.status != 404:
+                raise
+            rows = []
+        return _print_results(args, frame(rows))
+    with r.answers():
+        return _print_runs(r.client.eval_runs())
+
+
+def remote_eval(args: argparse.Namespace, r: Any) -> int:
+    """The run runs in the server (its model keys, hands and settings); the task set, with the contents of its
+    files, is read here and sent in the body; progress comes from polling the run's results; Ctrl-C (or SIGTERM)
+    interrupts it there, and the same command with `--run ID` goes on with it, as locally."""
+    import signal
+    import time
+
+    from ..errors import WorkbenchError
+    from .results import frame
+    from .routes import MAX_EVAL_BODY_BYTES
+    from .tasks import task_to_json
+
+    tasks = select(load_tasks(args.tasks), args.task)
+    models = list(dict.fromkeys(args.model or [r.client.status()["default_model"]]))
+    body: dict[str, Any] = {"tasks": [task_to_json(t) for t in tasks], "models": models, "epochs": args.epochs}
+    body.update({k: v for k, v in {"parallel": args.parallel, "run": args.run_id}.items() if v is not None})
+    size = len(json.dumps(body))
+    if size > MAX_EVAL_BODY_BYTES:
+        raise ConfigError(f"the task set with its files is {size:,} bytes as JSON; a server takes at most "
+                          f"{MAX_EVAL_BODY_BYTES:,}: split it (--task ID runs only some tasks), or stop the server "
+                          "and run it on the file")
+    order = {(t.id, m, e): i for i, (t, m, e) in
+             enumerate((t, m, e) for t in tasks for m in models for e in range(1, args.epochs + 1))}
+    run_id: str | None = args.run_id
+    progress = _progress("eval")
+
+    def stop(signum: int, frame_: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with r.answers():
+            started = r.client._call("POST", "/evals", body)
+        run_id = str(started["run"])
+        print(f"eval run {run_id}: {len(tasks)} task(s) × {len(started['models'])} model(s) × {args.epochs} epoch(s), "
+              f"{started['parallel']} at a time", file=sys.stderr)
+        seen: set[str] | None = None
+        while True:
+            with r.answers():
+                st = r.client._call("GET", _run_path(run_id))
+            done = [row for row in st["results"]
+                    if row["passed"] is not None and (row["task"], row["model"], row["epoch"]) in order]
+            if seen is None:  # what was finished before (and in the moment since the start) counts as done
+                seen = {row["session_id"] for row in done}
+                progress(len(seen), len(order), None)
+            for row in done:
+                if row["session_id"] not in seen:
+                    seen.add(row["session_id"])
+                    progress(len(seen), len(order), row)
+            if st["state"] != "running":
+                break
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        if run_id is None:  # cut off before the server answered: it may have started a run of a new id
+            print("\nworkbench: eval interrupted before the server answered; see `workbench evals` for a run it "
+                  "may have started, and interrupt it from the notebook if it runs", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        try:
+            r.client._call("POST", f"{_run_path(run_id)}/interrupt", {})
+        except WorkbenchError:
+            pass  # the server is gone or the run ended: nothing left to interrupt
+        _interrupted(args, run_id)
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        progress.close()
+    if st["state"] == "failed":
+        raise WorkbenchError(f"eval run {run_id} failed in the server: {st['error']}")
+    if st["state"] == "interrupted":  # by someone else (the notebook, another `workbench eval`)
+        _interrupted(args, run_id)
+        return EXIT_INTERRUPTED
+    if st["state"] != "done":  # "stopped": the server answering now did not start it (it was restarted)
+        print(f"workbench: eval run {run_id} no longer runs in the server (was it restarted?); finished attempts are "
+              f"kept. Go on with `workbench eval {args.tasks} --run {run_id}` and the same models and epochs",
+              file=sys.stderr)
+        return EXIT_FAILED
+    rows = sorted((row for row in st["results"] if (row["task"], row["model"], row["epoch"]) in order),
+                  key=lambda row: order[(row["task"], row["model"], row["epoch"])])
+    _print_run(args, frame(rows), run_id)
+    return EXIT_OK
+
+
+def _configure_eval(p: argparse.ArgumentParser) -> None:
+    p.add_argument("tasks", help="a task set: a .jsonl file (docs/evals.md)")
+    p.add_argument("--model", action="append", help="a model to evaluate (repeat for several; default: the host's)")
+    p.add_argument("--epochs", type=int, default=1, help="attempts per task and model (default 1)")
+    p.add_argument("--parallel", type=int, default=None, help="attempts at a time (default: the eval parallel setting)")
+    p.add_argument("--run", dest="run_id", help="the run's id: give an existing one to go on with it (finished attempts are not re-run)")
+    p.add_argument("--task", action="append", help="only this task id (repeatable)")
+    p.add_argument("--json", action="store_true", help="print each attempt's row as JSON")
+
+
+def _configure_evals(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_id", nargs="?", metavar="RUN", help="a run's id: show its results")
+    p.add_argument("--json", action="store_true", help="print each attempt's row as JSON")
+
+
+COMMANDS = (
+    Command("eval", "run every task × model × epoch of a task set as eval attempts (or go on with a run)",
+            _configure_eval, cmd_eval, remote=remote_eval),
+    Command("evals", "list eval runs, or show one run's results", _configure_evals, cmd_evals, remote=remote_evals),
+)

@@ -1,0 +1,117 @@
+"""Evals as a plugin: task sets, verifiers, outcome mode, runs and their report.
+
+It contributes the `eval_*` event types, the `eval_results` SQL view (in the log's DuckDB
+file), the `scripted:eval` and `scripted:grader` scripts, the `workbench eval` and
+`workbench evals` commands, the eval routes of the API (the notebook's `wb.eval(...)`)
+and the eval settings. docs/evals.md says how to use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from ..config import from_env
+from ..errors import ConfigError, TurnBusy
+from ..log import DuckDBLog
+from ..plugins import Command, Plugin
+from ..usage import Prices
+from .results import VIEW
+from .runner import EvalRun
+from .script import grader, solver
+from .tasks import Task
+
+if TYPE_CHECKING:
+    from ..host import Host
+
+EVENT_TYPES: Mapping[str, str] = MappingProxyType({
+    "eval_started": "an eval attempt began: its run, task, model, epoch, the task's digest, verifier kind and limits",
+    "eval_verdict": "a verifier graded the attempt after a turn: passed, score, explanation, and how it was graded",
+    "eval_finished": "an eval attempt ended: passed, score, why it ended and its estimated cost",
+})
+
+
+@dataclass
+class EvalSettings:
+    """How eval runs behave (env: WORKBENCH_EVAL_<FIELD>); documented in docs/settings.md."""
+
+    parallel: int = 4  # attempts at a time, when a run does not say
+    grader_model: str = ""  # the model of rubric verifiers that name none; empty: the attempt's own model
+    prices: str = ""  # NAME=IN/OUT dollars per million input/output tokens, comma-separated; NAME may end in *
+    workspace_root: str = ""  # where attempts' workspaces go; empty: next to the log file (<db>.evals/)
+
+
+@dataclass
+class EvalPlugin(Plugin):
+    """Eval runs over task sets."""
+
+    name: str = "evals"
+    settings: EvalSettings = field(default_factory=lambda: from_env(EvalSettings, prefix="WORKBENCH_EVAL_"))
+    by_prompt: dict[str, Task] = field(default_factory=dict, repr=False)  # what `scripted:eval` can solve
+    running: dict[str, tuple[EvalRun, asyncio.Task]] = field(default_factory=dict, repr=False)
+
+    def settings_classes(self) -> Sequence[type]:
+        return (EvalSettings,)
+
+    def event_types(self) -> Mapping[str, str]:
+        return EVENT_TYPES
+
+    def commands(self) -> Sequence[Command]:
+        from .cli import COMMANDS
+
+        return COMMANDS
+
+    def routes(self) -> Sequence[tuple[str, type]]:
+        from .routes import ROUTES
+
+        return ROUTES
+
+    def attach(self, host: Host) -> None:
+        super().attach(host)
+        if isinstance(host.log, DuckDBLog) and not host.log.read_only:
+            host.log.write(lambda tx: tx.execute(VIEW)).result()
+
+    def scripts(self) -> Mapping[str, Any]:
+        return {"eval": solver(lambda: self.by_prompt), "grader": grader}
+
+    async def shutdown(self) -> None:
+        for _, task in list(self.running.values()):
+            task.cancel()
+        await asyncio.gather(*(t for _, t in self.running.values()), return_exceptions=True)
+
+    # -- runs ------------------------------------------------------------------------
+
+    def make_run(self, tasks: Sequence[Task], models: Sequence[str], *, epochs: int = 1, parallel: int | None = None,
+                 run_id: str | None = None, progress: Any = None) -> EvalRun:
+        """An EvalRun on this plugin's host with the eval settings (prices, grader, workspaces)."""
+        assert self.host is not None, "the host attaches its plugins before anything runs"
+        s = self.settings
+        kw: dict[str, Any] = {"run_id": run_id} if run_id else {}
+        if s.workspace_root:
+            kw["workspace_root"] = Path(s.workspace_root).expanduser()
+        run = EvalRun(self.host, list(tasks), list(models), epochs=epochs, parallel=parallel or s.parallel,
+                      grader_model=s.grader_model, prices=Prices.parse(s.prices or self.host.settings.prices),
+                      progress=progress, **kw)
+        for t in tasks:
+            self.by_prompt.setdefault(t.prompt.strip(), t)
+        return run
+
+    def start(self, run: EvalRun) -> None:
+        """Run in the background of the host (the API's runs); TurnBusy when this run is running already."""
+        assert self.host is not None, "attached"
+        if run.run_id in self.running and not self.running[run.run_id][1].done():
+            raise TurnBusy(f"eval run {run.run_id} is already running; wait for it or interrupt it")
+        self.running[run.run_id] = (run, self.host.background(run.run()))
+
+    def driving(self, session_id: str) -> bool:
+        """Whether a run of this host goes on with the attempt now (between its turns too: grading, feedback)."""
+        return any(session_id in run.active for run, task in self.running.values() if not task.done())
+
+    def require_running(self, run_id: str) -> tuple[EvalRun, asyncio.Task]:
+        if run_id not in self.running:
+            raise ConfigError(f"eval run {run_id!r} is not running in this server")
+        return self.running[run_id]

@@ -1,0 +1,149 @@
+"""An eval run: every task × model × epoch as an attempt, at most N at a time, resumable, interruptible.
+
+    async with Host.open(db) as host:
+        run = EvalRun(host, load_tasks("tasks.jsonl"), ["scripted:eval"], epochs=3, parallel=8)
+        df = await run.run()          # a DataFrame (results.COLUMNS)
+
+A run is named by its id; each attempt's session id is derived from (run, task, model,
+epoch) (attempt.attempt_id), so starting the same run again skips the finished attempts,
+goes on with the cut-off ones, and starts the rest. Cancelling `run()` (Ctrl-C, SIGTERM,
+an interrupt from the notebook) interrupts the running turns, each recorded as
+interrupted, and stops their kernels; what was finished stays finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..usage import Prices
+from .attempt import Attempt, Spec
+from .results import attempt_row, frame
+from .tasks import TASK_ID, Task
+
+MAX_EPOCHS = 1000
+MAX_PARALLEL = 256
+MAX_MODELS = 50
+
+Progress = Callable[[int, int, "dict[str, Any] | None"], None]  # (finished, total, the row just finished)
+
+
+def new_run_id() -> str:
+    return "run-" + secrets.token_hex(4)
+
+
+@dataclass
+class EvalRun:
+    """A run of `tasks` × `models` × `epochs` on a started host (see the module docstring)."""
+
+    host: Any
+    tasks: Sequence[Task]
+    models: Sequence[str]
+    epochs: int = 1
+    parallel: int = 4
+    run_id: str = field(default_factory=new_run_id)
+    workspace_root: Path | None = None
+    grader_model: str = ""
+    prices: Prices = field(default_factory=lambda: Prices({}))
+    progress: Progress | None = None
+    finished: int = 0
+    active: set[str] = field(default_factory=set)  # the attempts (session ids) this run goes on with now
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.run_id, str) or not TASK_ID.fullmatch(self.run_id):
+            raise ConfigError("a run id is 1-100 letters, digits, '_', '.' or '-', starting with a letter or digit")
+        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or not 1 <= self.epochs <= MAX_EPOCHS:
+            raise ConfigError(f"epochs must be a whole number from 1 to {MAX_EPOCHS}")
+        if isinstance(self.parallel, bool) or not isinstance(self.parallel, int) or not 1 <= self.parallel <= MAX_PARALLEL:
+            raise ConfigError(f"parallel must be a whole number from 1 to {MAX_PARALLEL}")
+        models = list(dict.fromkeys(self.models))
+        if not models or len(models) > MAX_MODELS or not all(isinstance(m, str) and m.strip() for m in models):
+            raise ConfigError(f"give 1 to {MAX_MODELS} model names")
+        self.models = models
+        for m in models:
+            self.host.models.check(m)  # UnknownModel / MissingAPIKey before anything is written
+        for t in self.tasks:  # a rubric's grading model too (one that names none uses the attempt's model)
+            grader = t.verifier.model or self.grader_model
+            if t.verifier.kind == "rubric" and grader:
+                self.host.models.check(grader)
+        if self.host.hands is None:
+            raise ConfigError("an eval runs code: this host was opened without hands")
+        if self.workspace_root is None:
+            path = getattr(self.host.log, "path", None)
+            if not path:
+                raise ConfigError("give the run a workspace_root: this log has no file to put workspaces next to")
+            self.workspace_root = Path(path).with_name(Path(path).name + ".evals")
+
+    def specs(self) -> list[Spec]:
+        """Every attempt of the run, in order: task, then model, then epoch."""
+        return [Spec(self.run_id, t, m, e) for t in self.tasks for m in self.models for e in range(1, self.epochs + 1)]
+
+    def check_resumable(self, specs: list[Spec]) -> list[Spec]:
+        """The attempts still to run; ConfigError when an existing attempt was made from a different task."""
+        log, todo = self.host.log, []
+        for s in specs:
+            if not log.has_session(s.id):
+                todo.append(s)
+                continue
+            evs = log.events(s.id, types=["eval_started", "eval_finished"])
+            if evs and evs[0].payload.get("digest") != s.task.digest():
+                raise ConfigError(f"run {self.run_id} already has an attempt of task {s.task.id!r} made from a different "
+                                  "version of it (prompt, files, verifier or limits changed); start a new run")
+            if not any(e.type == "eval_finished" for e in evs):
+                todo.append(s)
+        return todo
+
+    def owner(self) -> tuple[int, int] | None:
+        """Who an attempt's workspace files are for (the sandbox's kernel user when the host is root)."""
+        launcher = self.host.hands.launcher if self.host.hands is not None else None
+        return launcher.owner() if launcher is not None else None
+
+    async def run(self) -> Any:
+        """Run what is left of the run; a DataFrame of all its attempts."""
+        specs = self.specs()
+        todo = await asyncio.to_thread(self.check_resumable, specs)
+        total = len(specs)
+        self.finished = total - len(todo)
+        if self.progress:
+            self.progress(self.finished, total, None)
+        gate = asyncio.Semaphore(self.parallel)
+        assert self.workspace_root is not None, "set in __post_init__"
+        root, owner = self.workspace_root, self.owner()
+
+        async def one(spec: Spec) -> None:
+            async with gate:
+                self.active.add(spec.id)  # also between its turns (grading, feedback): the session is at work
+                try:
+                    await Attempt(self.host, spec, root, grader_model=self.grader_model, price=self.prices,
+                                  owner=owner).run()
+                finally:
+                    self.active.discard(spec.id)
+            self.finished += 1
+            if self.progress:
+                row = attempt_row(await self.host.log.aevents(spec.id))
+                self.progress(self.finished, total, row)
+
+        jobs = [asyncio.ensure_future(one(s)) for s in todo]
+        try:
+            if jobs:
+                await asyncio.gather(*jobs)
+        finally:
+            for j in jobs:
+                j.cancel()
+            await asyncio.gather(*jobs, return_exceptions=True)
+        return frame(await asyncio.to_thread(self.rows))
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows of this run's attempts that exist, in `specs()` order."""
+        out = []
+        for s in self.specs():
+            if self.host.log.has_session(s.id):
+                row = attempt_row(self.host.log.events(s.id))
+                if row is not None:
+                    out.append(row)
+        return out
