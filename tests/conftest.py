@@ -58,8 +58,8 @@ def fake_api():
 # pure policy and structure checks. Everything that starts kernels, sandboxes, Jupyter servers, CLI
 # subprocesses or a browser is slow: these directories and modules, plus any test marked slow itself.
 
-SLOW_DIRS = ("hands", "sandbox", "server", "ui", "memory")
-SLOW_MODULES = ("test_brain.py", "test_cli.py", "test_bench_quick.py", "test_leakcheck.py")
+SLOW_DIRS = ("hands", "sandbox", "server", "ui", "memory", "fidelity")
+SLOW_MODULES = ("test_brain.py", "test_cli.py", "test_cli_manage.py", "test_bench_quick.py", "test_leakcheck.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SECTIONS = {"first_response", "recovery", "tool_round_trip", "log", "scale", "dreaming"}
+SECTIONS = {"first_response", "recovery", "hands_scale", "tool_round_trip", "log", "logscale", "scale", "harness", "dreaming", "evals", "delegate"}
 
 
 def _number(x) -> bool:

@@ -40,7 +40,9 @@ def test_run_streams_text_and_continues_a_session(db_path):
     assert {"seq", "ts", "type", "payload"} <= set(lines[0]) and lines[0]["type"] == "session_created"
     assert sum(x["type"] == "user_message" for x in lines) == 2
     show = wb("show", "s1", "--db", str(db_path))
-    assert show.returncode == 0 and "user_message" in show.stdout and "→ python" in show.stdout
+    assert show.returncode == 0 and "── you" in show.stdout and "▸ python" in show.stdout and '{"' not in show.stdout
+    events = wb("show", "s1", "--events", "--db", str(db_path))
+    assert events.returncode == 0 and "user_message" in events.stdout and "→ python" in events.stdout
 
 
 @pytest.mark.parametrize("sandbox", [True, False])

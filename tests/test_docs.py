@@ -25,10 +25,15 @@ def headings(doc: str) -> set[str]:
     return set(re.findall(r"^###\s+`([^`]+)`", (DOCS / doc).read_text(), re.M))
 
 
+def all_event_types() -> set[str]:
+    """The core's event types and those of the built-in and installed plugins."""
+    return set(EVENT_TYPES) | {t for p in load_plugins() for t in p.event_types()}
+
+
 def test_every_event_type_is_documented_and_every_documented_type_exists():
     documented = headings("events.md")
-    assert set(EVENT_TYPES) - documented == set(), "event types missing from docs/events.md"
-    assert documented - set(EVENT_TYPES) == set(), "docs/events.md documents types that do not exist"
+    assert all_event_types() - documented == set(), "event types missing from docs/events.md"
+    assert documented - all_event_types() == set(), "docs/events.md documents types that do not exist"
 
 
 def test_every_event_type_used_in_the_code_is_known():
@@ -38,7 +43,7 @@ def test_every_event_type_used_in_the_code_is_known():
     for path in PKG.rglob("*.py"):
         used |= set(call.findall(path.read_text()))
     assert used, "the scan found no event types: the pattern is broken"
-    assert used - set(EVENT_TYPES) == set()
+    assert used - all_event_types() == set()
 
 
 def _fields(cls: type) -> list[str]:
@@ -59,3 +64,14 @@ def test_every_cli_command_is_documented():
     documented = {h.split()[-1] for h in headings("cli.md")}
     assert set(sub.choices) - documented == set(), "commands missing from docs/cli.md"
     assert documented - set(sub.choices) == set(), "docs/cli.md documents commands that do not exist"
+
+
+def test_every_websocket_message_kind_is_documented():
+    """Each `{"kind": ...}` the session stream sends is described in docs/api.md, and each described one is sent."""
+    sent = set(re.findall(r'"kind":\s*"(\w+)"', (PKG / "server" / "handlers.py").read_text()))
+    assert {"event", "delta", "output"} <= sent, "the scan found no message kinds: the pattern is broken"
+    api = (DOCS / "api.md").read_text()
+    stream = api[api.index("### websocket"):api.index("### `POST /workbench/api/sessions/{id}/interrupt`")]
+    documented = set(re.findall(r'\{"kind":\s*"(\w+)"', stream))
+    assert sent - documented == set(), "websocket message kinds missing from docs/api.md"
+    assert documented - sent == set(), "docs/api.md documents websocket message kinds the server does not send"

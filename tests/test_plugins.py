@@ -45,7 +45,7 @@ def test_the_example_declares_the_entry_point_it_is_tested_with():
 @pytest.mark.asyncio
 async def test_an_installed_plugin_adds_its_tool_and_model(installed):
     names = [p.name for p in load_plugins(HostSettings())]
-    assert names[:1] == ["memory"] and "echo" in names  # the built-in one first, then installed ones
+    assert names[:3] == ["memory", "evals", "delegate"] and "echo" in names  # the built-in ones first, then installed ones
     host = Host.build(log=MemoryLog(), hands=False)
     try:
         assert "word_count" in host.tools and "python" in host.tools
@@ -61,7 +61,7 @@ async def test_an_installed_plugin_adds_its_tool_and_model(installed):
 
 def test_plugins_can_be_disabled_and_clashes_are_refused(installed):
     assert "echo" not in [p.name for p in load_plugins(HostSettings(disable_plugins="echo"))]
-    assert [p.name for p in load_plugins(HostSettings(disable_plugins="memory, echo"))] == []
+    assert [p.name for p in load_plugins(HostSettings(disable_plugins="memory, evals, delegate, echo"))] == []
 
     class Clash(Plugin):
         def tools(self):

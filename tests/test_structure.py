@@ -158,3 +158,15 @@ def test_no_module_level_mutable_registry_or_singleton():
 def test_the_registry_check_catches_one():
     tree = ast.parse("TOOLS = {}\nNAMES = ('a',)\ndef f():\n    global X\n")
     assert set(module_level_mutables(tree)) == {"TOOLS"}
+
+
+def test_launchers_are_used_through_their_protocol():
+    """What the hands need of a launcher is in the `Launcher` protocol, which every launcher implements:
+    no `getattr`/`hasattr` probe of a launcher for a feature it may lack."""
+    problems = []
+    for name, (path, tree) in modules().items():
+        for call in ast.walk(tree):
+            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in ("getattr", "hasattr")
+                    and call.args and "launcher" in ast.unparse(call.args[0])):
+                problems.append(f"{name}:{call.lineno}: {ast.unparse(call)}")
+    assert problems == []

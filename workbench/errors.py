@@ -17,7 +17,10 @@
      ├── ModelError                choosing or calling a model failed
      │    ├── UnknownModel         no model of that name
      │    ├── MissingAPIKey        an Anthropic model without ANTHROPIC_API_KEY
-     │    └── ModelCallFailed      the model call failed after its retries
+     │    ├── ModelCallFailed      the model call failed after its retries
+     │    └── CassetteError        a cassette file is missing, corrupt, cut off or not UTF-8
+     │         └── CassetteMiss    a replayed request the cassette does not hold (brain/models/cassette.py;
+     │                             also a FatalModelError, so the brain records it as a model_error)
      ├── TurnBusy                  a turn is already running in that session
      ├── ServerStopping            the workbench server is stopping (a request then gets a 503)
      ├── ServerUnavailable         no workbench server answers the notebook client
@@ -62,6 +65,7 @@ class DatabaseLocked(LogError):
     """Another process holds the DuckDB file (DuckDB allows one writing process)."""
 
     http_status = 503
+    holder_pid: int | None = None  # the process holding the file, when DuckDB says
 
 
 class DatabaseUnreadable(LogError):
@@ -120,6 +124,10 @@ class ModelCallFailed(ModelError):
     """The model call failed after all retries."""
 
 
+class CassetteError(ModelError):
+    """A cassette file of recorded model calls cannot be read or written."""
+
+
 class TurnBusy(WorkbenchError):
     """A turn is already running in that session."""
 
@@ -142,6 +150,7 @@ class RequestRefused(WorkbenchError):
     def __init__(self, status: int, message: str):
         super().__init__(f"{message} (HTTP {status})")
         self.status = status
+        self.message = message
 
 
 class PluginError(WorkbenchError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import logging
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
@@ -24,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from .brain import Brain, BrainSettings
-from .brain.models import ModelCatalog
+from .brain.models import Cassette, ModelCatalog
+from .brain.models.base import EFFORTS, THINKING
 from .brain.tools import BUILTIN_TOOLS, Tool
 from .config import from_env
 from .errors import PluginError
@@ -32,11 +34,16 @@ from .hands import HandsConfig
 from .hands.factory import HandsFactory, HandsSettings
 from .log import EVENT_TYPES, DuckDBLog, LogSettings, default_db_path
 from .plugins import Plugin
+from .usage import Prices
 
 log = logging.getLogger("workbench.host")
 
 # Built-in plugins load exactly like third-party ones: by dotted path (module:attribute).
-BUILTIN_PLUGINS = ("workbench.memory.plugin:MemoryPlugin",)
+BUILTIN_PLUGINS = (
+    "workbench.memory.plugin:MemoryPlugin",
+    "workbench.evals.plugin:EvalPlugin",
+    "workbench.delegate.plugin:DelegatePlugin",
+)
 ENTRY_POINTS = "workbench.plugins"
 
 
@@ -49,6 +56,10 @@ class HostSettings:
     plugins: str = ""  # extra plugins to load, comma-separated module:attribute paths
     disable_plugins: str = ""  # names of plugins not to load, comma-separated (built-in or installed)
     reap_on_start: bool = True  # at start, stop hands kernels left behind by a host that died
+    cassette: str = ""  # a cassette file every model call is replayed from or recorded into; empty: none
+    cassette_mode: str = "replay"  # replay, record or record-missing (see docs/cassettes.md)
+    models: str = ""  # the models offered when a session is created, comma-separated; empty: the default and scripted
+    prices: str = ""  # NAME=IN/OUT dollars per million input/output tokens, comma-separated; NAME may end in *
 
 
 def version() -> str:
@@ -94,12 +105,13 @@ def load_plugins(settings: HostSettings | None = None) -> list[Plugin]:
 def settings_classes(plugins: Iterable[Plugin] = ()) -> list[type]:
     """Every config class whose fields docs/settings.md documents: the core's and the plugins'."""
     from .egress import EgressSettings
+    from .hands.files import FilesSettings
     from .hands.quota import WorkspaceSettings
     from .hands.sandbox import SandboxSettings
     from .hands.seccomp import SeccompSettings
 
     classes: list[type] = [HostSettings, LogSettings, BrainSettings, HandsConfig, HandsSettings, SandboxSettings,
-                           SeccompSettings, WorkspaceSettings, EgressSettings]
+                           SeccompSettings, WorkspaceSettings, EgressSettings, FilesSettings]
     for p in plugins:
         classes += list(p.settings_classes())
     return classes
@@ -135,7 +147,9 @@ class Host:
             scripts=_merge("scripted model script", ((p.name, p.scripts()) for p in self.plugins), {}),
             providers=_merge("model", ((p.name, p.models()) for p in self.plugins), {}),
             default=settings.model or None,
+            cassette=Cassette(settings.cassette, settings.cassette_mode) if settings.cassette else None,
         )
+        self.resumers = _merge("resumer of sessions of kind", ((p.name, p.resumers()) for p in self.plugins), {})
         self.brain = Brain(
             log,
             hands_factory=hands,
@@ -207,12 +221,25 @@ class Host:
         for p in self.plugins:
             await p.startup()
 
+    def running(self, session_id: str) -> bool:
+        """Whether the session is at work here: a turn runs, or a plugin goes on with it between turns."""
+        return self.brain.running(session_id) or any(p.driving(session_id) for p in self.plugins)
+
     def plugin(self, name: str) -> Plugin:
         """The loaded plugin called `name`; PluginError when it is not loaded."""
         for p in self.plugins:
             if p.name == name:
                 return p
         raise PluginError(f"the {name!r} plugin is not loaded here (loaded: {', '.join(p.name for p in self.plugins) or 'none'})")
+
+    async def resume(self, session_id: str) -> Any:
+        """Resume a session: its kind's plugin resumer if it has one (a dream: all of it), else its cut-off turn."""
+        kind = (await self.log.asession(session_id))["kind"]
+        fn = self.resumers.get(kind)
+        if fn is None:
+            return await self.brain.resume(session_id)
+        result = await fn(session_id)
+        return result.get("stop_reason") if isinstance(result, dict) else result
 
     def background(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
         """Run a side job (not a turn) that `close()` waits for before it closes the log."""
@@ -231,6 +258,26 @@ class Host:
         """Wait for the background jobs running now."""
         if self._jobs:
             await asyncio.wait(list(self._jobs), timeout=timeout)
+
+    @functools.cached_property
+    def prices(self) -> Prices:
+        """The price table of the `prices` setting (ConfigError when it is malformed)."""
+        return Prices.parse(self.settings.prices)
+
+    def model_choices(self) -> list[dict[str, Any]]:
+        """The models offered when a session is created (setting `models`), the default first, with their settings."""
+        default = self.models.default_name()
+        names = [n.strip() for n in self.settings.models.split(",") if n.strip()] or ["scripted"]
+        out: list[dict[str, Any]] = []
+        for name in dict.fromkeys([default, *names]):
+            claude = name.startswith(("claude", "anthropic:"))
+            out.append({
+                "name": name, "default": name == default,
+                # what a session of it may set in its config (POST /sessions): Anthropic models think and take an effort
+                "thinking": list(THINKING) if claude else [], "efforts": list(EFFORTS) if claude else [],
+                "priced": self.prices.priced(name),
+            })
+        return out
 
     def status(self) -> dict[str, Any]:
         """What the host is: version, database, hands and sandbox, default model, running turns, plugins."""

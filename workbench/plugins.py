@@ -2,7 +2,7 @@
 
 A plugin is an object with named hooks; every hook has a default that adds
 nothing, so a plugin defines only what it contributes. The host loads its
-built-in plugins (memory and dreaming) and third-party ones the same way: by
+built-in plugins (memory and dreaming, evals, delegation) and third-party ones the same way: by
 a dotted path or the `workbench.plugins` entry point group. See
 docs/plugins.md for a worked example.
 
@@ -22,7 +22,10 @@ exists, before the brain is made):
     models()             model prefixes -> a maker (`PREFIX:ARG` -> Model)
     scripts()            scripts of the scripted model (`scripted:NAME`)
     system_prompt(s)     a contribution to a new session's frozen system prompt
+    resumers()           session kinds this plugin resumes itself (kind -> async fn(session id) -> stop reason)
     startup() / shutdown()   once the host runs / before it closes
+    wake()               a server start: go on with what this plugin's sessions left unfinished
+    driving(session_id)  whether it goes on with the session now, between its turns (it counts as running)
 """
 
 from __future__ import annotations
@@ -72,6 +75,9 @@ class Command:
     configure: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace, CommandContext], int]
     needs_db: bool = True  # takes --db
+    # the same command through the REST API of the workbench server that holds the database (see
+    # workbench/cli/remote.py: it gets a Remote, with the server's client); None: the command needs the file itself
+    remote: Callable[[argparse.Namespace, Any], int] | None = None
 
 
 @dataclass
@@ -115,6 +121,19 @@ class Plugin:
 
     def system_prompt(self, session: NewSession) -> PromptPart | None:
         return None
+
+    def resumers(self) -> Mapping[str, Callable[[str], Awaitable[Any]]]:
+        """Session kinds whose `resume` (CLI, REST, a server start) this plugin runs instead of the brain's."""
+        return {}
+
+    async def wake(self) -> list[str]:
+        """A server start (after `startup`): go on with this plugin's unfinished work; the session ids."""
+        return []
+
+    def driving(self, session_id: str) -> bool:
+        """Whether this plugin goes on with the session now, also between its turns (a dream between two
+        chunks, an eval attempt being graded before its next turn): such a session counts as running."""
+        return False
 
     async def startup(self) -> None:
         """The host runs (its event loop, brain and hands exist)."""

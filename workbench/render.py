@@ -8,6 +8,7 @@ once. Plain text only: whoever puts it into HTML escapes it there.
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -71,6 +72,8 @@ def event_text(event: Any, *, thinking: bool = False) -> str:
         return ("ERROR " if p.get("is_error") else "") + result_text(p)
     if kind == "session_created":
         return f"title: {p.get('title')}\nmodel: {p.get('model')}"
+    if kind == "delegate_checked":
+        return f"check {'passed' if p.get('passed') else 'failed'}: {p.get('explanation')}"
     if kind == "memories_injected":
         return "recalled memories: " + ", ".join(str(m.get("id")) for m in p.get("memories") or [] if isinstance(m, Mapping))
     return compact(p)
@@ -82,19 +85,40 @@ def assistant_meta(payload: Mapping[str, Any]) -> str:
     return f"stop={m.get('stop_reason')} latency={payload.get('latency_ms')}ms usage={compact(m.get('usage'))}"
 
 
+def safe_text(text: str) -> str:
+    """Text for a terminal: control characters (escape sequences, carriage returns, bidi overrides) shown
+    as U+FFFD, newlines and tabs kept; what a model or a title holds must not move the cursor or recolour it."""
+    return "".join(c if c in "\n\t" or unicodedata.category(c) not in ("Cc", "Cf", "Cs") else "\ufffd" for c in text)
+
+
+def width(text: str) -> int:
+    """Columns a terminal gives text: wide (East Asian) characters take two, combining marks none."""
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
 def one_line(text: str, limit: int) -> str:
-    """Whitespace (newlines included) collapsed to single spaces, cut to `limit` characters."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: max(0, limit - 1)] + "…"
+    """Whitespace (newlines included) collapsed to single spaces, control characters made visible, cut to
+    `limit` columns."""
+    flat = safe_text(" ".join(text.split()))
+    if width(flat) <= limit:
+        return flat
+    out, used = [], 0
+    for c in flat:
+        w = width(c)
+        if used + w > max(0, limit - 1):
+            break
+        out.append(c)
+        used += w
+    return "".join(out) + "…"
 
 
-def table(rows: Sequence[Sequence[Any]], head: Sequence[str], widths: Sequence[int]) -> str:
-    """Rows as a fixed-width table: each cell on one line and cut to its width (the last is free)."""
+def table(rows: Sequence[Sequence[Any]], head: Sequence[str], widths: Sequence[int], last: int = 120) -> str:
+    """Rows as a fixed-width table: each cell on one line and cut to its width (the last to `last` columns)."""
     def line(cells: Sequence[Any]) -> str:
         out = []
         for i, c in enumerate(cells):
-            text = one_line("" if c is None else str(c), widths[i] if i < len(widths) else 10_000)
-            out.append(text.ljust(widths[i]) if i < len(widths) else text)
+            text = one_line("" if c is None else str(c), widths[i] if i < len(widths) else last)
+            out.append(text + " " * (widths[i] - width(text)) if i < len(widths) else text)
         return "  ".join(out).rstrip()
 
     return "\n".join([line(head), *(line(r) for r in rows)])

@@ -219,3 +219,25 @@ async def test_restarting_busy_hands_ends_the_running_call_like_a_kernel_death(w
     assert result["payload"]["is_error"] and "died" in result["payload"]["content"][0]["text"]
     assert events[-1]["payload"]["stop_reason"] == "end_turn"
     ws.close()
+
+
+async def test_a_session_as_a_notebook_over_rest(wb, fake_api):
+    """GET /sessions/{id}/notebook: the session's code and outputs as a valid nbformat 4 notebook; the same
+    as the CLI builds; a JSON 404 for an unknown or hostile id, and nothing written."""
+    import nbformat
+
+    fake_api([Reply(thinking="", text="Computing.", code=["print(6 * 7)"]), Reply(text="42.")])
+    sid = await wb.session(title="nb <script>", model=MODEL)
+    ws = await wb.stream(sid)
+    await wb.send(sid, "what is 6*7?")
+    await read_until(ws, turn_ended)
+    _, nb = await wb.call("GET", "sessions", sid, "notebook", expect=200)
+    nbformat.validate(nbformat.from_dict(nb))
+    (code,) = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code["source"] == "print(6 * 7)" and code["outputs"] == [{"output_type": "stream", "name": "stdout", "text": "42\n"}]
+    _, before = await wb.call("GET", "sessions", sid, "events", expect=200)
+    for bad in ("nope", "%FF", "a" * 300, "..%2F..", "%00"):
+        status, body = await wb.call("GET", "sessions", bad, "notebook")
+        assert status in (400, 404) and isinstance(body, dict) and "error" in body, (bad, status, body)
+    _, after = await wb.call("GET", "sessions", sid, "events", expect=200)
+    assert after == before

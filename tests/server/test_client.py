@@ -3,6 +3,7 @@ executed headless with nbclient, `workbench.connect()`, and the CLI next to a se
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -72,7 +73,9 @@ def test_client_operations_and_errors(server):
     c = connect(server.url, server.token)
     a = c.ask("hello there", model="scripted")
     assert a.stop_reason == "end_turn" and "You said: hello there" in a.text
-    assert c.session(a.session_id)["last_type"] == "turn_ended"
+    # the turn has ended (the automatic title, from the first message, may be written after its end)
+    row = c.session(a.session_id)
+    assert row["state"] == "ended" and row["title"] == "hello there", row
     assert c.hands(a.session_id)["state"] == "not started"
     assert c.interrupt(a.session_id) is False
     q = c.query("SELECT count(*) FROM events WHERE session_id = ?", [a.session_id])
@@ -83,6 +86,62 @@ def test_client_operations_and_errors(server):
     with pytest.raises(RequestRefused) as e:
         connect(server.url, "wrong-token")
     assert e.value.status == 403
+
+
+def test_client_manages_sessions(server):
+    c = connect(server.url, server.token)
+    a = c.ask("Summarise the **quarterly** numbers", model="scripted")
+    row = c.session(a.session_id)
+    assert row["title"] == "Summarise the quarterly numbers" and row["archived"] is False
+    assert c.rename(a.session_id, "Quarterly ✓")["title"] == "Quarterly ✓"
+    assert c.archive(a.session_id)["archived"] is True
+    assert a.session_id not in [s["id"] for s in c.sessions(archived=False)]
+    assert a.session_id in [s["id"] for s in c.sessions(archived=True)]
+    c.archive(a.session_id, False)
+    hits = c.search("QUARTERLY")["hits"]
+    assert [h["id"] for h in hits] == [a.session_id] and hits[0]["seq"] == 0  # the title matched
+    assert c.search("summarise")["hits"][0]["type"] == "user_message"
+    usage = c.usage(a.session_id)
+    assert usage["total"]["calls"] == 1 and usage["turns"][0]["output_tokens"] > 0
+    assert c.models()[0]["default"] is True
+    fork = c.fork(a.session_id, 1, title="from the start")
+    assert fork["title"] == "from the start" and fork["events"] == 1
+    assert c.events(fork["id"])[0]["payload"]["forked_from"] == {"session_id": a.session_id, "seq": 1}
+    assert c.delete(fork["id"]) == {"deleted": fork["id"], "events": 1}
+    for call in (lambda: c.session(fork["id"]), lambda: c.rename("no/such", "x"), lambda: c.delete("a b")):
+        with pytest.raises(RequestRefused) as e:
+            call()
+        assert e.value.status == 404
+    with pytest.raises(RequestRefused) as e:
+        c.rename(a.session_id, "   ")
+    assert e.value.status == 400
+
+
+def test_the_cli_manages_sessions_through_the_server(server, tmp_path):
+    c = connect(server.url, server.token)
+    sid = c.ask("a session for the CLI", model="scripted").session_id
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "WORKBENCH_", "JUPYTER_"))}
+    env.update(WORKBENCH_DB=str(server.db), JUPYTER_RUNTIME_DIR=server.env["JUPYTER_RUNTIME_DIR"])
+
+    def wb(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True,
+                              timeout=180, env=env, stdin=subprocess.DEVNULL)
+
+    r = wb("rename", sid, "via", "the", "server")
+    assert r.returncode == 0 and "going through its API" in r.stderr and "renamed session" in r.stdout, r.stderr
+    assert c.session(sid)["title"] == "via the server"
+    assert wb("archive", sid).returncode == 0 and c.session(sid)["archived"] is True
+    assert wb("unarchive", sid).returncode == 0 and c.session(sid)["archived"] is False
+    r = wb("fork", sid, "--new-id", "cli-fork", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["id"] == "cli-fork", r.stderr
+    r = wb("delete", "cli-fork")
+    assert r.returncode == 2 and "--yes" in r.stderr and c.session("cli-fork")
+    r = wb("delete", "cli-fork", "--yes")
+    assert r.returncode == 0 and "deleted session cli-fork" in r.stdout, r.stderr
+    r = wb("delete", "cli-fork", "--yes")
+    assert r.returncode == 2 and "no session 'cli-fork'" in r.stderr
+    r = wb("rename", "nope", "x")
+    assert r.returncode == 2 and "no session 'nope'" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_no_server_gives_one_line_that_says_how_to_fix_it(tmp_path, monkeypatch):
@@ -98,8 +157,9 @@ def test_no_server_gives_one_line_that_says_how_to_fix_it(tmp_path, monkeypatch)
     assert "connect(url=..., token=...)" in str(e.value)
 
 
-def test_the_cli_says_clearly_when_a_server_holds_the_database(server):
-    env = {**os.environ, "WORKBENCH_DB": str(server.db)}
+def test_the_cli_says_clearly_when_a_process_it_cannot_find_holds_the_database(server, tmp_path):
+    # no server file in this runtime dir: the holder cannot be reached (tests/server/test_cli_remote.py: when it can)
+    env = {**os.environ, "WORKBENCH_DB": str(server.db), "JUPYTER_RUNTIME_DIR": str(tmp_path)}
     for args in (["sessions"], ["show", "x"], ["run", "hello", "--model", "scripted"]):
         r = subprocess.run([sys.executable, "-m", "workbench.cli", *args], env=env, capture_output=True, text=True, timeout=60)
         assert r.returncode == 2, (args, r.stdout, r.stderr)

@@ -98,7 +98,9 @@ async def test_hostile_bodies_get_a_400_naming_what_is_wrong_and_write_nothing(j
         # a field an action does not take was a TypeError in the store (500)
         ("PATCH", ("memories", mid), b'{"action": "reject", "title": "x"}', 400, 'unknown field "title"'),
         ("PATCH", ("memories", mid), b'{"action": "retire", "with": []}', 400, 'unknown field "with"'),
-        ("PATCH", ("memories", mid), b'{"action": "accept", "actor": "api:x", "extra": 1}', 400, 'unknown field "extra"'),
+        ("PATCH", ("memories", mid), b'{"action": "accept", "extra": 1}', 400, 'unknown field "extra"'),
+        # who reviews is the authenticated user, never a field (issue 15: any actor was recorded)
+        ("PATCH", ("memories", mid), b'{"action": "accept", "actor": "dream:x"}', 400, "recorded as the authenticated user"),
         # routes that take no body take no fields
         ("POST", ("sessions", sid, "interrupt"), b'{"by": "me"}', 400, 'unknown field "by"'),
         ("POST", ("sessions", sid, "hands", "restart"), b"[]", 400, "JSON object"),
@@ -175,7 +177,7 @@ async def test_the_stream_route_and_unknown_paths_answer_json_before_any_upgrade
         refused(*await raw(jp_fetch, method, "sessions", sid, "x", "y", body=b"{}" if method != "GET" else None), 404, "no such route")
     refused(*await raw(jp_fetch, "GET", "nosuch", headers={"Authorization": ""}), 403, "forbidden")
     # and the verbs a route does not serve
-    refused(*await raw(jp_fetch, "DELETE", "sessions", sid), 405, "not allowed")
+    refused(*await raw(jp_fetch, "PUT", "sessions", sid, body=b"{}"), 405, "not allowed")  # DELETE is a route now
     refused(*await raw(jp_fetch, "PUT", "memories", body=b"{}"), 405, "not allowed")
 
 
@@ -224,7 +226,48 @@ async def test_merging_cannot_grow_a_memory_past_the_text_limit(jp_fetch, jp_ser
 async def test_jupyterlabs_cache_buster_is_not_an_unknown_argument(jp_fetch):
     """JupyterLab's ServerConnection adds `?<time in ms>` (no value) to every GET."""
     code, data = await raw(jp_fetch, "GET", "sessions", params=[("1796069398248", "")])
-    assert code == 200 and data == {"sessions": []}
+    assert code == 200 and data == {"sessions": [], "next": None}
     code, data = await raw(jp_fetch, "GET", "memories", params=[("status", "proposed"), ("1796069398761", "")])
     assert code == 200
     refused(*await raw(jp_fetch, "GET", "sessions", params=[("1796069398248", "1")]), 400, "unknown query argument")
+
+
+async def test_sessions_listing_filters_pages_and_refuses_bad_arguments(jp_fetch):
+    for i in range(5):
+        code, _ = await raw(jp_fetch, "POST", "sessions", body=json.dumps({"id": f"s{i}", "title": f"About {'PRICES' if i % 2 else 'rain'}",
+                                                                            "model": "scripted"}))
+        assert code == 201
+    code, s = await raw(jp_fetch, "POST", "sessions", body=json.dumps({"id": "s0", "model": "scripted"}))
+    assert code == 409, s
+    code, all_ = await raw(jp_fetch, "GET", "sessions")
+    assert code == 200 and all_["next"] is None and [x["id"] for x in all_["sessions"]] == [f"s{i}" for i in range(5)]
+    assert all("running" in x and x["state"] == "new" for x in all_["sessions"])
+    code, found = await raw(jp_fetch, "GET", "sessions", params={"q": "prices", "order": "-created"})
+    assert code == 200 and [x["id"] for x in found["sessions"]] == ["s3", "s1"]
+    seen, cursor = [], None
+    while True:
+        params = {"limit": "2", "order": "-updated", **({"cursor": cursor} if cursor else {})}
+        code, page = await raw(jp_fetch, "GET", "sessions", params=params)
+        assert code == 200, page
+        seen += [x["id"] for x in page["sessions"]]
+        cursor = page["next"]
+        if cursor is None:
+            break
+    assert sorted(seen) == [f"s{i}" for i in range(5)] and len(seen) == 5
+    before = await snapshot(jp_fetch)
+    for params, words in [
+        ({"state": "running"}, "state"), ({"order": "newest"}, "order"), ({"limit": "0"}, "limit"),
+        ({"limit": "1001"}, "limit"), ({"limit": "-1"}, "limit"), ({"limit": "1e3"}, "limit"), ({"cursor": "bogus"}, "cursor"),
+        ({"updated_after": "yesterday"}, "updated_after"), ({"updated_before": "NaN"}, "updated_before"),
+        ({"q": "x" * 5000}, "q"), ({"cursor": "x" * 10000}, "cursor"), ({"bogus": "1"}, "unknown query argument"),
+        ({"kind": "\x00"}, ""),
+    ]:
+        code, data = await raw(jp_fetch, "GET", "sessions", params=params)
+        if params.get("kind"):
+            assert code == 200 and data["sessions"] == [], data  # a kind no session has: nothing, not an error
+            continue
+        refused(code, data, 400, words)
+    for bad in ["", "a/b", "../x", "x" * 300, "-x", "a b", "é"]:
+        code, data = await raw(jp_fetch, "POST", "sessions", body=json.dumps({"id": bad, "model": "scripted"}))
+        refused(code, data, 400, "id")
+    assert await snapshot(jp_fetch) == before

@@ -13,13 +13,16 @@ import asyncio
 import os
 import random
 
-from wbfuzz import Pool, Tally, check_db, check_log, first_traceback, run, seed_memories, terminate, wait_idle
+import pytest
+
+from wbfuzz import Pool, Tally, check_db, check_log, describe, first_traceback, run, seed_memories, terminate, wait_idle
 
 from workbench.client import WorkbenchClient
 
 KILLS = 5
 
 
+@pytest.mark.timeout(1200)  # up to 20 servers started and killed, and a last one, on a loaded machine
 def test_a_server_killed_at_random_moments_leaves_a_log_the_next_one_finishes(server_process, tmp_path):
     seed = int(os.environ.get("WORKBENCH_FUZZ_SEED") or random.SystemRandom().randrange(10**9))
     print(f"fault seed {seed}")
@@ -27,7 +30,12 @@ def test_a_server_killed_at_random_moments_leaves_a_log_the_next_one_finishes(se
     db = tmp_path / "wb.duckdb"
     pool = Pool(memories=seed_memories(db))
     total = Tally()
-    for kill in range(KILLS):
+    kill = 0
+
+    def enough() -> bool:  # traffic enough to judge: on a loaded machine a server may serve little before its kill
+        return total.requests > 200 and total.sessions_created > 5 and total.messages_accepted > 5
+
+    while kill < KILLS or (not enough() and kill < 4 * KILLS):
         server = server_process(db)
         after = rng.uniform(0.3, 3.0)
 
@@ -45,7 +53,8 @@ def test_a_server_killed_at_random_moments_leaves_a_log_the_next_one_finishes(se
         print(f"kill {kill + 1} after {after:.2f} s: {tally.requests} requests, {tally.dropped} cut off")
         assert not tally.failures, f"seed {seed}:\n" + "\n".join(tally.failures[:10])
         assert not first_traceback(server.log_tail(50_000_000)), first_traceback(server.log_tail(50_000_000))
-    assert total.requests > 200 and total.sessions_created > 5 and total.messages_accepted > 5
+        kill += 1
+    assert enough(), f"{kill} kills and still little traffic: {total.requests} requests, {total.sessions_created} sessions"
 
     # the next server resumes what the kills cut off, and the log is whole
     server = server_process(db)
@@ -56,10 +65,12 @@ def test_a_server_killed_at_random_moments_leaves_a_log_the_next_one_finishes(se
         problems += check_log(s["id"], client.events(s["id"]), running=s["running"])
         if s["state"] == "unfinished":
             problems.append(f"session {s['id']} is unfinished and nothing runs it")
-    assert not problems, f"seed {seed}:\n" + "\n".join(problems[:20])
+    bad = list(dict.fromkeys(p.split(":")[0].removeprefix("session ") for p in problems))
+    assert not problems, f"seed {seed}:\n" + "\n".join(problems[:20]) + "\n" + "\n".join(describe(client, s) for s in bad[:2])
     terminate(server)
     assert not first_traceback(server.log_tail(50_000_000)), first_traceback(server.log_tail(50_000_000))
     problems, counts = check_db(db)
-    print(f"log after {KILLS} kills: {counts}")
+    print(f"log after {kill} kills: {counts}")
     assert not problems, f"seed {seed}:\n" + "\n".join(problems[:20])
-    assert counts["sessions"] >= total.sessions_created  # a kill may cut a request after its commit, never lose one
+    # a kill may cut a request after its commit, never lose one (only a route asked to remove a session may)
+    assert counts["sessions"] >= total.sessions_created - len(total.touched)

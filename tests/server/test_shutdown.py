@@ -47,6 +47,10 @@ def mixed_request(rng: random.Random, pool: Pool) -> Request:
         lambda: Request("GET", f"{API}/memories?status=proposed"),
         lambda: Request("GET", f"{API}/dreams"),
         lambda: Request("GET", f"{API}/status"),
+        lambda: Request("GET", f"{API}/search?q=turn"),
+        lambda: Request("PATCH", f"{API}/sessions/{sid}", b'{"title": "renamed while stopping"}'),
+        lambda: Request("POST", f"{API}/sessions/{sid}/fork", b"{}"),
+        lambda: Request("GET", f"{API}/sessions/{sid}/usage"),
         lambda: Request("GET", f"{API}/sessions/{sid}/hands"),
         lambda: Request("GET", f"{API}/sessions/{sid}/stream?after=0", headers=(
             ("Upgrade", "websocket"), ("Connection", "Upgrade"), ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
@@ -134,7 +138,12 @@ async def test_requests_in_flight_while_the_extension_stops_get_503(jp_serverapp
             lambda: wb.call("POST", "query", body={"sql": "SELECT count(*) FROM events"}),
             lambda: wb.call("GET", "memories"),
             lambda: wb.call("GET", "status"),
-        ][i % 8]()
+            lambda: wb.call("GET", "search", params={"q": "turn"}),
+            lambda: wb.call("PATCH", "sessions", sid, body={"title": f"renamed {i}"}),
+            lambda: wb.call("POST", "sessions", sid, "fork", body={}),
+            lambda: wb.call("GET", "sessions", sid, "usage"),
+            lambda: wb.call("GET", "models"),
+        ][i % 13]()
 
     ws = await wb.stream(sids[0])
     in_flight = [asyncio.ensure_future(one(i)) for i in range(64)]
@@ -143,7 +152,7 @@ async def test_requests_in_flight_while_the_extension_stops_get_503(jp_serverapp
     while await ws.read_message() is not None:  # the stream's backlog, then its end
         pass
     assert ws.close_code == 1001, ws.close_code  # going away
-    after = [await one(i) for i in range(16)]
+    after = [await one(i) for i in range(26)]
     for code, data in [*(await asyncio.gather(*in_flight)), *after]:
         assert code < 500 or code == 503, (code, data)
         if code >= 400:

@@ -3,6 +3,8 @@ the turn resumes by itself and finishes; nothing is lost and nothing is duplicat
 
 from __future__ import annotations
 
+import time
+
 import psutil
 
 from workbench.client import WorkbenchClient
@@ -47,6 +49,11 @@ def test_a_server_killed_mid_turn_resumes_its_turns_on_restart(server_process, t
         with c.stream(long_tool) as stream:
             c.send(long_tool, long_job)
             wait_for(stream, lambda e: e["type"] == "hands_started")
+        # inside the call: its first line has run (on a loaded machine the kernel may take a while to get to it)
+        deadline = time.monotonic() + 180
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the long call never started"
+            time.sleep(0.1)
         kernel = psutil.Process(c.hands(long_tool)["pid"])
         first.kill()
         api.delay = 0

@@ -9,6 +9,15 @@ Used by tests/server/test_fuzz.py and test_faults.py (bounded, in CI) and bench/
   deep nesting, huge strings and arrays, lone surrogates, NaN and 1e309, bytes that are not UTF-8,
   hostile query strings and path ids). Request i is the same in every run with that seed (the ids it
   picks from the pool of created ones aside), and a failure prints the seed, i and the request.
+- Routes with a generator of their own (SPECIFIC) get meaningful bodies and grow the id pool; every other
+  route the server serves (`served_routes()`: `all_handlers` with the plugins as the server loads them,
+  so also routes added later) is the generic generator's (`generic_table()`): its path filled with pool,
+  hostile and random ids, its handler's verbs and others, a body guessed from the pydantic model its
+  handler's source names, the same hostile variations, hostile query arguments of its `args` model;
+  uploads stay small (a few just over the upload limit, when that is small). tests/test_fuzz_routes.py
+  (fast tier) fails when a served route is one no request reaches.
+- `note_success` counts the writes it understands; a 2xx to a write of a generic route it does not
+  (a delete, a fork...) is listed in `Tally.opaque`, and the checks leave out only the sessions it named.
 - `judge` says what is wrong with a response: a 5xx, no answer, or an error whose body is not JSON
   with an `error` string.
 - `check_log` says what is wrong with a log: seqs not 1..N, two open turns, a turn_ended without a
@@ -24,14 +33,14 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 API = "/workbench/api"
-ACTIONS = ("accept", "reject", "edit", "merge", "retire", "redact")
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 # characters of generated text: no backtick (see above), some of everything else
 ALPHABET = ("abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ 0123456789 .,;:!?'\"\\/{}[]()<>=+-*&^%$#@~|_"
@@ -155,6 +164,8 @@ def judge(req: Request, resp: Response | None, error: str = "", stopping: bool =
         return f"HTTP {resp.status}: {resp.body[:300]!r}"
     if resp.status in (101, 204) or req.method == "HEAD" or (req.method == "OPTIONS" and not resp.body):
         return None  # no body to judge (OPTIONS: Jupyter's CORS preflight answers 200 with none)
+    if resp.status < 300 and resp.headers.get("content-type", "").split(";")[0].strip() == "application/octet-stream":
+        return None  # a download (files/content): bytes, as its Content-Type says; only errors must be JSON
     try:
         data = resp.json()
     except ValueError:
@@ -177,6 +188,7 @@ class Pool:
     sessions: list[str] = field(default_factory=list)
     dreams: list[str] = field(default_factory=list)
     memories: list[str] = field(default_factory=list)
+    others: list[str] = field(default_factory=list)  # ids generic routes' 2xx answers named (eval runs, ...)
 
 
 def text(rng: random.Random, n: int | None = None, blank_ok: bool = True) -> str:
@@ -213,13 +225,16 @@ def nested(rng: random.Random, depth: int) -> str:
 class Fuzzer:
     """Request number i of a seeded run: `Fuzzer(seed).request(i, pool)`."""
 
-    def __init__(self, seed: int | str, *, big: bool = True):
+    def __init__(self, seed: int | str, *, big: bool = True, upload_mb: int | None = None):
         self.seed, self.big = seed, big
+        self.upload_mb = upload_limit_mb() if upload_mb is None else upload_mb
 
     def request(self, i: int, pool: Pool) -> Request:
         rng = random.Random(f"{self.seed}:{i}")
-        route = rng.choice(ROUTES)
-        req = route(self, rng, pool)
+        table = generic_table()
+        # each route without a generator of its own gets about the share of one that has one
+        slot = rng.randrange(len(ROUTES) + len(table))
+        req = ROUTES[slot](self, rng, pool) if slot < len(ROUTES) else self.generic(rng, pool, table[slot - len(ROUTES)])
         if rng.random() < 0.08:  # another verb on the same path
             req.method = rng.choice(METHODS)
             req.note += " other verb"
@@ -403,13 +418,15 @@ class Fuzzer:
         mid = self.mid(rng, pool)
         if rng.random() < 0.35:
             return Request("GET", self.extra_args(rng, f"{API}/memories/{mid}"), route="memory")
-        action = rng.choice(ACTIONS + ("delete", ""))
+        from workbench.memory.store import REVIEW_ACTIONS  # the store's actions, also ones added later
+
+        action = rng.choice((*REVIEW_ACTIONS, "delete", ""))
         valid: dict[str, Any] = {"action": action}
         for key, make in (("title", lambda: text(rng, 20, blank_ok=False)), ("text", lambda: text(rng, 60, blank_ok=False)),
                           ("tags", lambda: [text(rng, 5, blank_ok=False)]), ("note", lambda: text(rng, 20)),
                           ("reason", lambda: text(rng, 10, blank_ok=False)),
                           ("with", lambda: rng.sample(pool.memories, min(2, len(pool.memories)))),
-                          ("actor", lambda: rng.choice(("api:fuzz", "person:x", "nobody", "dream:" + "x" * 300)))):
+                          ("by", lambda: self.mid(rng, pool)), ("allow_secret", lambda: rng.random() < 0.5)):
             if rng.random() < 0.25:
                 valid[key] = make()
         body, what = self.body(rng, valid)
@@ -438,6 +455,235 @@ class Fuzzer:
         return Request(rng.choice(METHODS), f"{API}/{path}", route="unknown path")
 
 
+    # -- every other route, from the live route table --------------------------------------------------
+
+    def generic(self, rng: random.Random, pool: Pool, route: "Route") -> Request:
+        """A request to a served route no generator above knows: its path filled with pool, hostile and random
+        ids, one of the verbs its handler answers (or another), a body guessed from its body model (or none
+        known) with the hostile variations of `body`, hostile query arguments."""
+        target = self.fill(rng, pool, route.path)
+        # the handler's query model: its keys, with plausible and hostile values
+        if route.args and rng.random() < (0.9 if route.raw_body or "path" in route.args else 0.6):
+            pairs = [f"{quote(k)}={self.arg_value(rng, k, a)}" for k, a in route.args.items() if rng.random() < 0.7]
+            if pairs:
+                target += "?" + "&".join(pairs)
+        target = self.extra_args(rng, target)
+        verbs = [v for v in route.verbs if v != "WEBSOCKET"] or ["GET"]
+        method = rng.choice(verbs) if rng.random() < 0.8 else rng.choice(METHODS)
+        headers: tuple[tuple[str, str], ...] = ()
+        if "WEBSOCKET" in route.verbs and rng.random() < 0.5:
+            headers = (("Upgrade", "websocket"), ("Connection", "Upgrade"), ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+                       ("Sec-WebSocket-Version", rng.choice(("13", "8", ""))))
+        body, what = b"", "no body"
+        if route.raw_body and method in ("POST", "PUT"):
+            body, what = self.raw_upload(rng)
+        elif method not in ("GET", "HEAD", "OPTIONS") or rng.random() < 0.05:
+            valid = sample_body(rng, route.body) if route.body is not None else {}
+            body, what = self.body(rng, valid, big=self.big and rng.random() < 0.3 and not route.raw_body)
+        return Request(method, target, body, headers=headers, route=f"{route.path.removeprefix(API)} (generic)", note=what)
+
+    def fill(self, rng: random.Random, pool: Pool, path: str) -> str:
+        """A documented path with each `{name}` (or regex group) filled, by what the path names."""
+        def one(m: Any) -> str:
+            before = path[:m.start()]
+            if before.endswith("/sessions/"):
+                return self.sid(rng, pool)
+            if before.endswith("/memories/"):
+                return self.mid(rng, pool)
+            if before.endswith("/dreams/") and pool.dreams and rng.random() < 0.7:
+                return rng.choice(pool.dreams)
+            r = rng.random()
+            if r < 0.4 and pool.others:
+                return rng.choice(pool.others)
+            if r < 0.55 and pool.sessions:
+                return rng.choice(pool.sessions)
+            return rng.choice(HOSTILE_IDS) if r < 0.8 else "%08x" % rng.getrandbits(48)
+        return re.sub(r"\{\w+\}|\((?:[^()]|\([^()]*\))*\)", one, path).removesuffix("$").replace("/?", "")
+
+    def arg_value(self, rng: random.Random, key: str, annotation: Any) -> str:
+        if key == "path" and rng.random() < 0.7:  # a few names, so that uploads overwrite instead of piling up
+            return quote(rng.choice(("a.txt", "data/b.csv", "x", "a b.txt", "中.txt")) if rng.random() < 0.6 else
+                         rng.choice(("dir/", ".hidden", "../x", "/etc/passwd", "a/../../b", "./a.txt", "a" * 300, "CON", "a\\b",
+                                     "a\x00b", "\ud800", "x/" * 100)), safe="", errors="surrogatepass")
+        value = sample_value(rng, annotation, key)
+        if rng.random() < 0.4:
+            return rng.choice(("", "%FF", "%ED%A0%80", "%00", "x" * 5000, "..%2F..%2Fetc%2Fpasswd", "%2F", "-1", "1e309",
+                               "NaN", "a%0Ab", "%E4%B8%AD"))
+        return quote(json.dumps(value) if not isinstance(value, str) else value, safe="")
+
+    def raw_upload(self, rng: random.Random) -> tuple[bytes, str]:
+        """A raw body for an upload: small (the fuzz must not fill the disk), now and then just over the limit."""
+        limit = self.upload_mb << 20
+        r = rng.random()
+        if self.big and r < 0.01 and limit <= 16 << 20:
+            return b"z" * (limit + 1), "upload just over the limit"
+        if self.big and r < 0.02 and limit <= 16 << 20:
+            return b"z" * limit, "upload at the limit"
+        return rng.choice((b"", b"hello\n", bytes(rng.getrandbits(8) for _ in range(rng.choice((1, 100, 4000)))),
+                           b"\xff\xfe\xed\xa0\x80", b"\x00" * 1000, dumps(rng, hostile_value(rng)),
+                           text(rng).encode("utf-8", "surrogatepass"), b"a" * 70_000)), "raw upload"
+
+
+@dataclass(frozen=True)
+class Route:
+    """A served route as the generic generator sees it: its documented path, verbs, body and query models."""
+
+    path: str
+    verbs: tuple[str, ...]
+    body: Any = None  # a pydantic model of its JSON body, when one is discoverable
+    args: dict[str, Any] = field(default_factory=dict)  # query argument -> annotation
+    raw_body: bool = False  # takes a raw body (an upload), not JSON
+
+
+def served_routes() -> list[tuple[str, type]]:
+    """Every (path, handler class) the server serves: `all_handlers` with the plugins loaded as the server loads them."""
+    from workbench.host import load_plugins
+    from workbench.server.app import all_handlers
+
+    return all_handlers(load_plugins())
+
+
+def upload_limit_mb() -> int:
+    from workbench.config import from_env
+    from workbench.hands.files import FilesSettings
+
+    return int(from_env(FilesSettings, prefix="WORKBENCH_FILES_").max_upload_mb)
+
+
+_TABLE: list[Route] | None = None
+
+
+def generic_table(routes: list[tuple[str, type]] | None = None) -> list[Route]:
+    """The routes the generic generator covers: every served route no specific generator makes requests for
+    (SPECIFIC), in the server's order. Built from the live route table, so a route added later is covered."""
+    global _TABLE
+    if routes is None and _TABLE is not None:
+        return _TABLE
+    from workbench.server.routes import verbs
+
+    table = [Route(path, tuple(verbs(cls)), body_model(cls), args_of(cls), raw_body=takes_raw_body(cls))
+             for path, cls in (served_routes() if routes is None else routes) if path.removeprefix(API) not in SPECIFIC]
+    if routes is None:
+        _TABLE = table
+    return table
+
+
+def _models_in(fn: Any, seen: set[Any]) -> list[Any]:
+    """Pydantic models a function's source names (its module's or workbench.server.bodies'), and those of the
+    `bodies.*_body` helpers it calls."""
+    import inspect
+    import sys
+
+    from pydantic import BaseModel
+
+    from workbench.server import bodies
+
+    if fn in seen:
+        return []
+    seen.add(fn)
+    try:
+        src = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return []
+    scopes = [vars(sys.modules[fn.__module__]), vars(bodies)]
+    found = []
+    for name in re.findall(r"\b(?:bodies\.)?([A-Z]\w*)\b", src):
+        for scope in scopes:
+            obj = scope.get(name)
+            if isinstance(obj, type) and issubclass(obj, BaseModel) and obj not in found and not name.endswith("Args"):
+                found.append(obj)
+                break
+    for name in re.findall(r"\bbodies\.(\w+_body)\(", src):
+        if name != "empty_body":
+            found += [m for m in _models_in(getattr(bodies, name, None), seen) if m not in found]
+    return found
+
+
+def body_model(cls: type) -> Any:
+    """The pydantic model of a handler's JSON body, when its verbs' source names one (else None: bodies are guessed)."""
+    seen: set[Any] = set()
+    for verb in ("post", "put", "patch", "delete"):
+        fn = next((c.__dict__[verb] for c in cls.__mro__ if verb in c.__dict__), None)
+        if fn is not None and getattr(fn, "__module__", "").startswith("workbench"):
+            models = _models_in(fn, seen)
+            if models:
+                return models[0]
+    return None
+
+
+def args_of(cls: type) -> dict[str, Any]:
+    """A handler's query arguments (its `args` model, docs/api.md) -> their annotations."""
+    from pydantic import BaseModel
+
+    models = [getattr(cls, "args", None), *_arg_models(cls)]  # a class attribute, or set per verb in its source
+    return {f.alias or k: f.annotation for m in models if isinstance(m, type) and issubclass(m, BaseModel)
+            for k, f in m.model_fields.items()}
+
+
+def _arg_models(cls: type) -> list[Any]:
+    import inspect
+
+    from workbench.server import bodies
+
+    try:
+        src = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return []
+    return [getattr(bodies, n) for n in re.findall(r"bodies\.(\w+Args)\b", src) if hasattr(getattr(bodies, n), "model_fields")]
+
+
+def takes_raw_body(cls: type) -> bool:
+    """Whether a handler reads its body raw (an upload streamed to a spool), not as JSON."""
+    return "data_received" in cls.__dict__
+
+
+def sample_value(rng: random.Random, annotation: Any, key: str = "", depth: int = 0) -> Any:
+    """A plausible value of a pydantic field's annotation (no backtick, see the module's docstring)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        patterns = [m.pattern for m in args[1:] if isinstance(getattr(m, "pattern", None), str)]
+        if patterns and rng.random() < 0.8:  # a value its pattern takes, when one of a few kinds does
+            fits = [c for c in (str(rng.choice((0, 1, 5, 100, 10**17))), text(rng, 8, blank_ok=False), "a", "x-1")
+                    if all(re.fullmatch(p, c) for p in patterns)]
+            if fits:
+                return fits[0]
+        return sample_value(rng, args[0], key, depth)
+    if origin is typing.Literal:
+        return rng.choice(args)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        options = [a for a in args if a is not type(None)]
+        return sample_value(rng, rng.choice(options), key, depth) if options and rng.random() < 0.9 else None
+    if origin in (list, tuple, set, frozenset) or annotation in (list, tuple):
+        item = args[0] if args else str
+        return [sample_value(rng, item, key, depth + 1) for _ in range(rng.choice((0, 1, 2)))] if depth < 3 else []
+    if origin is dict or annotation is dict:
+        return {text(rng, 5, blank_ok=False): hostile_value(rng, 2) for _ in range(rng.choice((0, 1, 2)))} if depth < 3 else {}
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return sample_body(rng, annotation, depth + 1) if depth < 3 else {}
+    if annotation is bool:
+        return rng.random() < 0.5
+    if annotation is int:
+        return rng.choice((0, 1, 2, 3, 10, 100))
+    if annotation is float:
+        return rng.choice((0.0, 0.5, 1.0, 30.0))
+    if annotation is str:
+        return text(rng, rng.choice((1, 8, 30)), blank_ok=False)
+    return hostile_value(rng, 2)
+
+
+def sample_body(rng: random.Random, model: Any, depth: int = 0) -> dict[str, Any]:
+    """A valid-looking body of a pydantic model: its required fields and some optional ones."""
+    out = {}
+    for name, f in model.model_fields.items():
+        if f.is_required() or rng.random() < 0.5:
+            out[f.alias or name] = sample_value(rng, f.annotation, name, depth)
+    return out
+
+
 def dumps(rng: random.Random, value: Any) -> bytes:
     """JSON as a client might send it: ASCII-escaped or raw UTF-8, compact or not."""
     return json.dumps(value, ensure_ascii=rng.random() < 0.5, separators=rng.choice(((",", ":"), (", ", ": ")))).encode("utf-8", "surrogatepass")
@@ -450,6 +696,14 @@ ROUTES = (
     Fuzzer.hands, Fuzzer.query, Fuzzer.status, Fuzzer.memories, Fuzzer.memory, Fuzzer.memory, Fuzzer.dreams,
     Fuzzer.dream, Fuzzer.unknown,
 )
+
+# the documented paths (docs/api.md) the generators above make requests for; every other served route
+# is the generic generator's (generic_table), and tests/test_fuzz_routes.py checks the two cover them all
+SPECIFIC = frozenset({
+    "/sessions", "/sessions/{id}", "/sessions/{id}/messages", "/sessions/{id}/events", "/sessions/{id}/stream",
+    "/sessions/{id}/interrupt", "/sessions/{id}/resume", "/sessions/{id}/hands", "/sessions/{id}/hands/restart",
+    "/query", "/status", "/memories", "/memories/{id}", "/dreams", "/dreams/{id}",
+})
 
 
 # -- running ---------------------------------------------------------------------------------------------
@@ -467,22 +721,50 @@ class Tally:
     messages_accepted: int = 0  # 202 to messages, 202 to POST /dreams (its user message)
     interrupts_true: int = 0
     dropped: int = 0  # requests with no response because the server was killed (fault injection only)
+    by_route: Counter = field(default_factory=Counter)  # (route, status) -> requests
+    messages: Counter = field(default_factory=Counter)  # session id -> user messages promised (a dream's: 1)
+    # 2xx answers to writes of routes note_success does not understand (generic ones: a future delete, fork,
+    # eval run...): what they may have changed is not counted; the checks leave out only the sessions they name
+    opaque: list[str] = field(default_factory=list)
+    touched: set = field(default_factory=set)  # session ids in the paths of those writes (maybe changed or removed)
+    announced: set = field(default_factory=set)  # ids their answers named (maybe sessions they made)
 
     def add(self, other: "Tally") -> None:
         for f in ("requests", "sessions_created", "messages_accepted", "interrupts_true", "dropped"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
-        self.statuses.update(other.statuses)
-        self.routes.update(other.routes)
+        for f in ("statuses", "routes", "by_route", "messages"):
+            getattr(self, f).update(getattr(other, f))
         self.failures += other.failures
+        self.opaque += other.opaque
+        self.touched |= other.touched
+        self.announced |= other.announced
+
+    def table(self) -> str:
+        """Requests and statuses per route, one line each (what a run prints)."""
+        lines = []
+        for route, n in sorted(self.routes.items(), key=lambda kv: -kv[1]):
+            st = sorted(((s, c) for (r, s), c in self.by_route.items() if r == route), key=lambda sc: str(sc[0]))
+            lines.append(f"  {n:6d}  {route:45s} " + " ".join(f"{s}:{c}" for s, c in st))
+        return "\n".join(lines)
+
+
+# generic routes' writes whose 2xx note_success understands: they neither make nor remove sessions or user messages
+UNDERSTOOD = frozenset({("POST", "/sessions/{id}/hands/close"), ("POST", "/sessions/{id}/files"),
+                        ("POST", "/evals/{id}/interrupt")})
 
 
 def note_success(req: Request, resp: Response, pool: Pool, tally: Tally) -> None:
     """Grow the id pool and count the writes a successful response promises (by what was sent, not meant)."""
-    if resp.status >= 300 or req.method == "HEAD" or not resp.body:
+    if resp.status >= 300 or req.method in ("HEAD", "GET", "OPTIONS"):
         return
     try:
-        data = resp.json()
+        data = resp.json() if resp.body else None
     except ValueError:
+        data = None
+    if req.route.endswith("(generic)"):
+        note_generic(req, resp, data, pool, tally)
+        return
+    if not isinstance(data, dict):
         return
     path = req.target.split("?")[0].removeprefix(API).rstrip("/")
     parts = path.split("/")[1:]
@@ -493,24 +775,61 @@ def note_success(req: Request, resp: Response, pool: Pool, tally: Tally) -> None
         pool.dreams.append(data["dream_id"])
         tally.sessions_created += 1
         tally.messages_accepted += 1  # its instructions are its first user message
+        tally.messages[data["dream_id"]] += 1
     elif req.method == "POST" and parts[:1] == ["sessions"] and parts[2:] == ["messages"] and resp.status == 202:
         tally.messages_accepted += 1
+        tally.messages[unquote(parts[1])] += 1
     elif req.method == "POST" and parts[:1] == ["sessions"] and parts[2:] == ["interrupt"] and data.get("interrupted") is True:
         tally.interrupts_true += 1
     elif req.method == "PATCH" and parts[:1] == ["memories"] and data.get("id") and data["id"] not in pool.memories:
         pool.memories.append(data["id"])
+    elif req.method in ("PATCH", "DELETE", "PUT") and parts[:1] == ["sessions"] and len(parts) == 2:
+        # another verb on a session's path: a rename, an archive or a delete (docs/api.md) that this
+        # generator does not model; what it may have changed is noted as a generic route's write is
+        note_generic(req, resp, data, pool, tally)
+
+
+def note_generic(req: Request, resp: Response, data: Any, pool: Pool, tally: Tally) -> None:
+    """A 2xx to a write of a generic route: understood ones change nothing counted; any other is opaque (its
+    path's session ids may be changed or gone, the ids its answer names may be new sessions) and its ids join
+    the pool, so that later requests act on what it made."""
+    route = req.route.removesuffix(" (generic)")
+    if (req.method, route) in UNDERSTOOD:
+        return
+    tally.opaque.append(f"{resp.status} to {req.method} {req.target[:200]}")
+    tally.touched |= {unquote(p) for p in req.target.split("?")[0].split("/")} & {*pool.sessions, *pool.dreams}
+    found = set(ids_in(data))
+    tally.announced |= found
+    pool.others += sorted(i for i in found if i not in pool.others)
+
+
+def ids_in(data: Any, depth: int = 0) -> list[str]:
+    """The string values of id-like keys (id, run, session, *_id) in a JSON answer."""
+    out: list[str] = []
+    if depth > 4:
+        return out
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if isinstance(v, str) and (k in ("id", "run", "session") or k.endswith("_id")):
+                out.append(v)
+            else:
+                out += ids_in(v, depth + 1)
+    elif isinstance(data, list):
+        for v in data[:1000]:
+            out += ids_in(v, depth + 1)
+    return out
 
 
 async def run(host: str, port: int, token: str, *, seed: int | str, start: int, count: int, pool: Pool,
               workers: int = 4, big: bool = True, stop: asyncio.Event | None = None, dying: bool = False,
-              stopping: asyncio.Event | None = None, timeout: float = 60.0) -> Tally:
+              stopping: asyncio.Event | None = None, timeout: float = 60.0, upload_mb: int | None = None) -> Tally:
     """Send requests start..start+count-1 with `workers` connections; `stop` ends the run early.
 
     `dying`: the server may be killed at any moment, so a request without a response is counted
     as dropped instead of a failure (and the run ends at the first refused connection).
     `stopping`: once set, the server is shutting down and a JSON 503 is a right answer.
     """
-    fuzzer, tally, next_i = Fuzzer(seed, big=big), Tally(), iter(range(start, start + count))
+    fuzzer, tally, next_i = Fuzzer(seed, big=big, upload_mb=upload_mb), Tally(), iter(range(start, start + count))
 
     async def worker() -> None:
         client = RawClient(host, port, token, timeout=timeout)
@@ -528,10 +847,12 @@ async def run(host: str, port: int, token: str, *, seed: int | str, start: int, 
                 tally.routes[req.route] += 1
                 if resp is None and dying:
                     tally.dropped += 1
+                    tally.by_route[req.route, "dropped"] += 1
                     if refused:  # the server is gone: nothing more to send
                         return
                     continue
                 tally.statuses[resp.status if resp is not None else "none"] += 1
+                tally.by_route[req.route, resp.status if resp is not None else "none"] += 1
                 problem = judge(req, resp, error, stopping=stopping is not None and stopping.is_set())
                 if problem:
                     tally.failures.append(f"seed={seed!r} request #{i}: {problem}\n    {req.show()}")
@@ -573,38 +894,59 @@ def check_log(session_id: str, events: list[dict[str, Any]], running: bool = Fal
     if open_turn and not running:
         problems.append(f"{where}: a turn is unfinished and nothing runs it")
     if not running:
-        uses = [b["id"] for e in events if e["type"] == "assistant_turn"
-                for b in e["payload"]["message"].get("content", []) if b.get("type") == "tool_use"]
-        results = Counter(e["payload"].get("tool_use_id") for e in events if e["type"] == "tool_result")
-        started = Counter(e["payload"].get("tool_use_id") for e in events if e["type"] == "tool_started")
-        for u in uses:
-            if results[u] != 1:
-                problems.append(f"{where}: tool call {u} answered {results[u]} times")
-            if started[u] > 1:
-                problems.append(f"{where}: tool call {u} started {started[u]} times")
-        for r in set(results) - set(uses):
-            problems.append(f"{where}: a tool_result for {r}, which no assistant turn called")
+        # turn by turn: a scripted model's ids come from its request, and a dream's chunk turns send only
+        # their own messages, so two identical turns may reuse ids; within a turn each call is answered once
+        turns: list[list[dict[str, Any]]] = [[]]
+        for e in events:
+            if e["type"] == "user_message":
+                turns.append([])
+            turns[-1].append(e)
+        for turn in turns:
+            uses = [b["id"] for e in turn if e["type"] == "assistant_turn"
+                    for b in e["payload"]["message"].get("content", []) if b.get("type") == "tool_use"]
+            results = Counter(e["payload"].get("tool_use_id") for e in turn if e["type"] == "tool_result")
+            started = Counter(e["payload"].get("tool_use_id") for e in turn if e["type"] == "tool_started")
+            for u in uses:
+                if results[u] != 1:
+                    problems.append(f"{where}: tool call {u} answered {results[u]} times")
+                if started[u] > 1:
+                    problems.append(f"{where}: tool call {u} started {started[u]} times")
+            for r in set(results) - set(uses):
+                problems.append(f"{where}: a tool_result for {r}, which no assistant turn of its turn called")
     return problems
 
 
-def check_db(path: Any, cut: bool = False) -> tuple[list[str], dict[str, Any]]:
+def check_db(path: Any, cut: bool = False, gone: Any = ()) -> tuple[list[str], dict[str, Any]]:
     """check_log over every session of a DuckDB log file nobody holds; (problems, counts).
 
+    Nothing is half there: every event and summary row belongs to a session of the sessions table, and a
+    session in `gone` (one a route removed: the caller knows which) has no row left in any of them.
     `cut`: the last server was killed, so turns may be open (the next server resumes them)."""
     from workbench.log import DuckDBLog
 
     log = DuckDBLog(path, read_only=True)
     try:
         problems, counts = [], Counter()
+        known = {s["id"] for s in log.sessions()}
+        for table in ("events", "session_summary"):
+            rows = log.cursor().execute(f"SELECT DISTINCT session_id FROM {table}").fetchall()
+            orphans = sorted({r[0] for r in rows} - known)
+            if orphans:
+                problems.append(f"{table} has rows of {len(orphans)} session(s) not in the sessions table: {orphans[:5]}")
+        for sid in sorted(set(gone) & known):
+            problems.append(f"session {sid} was removed, yet the sessions table still has it")
         for s in log.sessions():
             events = [e.to_json() for e in log.events(s["id"])]
             problems += check_log(s["id"], events, running=cut)
             counts["sessions"] += 1
             counts["events"] += len(events)
+            # a fork's log starts with a copy of its origin's (interrupts included): those are counted apart, so
+            # that the interrupts counted are the ones that happened
+            forked = bool(events) and isinstance(events[0]["payload"].get("forked_from"), dict)
             for e in events:
                 counts[e["type"]] += 1
                 if e["type"] == "interrupted":
-                    counts["interrupted by " + str(e["payload"].get("by"))] += 1
+                    counts[("interrupted in a fork by " if forked else "interrupted by ") + str(e["payload"].get("by"))] += 1
             counts["state " + s["state"]] += 1
         return problems, dict(counts)
     finally:
@@ -658,5 +1000,16 @@ def wait_idle(client: Any, timeout: float = 120.0) -> None:
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"after {timeout:.0f} s, turns still running in {running[:5]}, "
-                                 f"and unfinished with nothing running in {unfinished[:5]}")
+                                 f"and unfinished with nothing running in {unfinished[:5]}\n"
+                                 + "\n".join(describe(client, sid) for sid in (running + unfinished)[:3]))
         time.sleep(0.2)
+
+
+def describe(client: Any, session_id: str, last: int = 25) -> str:
+    """A session's kind and its last events (type and a short payload): what a failed check needs to be read."""
+    s = client.session(session_id)
+    lines = [f"session {session_id}: kind {s.get('kind')}, state {s.get('state')}, running {s.get('running')}"]
+    for e in client.events(session_id)[-last:]:
+        payload = json.dumps(e["payload"], ensure_ascii=True)
+        lines.append(f"  #{e['seq']} {e['type']} {payload[:160]}")
+    return "\n".join(lines)

@@ -21,7 +21,7 @@ class WB:
 
     async def call(self, method: str, *path: str, body: Any = None, params: dict | None = None, expect: int | None = None) -> tuple[int, Any]:
         kw: dict[str, Any] = {"method": method, "params": params}
-        if method == "POST":
+        if method in ("POST", "PATCH", "PUT"):
             kw["body"] = body if isinstance(body, (str, bytes)) else json.dumps(body if body is not None else {})
         try:
             r = await self.fetch(*API, *path, **kw)
@@ -45,16 +45,18 @@ class WB:
         return await self.ws_fetch(*API, "sessions", sid, "stream", params={"after": str(after)})
 
 
-async def read_until(ws: Any, stop: Any, deltas: list | None = None) -> list[dict[str, Any]]:
-    """Events from a stream until one for which stop(event) is true (deltas go to `deltas`)."""
+async def read_until(ws: Any, stop: Any, deltas: list | None = None, output: list | None = None) -> list[dict[str, Any]]:
+    """Events from a stream until one for which stop(event) is true (deltas go to `deltas`, live output to `output`)."""
     events = []
     while True:
         raw = await ws.read_message()
         assert raw is not None, "the stream closed early"
         msg = json.loads(raw)
-        if msg["kind"] == "delta":
-            if deltas is not None:
+        if msg["kind"] in ("delta", "output"):
+            if msg["kind"] == "delta" and deltas is not None:
                 deltas.append(msg)
+            if msg["kind"] == "output" and output is not None:
+                output.append(msg)
             continue
         events.append(msg["event"])
         if stop(msg["event"]):

@@ -3,11 +3,9 @@ through Playwright; no browser download). Screenshots go to test-artifacts/ui/."
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from wbui import ARTIFACTS, CHROMIUM, JupyterProcess, dream, lab_api
+from wbui import CHROMIUM, JupyterProcess, dream, lab_api, shot
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs the Debian package chromium (scripts/test.sh installs it)")
 
@@ -23,12 +21,6 @@ new MutationObserver(() => {
 }).observe(document, {childList: true, subtree: true, characterData: true});
 """
 
-
-def shot(page, name: str) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path))
-    return path
 
 
 def dream_a_proposal(lab: JupyterProcess, preference: str) -> str:
@@ -66,12 +58,11 @@ def test_sidebar_session_chat_hands_memories(page, lab: JupyterProcess):
     panel.locator(".jp-wb-composer").wait_for()
     widen_sidebar(page, 170)
     # JupyterLab's news toast is switched off in the test user's settings; dismiss it if it shows anyway.
-    news = page.get_by_role("button", name="No")
+    news = page.get_by_role("button", name="No", exact=True)
     if news.count():
         news.first.click()
 
-    # The Memories tab: nothing proposed yet. Its button opens the full review panel (Panel, in a
-    # console of its own); that kernel starts while the chat below goes on.
+    # The Memories tab: nothing proposed yet. Its button opens the full review panel in the main area.
     panel.get_by_role("tab", name="Memories").click()
     memories = panel.locator(".jp-wb-memories")
     memories.locator(".jp-wb-empty").filter(has_text="No proposals waiting").wait_for()
@@ -92,8 +83,8 @@ def test_sidebar_session_chat_hands_memories(page, lab: JupyterProcess):
     panel.locator(".jp-wb-assistant").filter(has_text="Here is what it printed").wait_for()
     assert "I'll run that in my kernel." in page.evaluate("window.__wbStreamed")
     page.locator(".jp-wb-hands-label[data-generation='1']").wait_for()
-    # The turn is over: the composer takes a new message again.
-    page.wait_for_function("!document.querySelector('#jp-workbench .jp-wb-composer button').disabled")
+    # The turn is over: the composer's Stop is Send again.
+    page.wait_for_function("document.querySelector('#jp-workbench .jp-wb-send').textContent === 'Send'")
     shot(page, "1-chat")
 
     panel.get_by_role("button", name="Restart hands").click()
@@ -118,11 +109,11 @@ def test_sidebar_session_chat_hands_memories(page, lab: JupyterProcess):
     card.get_by_role("button", name="Accept").click()
     card.wait_for(state="detached")
     assert lab_api(lab, "GET", f"memories/{memory_id}")["status"] == "accepted"
-    # The full review panel, opened at the start, has rendered in its console.
-    review = page.locator(".jp-CodeConsole")
-    review.get_by_text("Dream timeline").wait_for(timeout=60_000)
+    # The full review panel, opened at the start, shows the accepted memory (live: no reload).
+    review = page.locator("#jp-workbench-review")
+    review.locator("select.jp-wb-review-status").select_option("accepted")
+    review.locator(f'.jp-wb-review-card[data-memory-id="{memory_id}"]').wait_for(timeout=30_000)
     panel.get_by_role("tab", name="Chat").click()
-    review.get_by_text("Dream timeline").scroll_into_view_if_needed()
     shot(page, "5-review-panel")
 
     # The same sidebar in the dark theme (screenshot only: the styles use theme variables).
@@ -132,3 +123,71 @@ def test_sidebar_session_chat_hands_memories(page, lab: JupyterProcess):
     shot(page, "6-dark")
 
     assert page.blocked == [], f"the page tried to reach beyond loopback: {page.blocked[:5]}"
+
+
+# Records when each `tick i t` line first shows in a running call's live output (Date.now, in seconds).
+WATCH_LIVE = """
+window.__wbTicks = {};
+new MutationObserver(() => {
+  for (const pre of document.querySelectorAll('.jp-wb-live')) {
+    for (const m of pre.textContent.matchAll(/tick (\\d+) (\\d+\\.\\d+)/g)) {
+      if (!(m[1] in window.__wbTicks)) {
+        window.__wbTicks[m[1]] = [Date.now() / 1000, parseFloat(m[2])];
+      }
+    }
+  }
+}).observe(document, {childList: true, subtree: true, characterData: true});
+"""
+
+LOOP = "```python\nimport time\nprint('<img src=x onerror=\"window.__pwned = 1\">', flush=True)\nfor i in range(30):\n    print(f'tick {i} {time.time():.3f}', flush=True)\n    time.sleep(1)\n```"
+
+
+def open_sidebar(page, lab: JupyterProcess):
+    page.goto(f"{lab.url}/lab?token={lab.token}")
+    tab = page.locator('.jp-SideBar.jp-mod-left [data-id="jp-workbench"]')
+    tab.wait_for(timeout=30_000)
+    panel = page.locator("#jp-workbench")
+    page.locator("#jupyterlab-splash").wait_for(state="detached", timeout=30_000)
+    if not panel.locator(".jp-wb-composer").is_visible():  # a reload restores the sidebar as it was
+        tab.click()
+    panel.locator(".jp-wb-composer").wait_for()
+    return panel
+
+
+def test_a_30_second_loop_streams_into_its_tool_card_and_survives_a_reload(page, lab: JupyterProcess):
+    page.add_init_script(WATCH_LIVE)
+    panel = open_sidebar(page, lab)
+    panel.get_by_role("button", name="+ New session").click()
+    panel.locator(".jp-wb-session.jp-mod-selected").wait_for()
+    panel.locator(".jp-wb-input").fill(LOOP)
+    panel.get_by_role("button", name="Send").click()
+
+    page.wait_for_function("['0', '1', '2'].every(i => i in window.__wbTicks)", timeout=60_000)
+    ticks = page.evaluate("window.__wbTicks")
+    lags = {i: shown - printed for i, (shown, printed) in ticks.items()}
+    assert max(lags.values()) < 5.0, f"lines showed in the sidebar this long after their print: {lags}"
+    card = panel.locator(".jp-wb-tool.jp-mod-running").first
+    assert card.locator(".jp-wb-live-status").get_attribute("data-hands") == "busy"
+    assert "hands busy" in card.locator(".jp-wb-live-status").inner_text()
+    page.locator(".jp-wb-hands-label[data-state='busy']").wait_for()
+    shot(page, "7-live-output")
+    assert "<img src=x" in card.locator(".jp-wb-live").inner_text(), "printed markup shows as text"
+    assert page.evaluate("window.__pwned === undefined"), "printed markup never runs"
+
+    # A reload mid-call: the new page's websocket gets the output so far, then the rest as it comes.
+    sid = panel.locator(".jp-wb-session.jp-mod-selected").get_attribute("data-session-id")
+    page.reload()
+    panel = open_sidebar(page, lab)
+    session = panel.locator(f'.jp-wb-session[data-session-id="{sid}"]')
+    if "jp-mod-selected" not in (session.get_attribute("class") or ""):
+        session.click()
+    card = panel.locator(".jp-wb-tool.jp-mod-running").first
+    card.locator(".jp-wb-live").filter(has_text="tick 0 ").wait_for(timeout=30_000)
+    before = page.evaluate("Object.keys(window.__wbTicks).length")
+    page.wait_for_function(f"Object.keys(window.__wbTicks).length > {before}", timeout=30_000)
+    text = card.locator(".jp-wb-live").inner_text()
+    shown = [int(line.split()[1]) for line in text.splitlines() if line.startswith("tick ")]
+    assert shown == list(range(len(shown))) and len(shown) > before, "the output so far, then more, nothing twice"
+    panel.get_by_role("button", name="Interrupt").click()
+    panel.locator(".jp-wb-note").filter(has_text="turn ended: interrupted").wait_for(timeout=30_000)
+    assert page.blocked == []

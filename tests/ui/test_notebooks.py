@@ -41,7 +41,7 @@ def test_demo_notebooks_pass_nbval(server: JupyterProcess, tmp_path):
     env.pop("WORKBENCH_DB", None)  # only the server opens the database
     cmd = [
         sys.executable, "-m", "pytest", "--nbval", str(NOTEBOOKS), "--nbval-sanitize-with", str(NOTEBOOKS / "sanitize.cfg"),
-        "--nbval-current-env", "--nbval-cell-timeout=120", "-p", "nbval_display", "-p", "no:cacheprovider", "-q", "-x",
+        "--nbval-current-env", "--nbval-cell-timeout=300", "-p", "nbval_display", "-p", "no:cacheprovider", "-q", "-x",
     ]
-    run = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, f"nbval failed:\n{run.stdout[-6000:]}\n{run.stderr[-2000:]}\n--- server log ---\n{server.log_tail()}"

@@ -21,8 +21,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from hostile import MESSAGE, PREFERENCE, RAISED, SHOWN, TITLE, assert_control_runs, ran, record_and_dream
-from wbui import ARTIFACTS, CHROMIUM, JupyterProcess, dream, free_port, lab_api
+from hostile import MESSAGE, PREFERENCE, PRINTED, RAISED, SHOWN, TITLE, assert_control_runs, ran, record_and_dream
+from wbui import CHROMIUM, JupyterProcess, dream, free_port, lab_api
+from wbui import shot as wbui_shot
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs the Debian package chromium (scripts/test.sh installs it)")
 
@@ -112,6 +113,21 @@ def test_every_html_the_python_views_make_is_escaped(hostile_copy):
                 button.click()
                 widget_html += _widget_html(view.widget)
         panel_html.append(app.timeline.object)
+        # a contradiction and a supersede chain between hostile memories: shown side by side, as text
+        prefer = store.create(title=f"Prefer {TITLE}", text=PREFERENCE, actor="dream:x", provenance=[])
+        store.review(prefer, "accept", "person:ann")
+        never = store.create(title=f"Never {TITLE}", text=f"Never {RAISED}", actor="dream:x", provenance=[])
+        older = store.create(title=f"Old {RAISED}", text=PRINTED, actor="dream:x", provenance=[])
+        newer = store.create(title=f"New {PRINTED}", text=RAISED, actor="dream:x", provenance=[])
+        for mid in (older, newer):
+            store.review(mid, "accept", "person:ann")
+        store.review(older, "supersede", "person:ann", by=newer)
+        app.refresh()
+        for mid in (prefer, never, older, newer):
+            app.memories.value = mid
+            panel_html.append(app.detail.object)
+        assert any("wb-conflicts" in h for h in panel_html)
+        assert any("wb-chain" in h for h in panel_html)
 
         chat = ChatView(dreamed["session_id"], prompt=MESSAGE)
         for e in log.events(dreamed["session_id"]):
@@ -215,9 +231,8 @@ def lab_hostile(lab: JupyterProcess) -> dict[str, Any]:
 
 
 def shot(page: Any, name: str) -> None:
-    """A screenshot of the page as the test left it, in test-artifacts/ui/."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    """A screenshot of the whole page as the test left it, in test-artifacts/ui/."""
+    wbui_shot(page, name, full_page=True)
 
 
 # Panel 1.9, inline in a notebook, points the stylesheets of panes it updates at its CDN
@@ -298,5 +313,33 @@ def test_sidebar_runs_no_planted_script(lab: JupyterProcess, lab_hostile, page, 
         assert card.locator(".jp-wb-memory-title").inner_text() == lab_api(lab, "GET", f"memories/{p['id']}")["title"]
     panel.locator(".jp-wb-memory-text").filter(has_text=RAISED).first.wait_for()
     assert ran(page) is None, f"a planted script ran in the sidebar: {ran(page)}"
+    assert_control_runs(page)
+    assert page.blocked == [], page.blocked
+
+
+def test_main_area_review_panel_runs_no_planted_script(lab: JupyterProcess, lab_hostile, page, request):
+    """The memory review in the main area (review.ts): titles, texts, quotes and history as text."""
+    request.addfinalizer(lambda: shot(page, "xss-review-panel"))
+    page.goto(f"{lab.url}/lab?reset&token={lab.token}")
+    page.locator('.jp-SideBar.jp-mod-left [data-id="jp-workbench"]').wait_for(timeout=60_000)  # the plugin is active
+    page.locator("#jupyterlab-splash").wait_for(state="detached", timeout=60_000)
+    page.evaluate("() => window.jupyterapp.commands.execute('workbench:open-review')")
+    review = page.locator("#jp-main-dock-panel #jp-workbench-review")
+    review.wait_for(timeout=30_000)
+    review.locator("select.jp-wb-review-status").select_option("all")
+    for p in lab_hostile["proposals"]:
+        memory = lab_api(lab, "GET", f"memories/{p['id']}")
+        card = review.locator(f'.jp-wb-review-card[data-memory-id="{p["id"]}"]')
+        card.wait_for(timeout=30_000)
+        assert card.locator("h3").inner_text() == memory["title"]
+        assert card.locator(".jp-wb-review-text").first.inner_text() == memory["text"]
+        card.locator("summary").click()
+        quotes = [c["quote"] for c in memory["provenance"] if c.get("quote")]
+        shown = card.locator(".jp-wb-review-provenance blockquote").all_inner_texts()
+        assert [q.strip() for q in shown] == [q.strip() for q in quotes], (shown, quotes)
+        card.get_by_role("button", name="History").click()
+        card.locator(".jp-wb-review-history li").first.wait_for()
+    review.locator(".jp-wb-review-text").filter(has_text=RAISED).first.wait_for()
+    assert ran(page) is None, f"a planted script ran in the review panel: {ran(page)}"
     assert_control_runs(page)
     assert page.blocked == [], page.blocked

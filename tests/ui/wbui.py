@@ -13,11 +13,25 @@ import httpx
 from workbench.testing.jupyter import JupyterProcess as _Jupyter
 from workbench.testing.jupyter import free_port
 
-__all__ = ["ARTIFACTS", "CHROMIUM", "REPO", "JupyterProcess", "dream", "free_port", "lab_api"]
+__all__ = ["ARTIFACTS", "CHROMIUM", "REPO", "JupyterProcess", "artifact", "dream", "free_port", "lab_api", "shot"]
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "ui"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def artifact(name: str) -> Path:
+    """Where a UI test writes `name` (a screenshot, an axe report): test-artifacts/ui/, made on first use,
+    so any test may be the first (or the only) one to run."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS / name
+
+
+def shot(page: Any, name: str, full_page: bool = False) -> Path:
+    """A screenshot of the page as the test left it, in test-artifacts/ui/NAME.png."""
+    path = artifact(f"{name}.png")
+    page.screenshot(path=str(path), full_page=full_page)
+    return path
 
 # JupyterLab settings for the test user: no news toast, no update check, a notebook's kernel
 # started without asking, and every cell of a notebook rendered (not only those in view), so a

@@ -21,13 +21,49 @@ EXIT_OK, EXIT_STOPPED, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 NOTED = ("hands_died", "hands_timeout", "model_retry", "model_error", "hands_refused", "turn_failed")
 
 
+SILENCE_NOTE = 10.0  # seconds without live output before the CLI says a call is still running
+
+
 class Printer:
-    """Shows a turn as it happens: text deltas live, tool calls and results as committed."""
+    """Shows a turn as it happens: text deltas and a running call's output live, tool calls and results as committed."""
 
     def __init__(self, session_id: str, *, out: TextIO | None = None, side: TextIO | None = None, thinking: bool = False):
         self.session_id, self.thinking = session_id, thinking
         self.out, self.side = out or sys.stdout, side or sys.stderr
         self._at_line_start = True
+        self._side_line_start = True  # in a call's live output
+        self._shown: dict[str, float] = {}  # calls whose output was shown live: their elapsed seconds
+        self._said: dict[str, float] = {}  # per call: its elapsed seconds when its output (or a note) was last printed
+
+    def output(self, session_id: str, m: dict[str, Any]) -> None:
+        """A running call's live output (brain/live.py): its lines as `│ ...`, what was skipped, a note in long silences."""
+        if session_id != self.session_id:
+            return
+        text, elapsed = m.get("text") or "", float(m.get("elapsed_s") or 0)
+        parts = []
+        if m.get("skipped"):
+            parts.append(("" if self._side_line_start else "\n") + f"│ [… {m['skipped']:,} characters not shown live …]\n")
+            self._side_line_start = True
+        if text:
+            lines = text.split("\n")
+            body = "\n│ ".join(lines)
+            parts.append(("│ " if self._side_line_start else "") + (body[:-2] if text.endswith("\n") else body))
+            self._side_line_start = text.endswith("\n")
+        elif m.get("state") == "running" and elapsed - self._said.get(m["tool_use_id"], 0.0) >= SILENCE_NOTE:
+            nl = "" if self._side_line_start else "\n"
+            parts.append(f"{nl}│ [running: {m.get('elapsed_s', 0):.0f} s, hands {m.get('hands')}]\n")
+            self._side_line_start = True
+        if parts:
+            if m["tool_use_id"] not in self._shown:
+                parts.insert(0, "├─ output (live) ─\n")
+            self._said[m["tool_use_id"]] = elapsed
+            self._shown[m["tool_use_id"]] = float(m.get("elapsed_s") or 0)
+            self._write(self.side, "".join(parts))
+        if m.get("state") == "done" and m["tool_use_id"] in self._shown:
+            self._shown[m["tool_use_id"]] = float(m.get("elapsed_s") or 0)
+            if not self._side_line_start:
+                self._write(self.side, "\n")
+                self._side_line_start = True
 
     def _write(self, stream: TextIO, text: str) -> None:
         stream.write(text)
@@ -56,9 +92,16 @@ class Printer:
         elif ev.type == "tool_started":
             self._write(self.side, f"\n┌─ {p['name']} {tool_input(p['name'], p['input'])[:200]}\n")
         elif ev.type == "tool_result":
-            lines = result_text(p).splitlines()[:40]
             mark = "✗" if p.get("is_error") else "└"
-            self._write(self.side, "".join(f"│ {line}\n" for line in lines) + f"{mark}──────────────\n\n")
+            elapsed = self._shown.pop(p.get("tool_use_id"), None)
+            if elapsed is None:
+                lines = result_text(p).splitlines()[:40]
+                self._write(self.side, "".join(f"│ {line}\n" for line in lines) + f"{mark}──────────────\n\n")
+            else:  # its output was shown as it came: only what ends it
+                obs = p.get("observation") or {}
+                tail = result_text(p).splitlines()[-10:] if p.get("is_error") else []
+                notes = [str(n) for n in obs.get("truncated") or []] if isinstance(obs, dict) else []
+                self._write(self.side, "".join(f"│ {line}\n" for line in tail + notes) + f"{mark}── {elapsed:.1f} s ──────\n\n")
         elif ev.type in NOTED:
             self._write(self.side, f"[{ev.type}] {one_line(str(p), 300)}\n")
 
@@ -96,6 +139,7 @@ class Console:
         """Print a session's turn as it happens; returns a function that stops printing."""
         printer = Printer(session_id, thinking=thinking, side=side)
         unlisten = host.brain.listen(printer.delta)
+        unlisten_output = host.brain.listen_output(printer.output)
 
         def on_event(ev: Any) -> None:
             if extra is not None:
@@ -106,6 +150,7 @@ class Console:
 
         def stop() -> None:
             unlisten()
+            unlisten_output()
             unsubscribe()
 
         return stop

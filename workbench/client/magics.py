@@ -1,6 +1,6 @@
 """`%load_ext workbench`, then `%%agent` / `%agent` send text to a session of the server's brain.
 
-    %%agent [--session ID] [--new] [--model NAME] [--title TITLE]
+    %%agent [--session ID] [--new] [--model NAME] [--title TITLE] [--with df,sales.csv]
     text for the agent, any number of lines
 
     %agent [options] text on one line
@@ -9,6 +9,9 @@
 One default session per notebook (kernel): created on first use, kept until
 `--new` or `--session`. The cell runs until the turn ends and shows it live;
 interrupting the cell (the stop button) interrupts the turn in the server.
+`--with a,b` copies variables of this kernel (by type: client/data.py) and files
+into the session's workspace first, each recorded as a `file_attached` event,
+and tells the agent in a note before the text.
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from ..errors import WorkbenchError
 
 OPTIONS = MappingProxyType({
-    "--session": True, "--model": True, "--title": True, "--url": True, "--token": True,
+    "--session": True, "--with": True, "--model": True, "--title": True, "--url": True, "--token": True,
     "--new": False, "--background": False, "--interrupt": False,
 })
 USAGE = (
-    "usage: %%agent [--session ID] [--new] [--model NAME] [--title TITLE] [--background] "
+    "usage: %%agent [--session ID] [--new] [--model NAME] [--title TITLE] [--with VAR,FILE,...] [--background] "
     "[--url URL --token TOKEN], then the text; %agent --interrupt stops the running turn"
 )
 
@@ -96,20 +99,37 @@ class AgentMagics(Magics):
                 print("agent: interrupted the running turn" if done else "agent: no turn was running")
                 return
             if opts.get("new") or self.session_id is None:
-                if not (text or "").strip():
+                if not (text or "").strip() and not opts.get("with"):
                     if opts.get("new"):
                         self.session_id = client.create_session(title=opts.get("title"), model=opts.get("model"))["id"]
                         print(f"agent: new session {self.session_id}")
                         return
                     raise WorkbenchError(f"nothing to send ({USAGE})")
-                title = opts.get("title") or text.strip().splitlines()[0][:60]
+                title = opts.get("title")
+                if not title and opts.get("with"):  # the message will start with the attached files' note
+                    title = ((text or "").strip().splitlines() or ["Attached data"])[0][:60]
                 self.session_id = client.create_session(title=title, model=opts.get("model"))["id"]
+            if opts.get("with"):
+                text = self._attach(client, opts["with"], text or "")
             if not (text or "").strip():
                 print(f"agent: this notebook now talks to session {self.session_id}")
                 return
             run_turn(client, self.session_id, text, background=bool(opts.get("background")))
         except WorkbenchError as e:
             print(f"agent: {e}")
+
+    def _attach(self, client: Any, names: str, text: str) -> str:
+        """Copy the named variables and files into the session's workspace; the text with a note for the agent
+        before it (or "" when there is no text: the files are attached, no turn is started)."""
+        from .data import note
+
+        wanted = [n.strip() for n in names.split(",") if n.strip()]
+        if not wanted:
+            raise WorkbenchError(f"--with needs names of variables or files, comma-separated ({USAGE})")
+        records = client.attach(self.session_id, *wanted, namespace=self.shell.user_ns if self.shell else {})
+        for r in records:
+            print(f"agent: attached {r['name']} as {r['path']} ({r['bytes']:,} bytes, {r['kind']})")
+        return note(records) + text if text.strip() else ""
 
 
 def run_turn(client: Any, session_id: str, text: str, background: bool = False) -> Any:
@@ -157,6 +177,29 @@ def run_turn(client: Any, session_id: str, text: str, background: bool = False) 
     return view
 
 
+AGENT_LINE = re.compile(r"^([ \t]*)%agent(?:[ \t]+(.*))?$")
+
+
+def agent_lines(lines: list[str]) -> list[str]:
+    """A cleanup transform: each `%agent ...` line becomes its magic call with the text verbatim.
+
+    IPython reads a line ending in `?` as a help request (`%agent what did you just do?` would show the
+    help of `do`); the text of a line magic is the user's words, so it reaches %agent before that runs.
+    A cell magic's body (`%%agent`, `%%bash`, ...) is left as it is.
+    """
+    if lines and lines[0].lstrip().startswith("%%"):
+        return lines
+    out = []
+    for line in lines:
+        end = "\n" if line.endswith("\n") else ""
+        m = AGENT_LINE.match(line[: len(line) - len(end)])
+        out.append(f"{m.group(1)}get_ipython().run_line_magic('agent', {(m.group(2) or '').rstrip()!r}){end}" if m else line)
+    return out
+
+
 def load_ipython_extension(ipython: Any) -> None:
-    """Register the magics (called by `%load_ext workbench`)."""
+    """Register the magics and the transform that keeps a `?` in `%agent`'s text (called by `%load_ext workbench`)."""
     ipython.register_magics(AgentMagics)
+    manager = getattr(ipython, "input_transformer_manager", None)
+    if manager is not None and agent_lines not in manager.cleanup_transforms:
+        manager.cleanup_transforms.append(agent_lines)

@@ -14,6 +14,7 @@ import html
 from types import MappingProxyType
 from typing import Any
 
+LIVE_CHARS = 20_000  # the latest characters of a running call's live output a view shows
 IMAGE_TYPES = MappingProxyType({"image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif", "image/webp": "webp"})
 PRE = "white-space: pre-wrap; font-family: var(--jp-code-font-family, monospace); font-size: 12px; margin: 0"
 
@@ -23,8 +24,17 @@ def _pre(text: str, color: str | None = None) -> str:
     return f'<pre style="{style}">{html.escape(text)}</pre>'
 
 
-def _text_html(text: str) -> str:
-    return f'<div style="white-space: pre-wrap">{html.escape(text)}</div>'
+def _text_html(text: str, lead: str = "") -> str:
+    """Text as written, its lines kept (a widget's HTML has a line height of a whole control: reset it)."""
+    return f'<div style="white-space: pre-wrap; line-height: 1.4">{lead}{html.escape(text)}</div>'
+
+
+def _image(w: Any, data: bytes, fmt: str) -> Any:
+    """An image at its natural size, at most the cell's width: a VBox stretches its children to its
+    width (a plot drawn larger than it was made, and blurred) unless a child aligns to the start."""
+    return w.Image(value=data, format=fmt,
+                   layout=w.Layout(width="auto", height="auto", max_width="100%", align_self="flex-start",
+                                   object_fit="contain"))
 
 
 class ChatView:
@@ -43,19 +53,45 @@ class ChatView:
         self._stream_block: Any = None
         self._stream_text = ""
         self._calls: dict[str, Any] = {}
+        self._live: dict[str, dict[str, Any]] = {}  # tool_use_id -> {"text", "pre", "line"}: its output as it runs
         self.lines: list[str] = []  # the plain-text transcript
         self.hands_line = ""
         if prompt:
-            self._add(w.HTML(f"<b>you:</b> {html.escape(prompt)}"))
+            # as typed: its lines (a code fence, a list) kept, not run together by HTML
+            self._add(w.HTML(_text_html(prompt, lead="<b>you:</b> ")))
 
     # -- feeding -------------------------------------------------------------------
 
     def feed(self, msg: dict[str, Any]) -> None:
-        """One stream message: {"kind": "delta", "event": ...} or {"kind": "event", "event": ...}."""
+        """One stream message: {"kind": "delta"|"event", "event": ...} or {"kind": "output", ...} (docs/api.md)."""
         if msg.get("kind") == "delta":
             self.delta(msg["event"])
         elif msg.get("kind") == "event":
             self.event(msg["event"])
+        elif msg.get("kind") == "output":
+            self.output(msg)
+
+    def output(self, m: dict[str, Any]) -> None:
+        """A running call's live output: its latest lines in the call's box, with the elapsed time and the hands' state.
+        Not in the transcript: the committed result replaces it."""
+        out = self._calls.get(m.get("tool_use_id", ""))
+        if out is None:
+            return
+        w = self.w
+        live = self._live.get(m["tool_use_id"])
+        if live is None:
+            live = self._live[m["tool_use_id"]] = {"text": "", "pre": w.HTML(""), "line": w.HTML("")}
+            out.children = (live["line"], live["pre"])
+        text = live["text"] if not m.get("snapshot") else ""
+        if m.get("skipped"):
+            text += f"[… {m['skipped']:,} characters not shown live …]\n"
+        text = (text + str(m.get("text") or ""))[-LIVE_CHARS:]
+        if text != live["text"]:
+            live["text"] = text
+            live["pre"].value = _pre(text)
+        state = "running" if m.get("state") == "running" else "finishing"
+        live["line"].value = (f'<span style="color: gray">{state} · {float(m.get("elapsed_s") or 0):.0f} s · '
+                              f'hands {html.escape(str(m.get("hands")))}</span>')
 
     def delta(self, ev: dict[str, Any]) -> None:
         w = self.w
@@ -151,8 +187,9 @@ class ChatView:
             elif b.get("type") == "image":
                 src = b.get("source", {})
                 fmt = IMAGE_TYPES.get(src.get("media_type", ""), "png")
-                parts.append(w.Image(value=base64.b64decode(src.get("data", "")), format=fmt))
+                parts.append(_image(w, base64.b64decode(src.get("data", "")), fmt))
         out = self._calls.get(p.get("tool_use_id", ""))
+        self._live.pop(p.get("tool_use_id", ""), None)
         if out is not None:
             out.children = tuple(parts)
         else:

@@ -55,6 +55,10 @@ class Workbench(ExtensionApp):
         {}, config=True, help="HandsSettings overrides, e.g. {'pool_size': 0}; fields as in docs/settings.md (host hands settings)."
     )
 
+    files = Dict(
+        {}, config=True, help="FilesSettings overrides, e.g. {'max_upload_mb': 64}; fields as in docs/settings.md (Files)."
+    )
+
     runtime: Any = None  # None when the session log could not be opened
     host: Any = None
 
@@ -66,6 +70,7 @@ class Workbench(ExtensionApp):
         from ..config import from_env, settings_from
         from ..errors import LogError
         from ..hands.factory import HandsSettings
+        from ..hands.files import FilesSettings
         from ..host import Host, HostSettings, load_plugins
         from .runtime import Runtime
 
@@ -74,6 +79,7 @@ class Workbench(ExtensionApp):
                            reap_on_start=self.reap_on_start)
         brain = settings_from(BrainSettings, self.brain, where="Workbench.brain")
         hands = settings_from(HandsSettings, self.hands, prefix="WORKBENCH_HANDS_", where="Workbench.hands")
+        files = settings_from(FilesSettings, self.files, prefix="WORKBENCH_FILES_", where="Workbench.files")
         self.plugins = load_plugins(settings)
         try:
             self.host = Host.build(settings=settings, brain_settings=brain, hands=hands, plugins=self.plugins)
@@ -83,7 +89,7 @@ class Workbench(ExtensionApp):
             self.settings["workbench_error"] = str(e)
             self.log.error("workbench: the API is unavailable: %s", e)
             return
-        self.runtime = Runtime(self.host, logger=self.log)
+        self.runtime = Runtime(self.host, logger=self.log, files=files)
         self.settings["workbench_runtime"] = self.runtime
         self.log.info("workbench: session log %s", getattr(self.host.log, "path", "(in memory)"))
 

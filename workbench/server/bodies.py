@@ -30,6 +30,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, create_model
 
+from ..brain.models.base import EFFORTS, THINKING
 from ..errors import ConfigError, WorkbenchError
 
 log = logging.getLogger("workbench.server")
@@ -41,6 +42,7 @@ MAX_MESSAGE_BODY_BYTES = 4 << 20  # POST /sessions/{id}/messages
 MAX_DEPTH = 32  # nesting of objects and arrays in a body (the body itself is level 1)
 MAX_ID_CHARS = 1000  # a path id (the log's longest session id)
 MAX_TITLE_CHARS = 1000
+SESSION_ID = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$"  # an id a client may choose: safe in a URL path as it is
 MAX_MODEL_CHARS = 200
 MAX_SYSTEM_CHARS = 100_000
 MAX_TEXT_CHARS = 1_000_000  # a user message
@@ -60,9 +62,10 @@ MAX_INT = 2**53 - 1  # the largest integer every JSON reader reads exactly
 MAX_SECONDS = 1e9
 MAX_DIGITS = 18  # `after` and `limit`: below 2**63
 MAX_EVENTS_PAGE = 100_000  # `limit` of GET .../events
+MAX_SESSIONS_PAGE = 1000  # `limit` of GET /sessions (the log's MAX_PAGE)
+MAX_SEARCH_CHARS = 200  # `q` of GET /search (the log's manage.MAX_SEARCH_CHARS)
+MAX_SEARCH_PAGE = 100  # `limit` of GET /search (the log's manage.MAX_SEARCH_PAGE)
 
-THINKING = ("adaptive", "disabled")
-EFFORTS = ("low", "medium", "high", "xhigh", "max")
 # Jupyter's own query arguments: auth for websockets (browsers cannot send headers) and XSRF
 JUPYTER_ARGS = frozenset({"token", "_xsrf"})
 
@@ -117,6 +120,9 @@ def _digits(text: str) -> int:
 
 # plain ASCII digits: no sign, space, underscore or other script's digits ("+1", " 1", "1_0", "١")
 Digits = Annotated[str, StringConstraints(strict=True, pattern=r"^[0-9]+$", max_length=MAX_DIGITS), AfterValidator(_digits)]
+
+
+Flag = Literal["true", "false"]  # a yes/no query argument
 
 
 def _scalar(value: Any) -> Any:
@@ -280,6 +286,7 @@ def path_id(value: str, unknown: type[WorkbenchError], what: str) -> str:
 class SessionBody(Body):
     """`POST /sessions`."""
 
+    id: Annotated[str, StringConstraints(strict=True, pattern=SESSION_ID)] | None = None
     title: Text(MAX_TITLE_CHARS) | None = None
     model: Text(MAX_MODEL_CHARS) | None = None
     system: Text(MAX_SYSTEM_CHARS) | None = None
@@ -315,10 +322,84 @@ class EventsArgs(Body):
     limit: Annotated[Digits, AfterValidator(lambda n: _within(n, 1, MAX_EVENTS_PAGE))] | None = None
 
 
+class SessionsArgs(Body):
+    """`GET /sessions?kind=&state=&q=&updated_after=&updated_before=&order=&limit=&cursor=`: the log checks the values."""
+
+    kind: Text(MAX_ID_CHARS) | None = None
+    state: Text(20) | None = None
+    q: Text(MAX_ID_CHARS) | None = None
+    updated_after: Text(64) | None = None
+    updated_before: Text(64) | None = None
+    order: Text(20) | None = None
+    limit: Annotated[Digits, AfterValidator(lambda n: _within(n, 1, MAX_SESSIONS_PAGE))] | None = None
+    cursor: Text(8192) | None = None
+    archived: Flag | None = None
+
+
+def flag(value: str | None) -> bool | None:
+    """A Flag query argument as a bool (None when absent)."""
+    return None if value is None else value == "true"
+
+
+class SessionPatchBody(Body):
+    """`PATCH /sessions/{id}`: a new title, archived or not; at least one."""
+
+    title: Text(MAX_TITLE_CHARS, blank=False) | None = None
+    archived: Annotated[bool, Field(strict=True)] | None = None
+
+
+class ForkBody(Body):
+    """`POST /sessions/{id}/fork`."""
+
+    seq: Int(1) | None = None
+    id: Annotated[str, StringConstraints(strict=True, pattern=SESSION_ID)] | None = None
+    title: Text(MAX_TITLE_CHARS, blank=False) | None = None
+
+
+class SearchArgs(Body):
+    """`GET /search?q=&limit=&cursor=&kind=&archived=`."""
+
+    q: Text(MAX_SEARCH_CHARS, blank=False)
+    limit: Annotated[Digits, AfterValidator(lambda n: _within(n, 1, MAX_SEARCH_PAGE))] | None = None
+    cursor: Annotated[str, StringConstraints(strict=True, pattern=r"^[0-9]{1,9}$")] | None = None
+    kind: Text(MAX_ID_CHARS) | None = None
+    archived: Flag | None = None
+
+
+def patch_body(body: Any) -> tuple[str | None, bool | None]:
+    """(title, archived) of a `PATCH /sessions/{id}` body; at least one is given."""
+    b = parse(SessionPatchBody, body)
+    if b.title is None and b.archived is None:
+        raise ConfigError('give "title" or "archived" (or both)')
+    return b.title, b.archived
+
+
+def fork_body(body: Any) -> ForkBody:
+    """A `POST /sessions/{id}/fork` body."""
+    return parse(ForkBody, body)
+
+
 class StreamArgs(Body):
     """`websocket /sessions/{id}/stream?after=`."""
 
     after: Digits | None = None
+
+
+FILE_KINDS = ("file", "dataframe", "array", "pickle", "json", "text", "cell", "selection")
+
+
+class UploadArgs(Body):
+    """`POST /sessions/{id}/files?path=&name=&kind=`: the path is checked by hands/files.py."""
+
+    path: Text(MAX_PATH_CHARS, blank=False)
+    name: Text(MAX_NAME_CHARS) | None = None
+    kind: Literal[FILE_KINDS] | None = None
+
+
+class FileArgs(Body):
+    """`GET /sessions/{id}/files/content?path=`."""
+
+    path: Text(MAX_PATH_CHARS, blank=False)
 
 
 def _within(n: int, lo: int, hi: int) -> int:
@@ -335,6 +416,8 @@ class _CoreConfig(Body):
     max_tokens: Int(1) = 1
     thinking: Literal[THINKING] = "adaptive"
     effort: Literal[EFFORTS] | None = None
+    context: Literal["compact", "clear", "off"] = "compact"
+    context_trigger: Int(1000) = 1000
 
 
 class _Egress(Body):
@@ -407,6 +490,8 @@ CONFIG_CHECKS: Mapping[str, Callable[[Any], None]] = MappingProxyType({
     "max_tokens": _core_check("max_tokens"),
     "thinking": _core_check("thinking"),
     "effort": _core_check("effort"),
+    "context": _core_check("context"),
+    "context_trigger": _core_check("context_trigger"),
     "hands": _check_hands,
     "egress": _check_egress,
 })
@@ -439,6 +524,8 @@ def session_body(body: Any, host: Any) -> dict[str, Any]:
     """Arguments for Brain.create_session from a `POST /sessions` body, checked against this host."""
     b = parse(SessionBody, body)
     out: dict[str, Any] = {"title": b.title, "model": b.model, "system": b.system}
+    if b.id is not None:
+        out["session_id"] = b.id
     if b.config is not None:
         checks = config_checks(host)
         unknown = sorted(set(b.config) - set(checks))

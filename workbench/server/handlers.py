@@ -109,7 +109,21 @@ class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
     async def prepare(self) -> None:  # type: ignore[override]
         self._chunks: list[bytes] | None = []
         self._size = 0
-        await super().prepare()
+        try:
+            await super().prepare()
+        except web.HTTPError as e:
+            # Jupyter refused the request before its body was read (e.g. XSRF, with a token in the URL):
+            # answered now, tornado would close the connection mid-upload, and a client still sending
+            # gets a reset instead of the answer. Read the body, keep none of it, then refuse.
+            if not _has_body(self.request):
+                raise
+            self._chunks, self.max_body = None, 0
+            refusal = e  # `e` is unbound when the except block ends
+
+            async def refuse(*args: Any, **kwargs: Any) -> None:
+                raise refusal
+
+            setattr(self, (self.request.method or "").lower(), refuse)  # what tornado calls once the body is in
 
     def data_received(self, chunk: bytes) -> None:
         self._size += len(chunk)
@@ -138,6 +152,10 @@ class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
         tornado_error(self, status_code, kwargs)
 
 
+def _has_body(request: Any) -> bool:
+    return request.headers.get("Content-Length", "0") not in ("", "0") or "Transfer-Encoding" in request.headers
+
+
 class NotFoundHandler(WorkbenchHandler):
     """Any other path under the API: a JSON 404 (served last, after every route)."""
 
@@ -149,10 +167,16 @@ class NotFoundHandler(WorkbenchHandler):
 
 
 class SessionsHandler(WorkbenchHandler):
+    args = bodies.SessionsArgs
+
     @web.authenticated
     @api
     async def get(self) -> None:
-        self.reply({"sessions": await self.runtime.sessions()})
+        q = self.query
+        filters = {"kind": q.kind, "state": q.state, "text": q.q, "updated_after": q.updated_after,
+                   "updated_before": q.updated_before, "order": q.order or "created", "cursor": q.cursor,
+                   "archived": bodies.flag(q.archived)}
+        self.reply(await self.runtime.sessions_page(q.limit, **{k: v for k, v in filters.items() if v is not None}))
 
     @web.authenticated
     @api
@@ -162,13 +186,6 @@ class SessionsHandler(WorkbenchHandler):
         # off the loop: checking a model name may import and set up the Anthropic SDK (seconds)
         kw = await asyncio.to_thread(bodies.session_body, body, runtime.host)
         self.reply(await runtime.create_session(**kw), 201)
-
-
-class SessionHandler(WorkbenchHandler):
-    @web.authenticated
-    @api
-    async def get(self, id: str) -> None:
-        self.reply(await self.runtime.session(id))
 
 
 class MessagesHandler(WorkbenchHandler):
@@ -192,6 +209,19 @@ class EventsHandler(WorkbenchHandler):
         events = await self.runtime.events(id, after, limit=limit)  # 404 for an unknown session
         last = events[-1].seq if events else (after or 0)
         self.reply({"events": [e.to_json() for e in events], "last_seq": last})
+
+
+class NotebookHandler(WorkbenchHandler):
+    """The session's code and outputs as a notebook (workbench/export.py); 404 for an unknown session."""
+
+    @web.authenticated
+    @api
+    async def get(self, id: str) -> None:
+        from ..export import session_notebook
+
+        session = await self.runtime.session(id)
+        events = await self.runtime.events(id)
+        self.reply(await asyncio.to_thread(session_notebook, session, events))
 
 
 class InterruptHandler(WorkbenchHandler):
@@ -225,6 +255,14 @@ class HandsRestartHandler(WorkbenchHandler):
         self.reply(await self.runtime.restart_hands(id))
 
 
+class HandsCloseHandler(WorkbenchHandler):
+    @web.authenticated
+    @api
+    async def post(self, id: str) -> None:
+        bodies.empty_body(self.body())
+        self.reply(await self.runtime.close_hands(id))
+
+
 class QueryHandler(WorkbenchHandler):
     @web.authenticated
     @api
@@ -242,13 +280,14 @@ class StatusHandler(WorkbenchHandler):
 
 
 class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
-    """Every committed event after `after`, then each as it is committed, plus live deltas.
+    """Every committed event after `after`, then each as it is committed, plus live deltas and live output.
 
     Everything is checked before the upgrade (auth, `after`, the upgrade headers, the
     origin, the session), and a refusal is JSON like every other route's. No gap and
     no duplicate between the stored backlog and the live feed: the watcher is
     registered first and buffers; then the backlog is read and sent; then the buffer
-    is drained, skipping seqs already sent.
+    is drained, skipping seqs already sent; then each running call's output so far
+    (a snapshot), and later output of that call only after it.
     """
 
     def set_default_headers(self) -> None:
@@ -304,6 +343,7 @@ class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
         super().open()  # the ping loop of WebSocketMixin
         runtime = runtime_of(self)
         self.session_id, self._last, self._live = id, self.after, False
+        self._output_upto: dict[str, int] = {}
         self._buffer: list[tuple[str, Any]] = []
         self._unwatch = runtime.watch(id, self._on_live)
         try:
@@ -316,9 +356,13 @@ class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
             raise
         for e in backlog:
             self._send("event", e)
+        snapshots = runtime.live_output(id)
+        self._output_upto = {m["tool_use_id"]: m["n"] for m in snapshots}
         buffered, self._buffer = self._buffer, []
         for kind, obj in buffered:
             self._send(kind, obj)
+        for m in snapshots:
+            self._send("output", m, snapshot=True)
         self._live = True
 
     def _on_live(self, kind: str, obj: Any) -> None:
@@ -330,12 +374,16 @@ class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
         else:
             self._buffer.append((kind, obj))
 
-    def _send(self, kind: str, obj: Any) -> None:
+    def _send(self, kind: str, obj: Any, snapshot: bool = False) -> None:
         if kind == "event":
             if obj.seq <= self._last:
                 return
             self._last = obj.seq
             msg = {"kind": "event", "event": obj.to_json()}
+        elif kind == "output":
+            if not snapshot and obj["n"] <= self._output_upto.get(obj["tool_use_id"], 0):
+                return  # in the snapshot this socket was sent already
+            msg = {"kind": "output", "session_id": self.session_id, **obj}
         else:
             msg = {"kind": "delta", "session_id": self.session_id, "event": obj}
         try:
@@ -361,3 +409,95 @@ class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
 
     def on_close(self) -> None:
         self._stop()
+
+
+class FilesHandler(WorkbenchHandler):
+    """GET: the session's workspace listing. POST: a file (the raw body) into it, streamed to a spool file
+    as it arrives: at most `max_upload_mb` is kept, the rest of a bigger body is read and dropped (413,
+    nothing written); a body is checked whole before anything is written into the workspace."""
+
+    async def prepare(self) -> None:  # type: ignore[override]
+        await super().prepare()
+        self._spool: Any = None
+        if self.request.method == "POST" and self._chunks is not None:  # None: refused already (see above)
+            self.args = bodies.UploadArgs
+            if not self.current_user:  # refused (403) by @web.authenticated: keep none of its body, spool nothing
+                self.max_body = 0
+                return
+            import tempfile
+
+            self.max_body = self.runtime_limit()
+            self._spool = tempfile.SpooledTemporaryFile(max_size=1 << 20)
+
+    def runtime_limit(self) -> int:
+        runtime = self.settings.get("workbench_runtime")
+        mb = runtime.files_settings.max_upload_mb if runtime is not None else 0
+        return int(mb) << 20
+
+    def data_received(self, chunk: bytes) -> None:
+        if self._spool is None:
+            return super().data_received(chunk)
+        self._size += len(chunk)
+        if self._chunks is not None:
+            if self._size > self.max_body:
+                self._chunks = None  # over the limit: drop what was spooled, read the rest and drop it too
+                self._spool.close()
+            else:
+                self._spool.write(chunk)
+
+    def on_finish(self) -> None:
+        if getattr(self, "_spool", None) is not None:
+            self._spool.close()
+
+    @web.authenticated
+    @api
+    async def get(self, id: str) -> None:
+        self.reply(await self.runtime.list_files(id))
+
+    @web.authenticated
+    @api
+    async def post(self, id: str) -> None:
+        if self._chunks is None:
+            raise BodyTooLarge(f"the file is {self._size:,} bytes; an upload may be at most {self.max_body:,} "
+                               "(the setting max_upload_mb, docs/settings.md); nothing was written")
+        q = self.query
+        written = await self.runtime.put_file(id, q.path, self._spool, name=q.name or "", kind=q.kind or "file")
+        self.reply(written, 201)
+
+
+class FileContentHandler(WorkbenchHandler):
+    """A file of the session's workspace, as bytes (always a download: never rendered by the browser)."""
+
+    args = bodies.FileArgs
+
+    @web.authenticated
+    @api
+    async def get(self, id: str) -> None:
+        from urllib.parse import quote
+
+        from ..hands import files as wsfiles
+
+        runtime = self.runtime
+        root = await runtime.file_root(id, self.query.path)
+        limit = runtime.files_settings.max_download_mb << 20
+        path = wsfiles.check_path(self.query.path)
+        opened = wsfiles.open_file(root, path, limit)
+        fh, size = await asyncio.to_thread(opened.__enter__)
+        try:
+            self.set_header("Content-Type", "application/octet-stream")
+            self.set_header("X-Workbench-Bytes", str(size))  # no Content-Length: a file may shrink while it is sent
+            self.set_header("Content-Disposition", f"attachment; filename*=UTF-8''{quote(path.rsplit('/', 1)[-1])}")
+            self.set_header("X-Content-Type-Options", "nosniff")
+            self.set_header("Content-Security-Policy", "sandbox; default-src 'none'")
+            sent = 0
+            while sent < size:
+                chunk = await asyncio.to_thread(fh.read, min(1 << 20, size - sent))
+                if not chunk:
+                    break  # the file shrank meanwhile: the client sees a short body
+                self.write(chunk)
+                sent += len(chunk)
+                await self.flush()
+            # an API handler's finish says JSON unless told: an empty file has sent no header yet
+            self.finish(set_content_type="application/octet-stream")
+        finally:
+            await asyncio.to_thread(opened.__exit__, None, None, None)

@@ -10,20 +10,28 @@ from __future__ import annotations
 
 import re
 
-from . import handlers as h
+from . import handlers as h, manage as m
 
 API = "/workbench/api"
 
 ROUTES: tuple[tuple[str, type], ...] = (
     (f"{API}/sessions", h.SessionsHandler),
-    (f"{API}/sessions/{{id}}", h.SessionHandler),
+    (f"{API}/sessions/{{id}}", m.SessionHandler),
+    (f"{API}/sessions/{{id}}/fork", m.ForkHandler),
+    (f"{API}/sessions/{{id}}/usage", m.UsageHandler),
+    (f"{API}/search", m.SearchHandler),
+    (f"{API}/models", m.ModelsHandler),
     (f"{API}/sessions/{{id}}/messages", h.MessagesHandler),
     (f"{API}/sessions/{{id}}/events", h.EventsHandler),
+    (f"{API}/sessions/{{id}}/notebook", h.NotebookHandler),
     (f"{API}/sessions/{{id}}/stream", h.StreamHandler),
     (f"{API}/sessions/{{id}}/interrupt", h.InterruptHandler),
     (f"{API}/sessions/{{id}}/resume", h.ResumeHandler),
     (f"{API}/sessions/{{id}}/hands", h.HandsHandler),
     (f"{API}/sessions/{{id}}/hands/restart", h.HandsRestartHandler),
+    (f"{API}/sessions/{{id}}/hands/close", h.HandsCloseHandler),
+    (f"{API}/sessions/{{id}}/files", h.FilesHandler),
+    (f"{API}/sessions/{{id}}/files/content", h.FileContentHandler),
     (f"{API}/query", h.QueryHandler),
     (f"{API}/status", h.StatusHandler),
 )

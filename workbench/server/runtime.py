@@ -14,17 +14,22 @@ import contextlib
 import logging
 import os
 import signal
+import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from ..brain import turn_state
-from ..errors import ServerStopping, WorkbenchError
+from ..config import from_env
+from ..errors import ConfigError, ServerStopping, TurnBusy, WorkbenchError
+from ..hands import files as wsfiles
+from ..hands.files import FilesSettings
 from ..host import Host
 from ..log import Event
+from ..usage import session_usage
 
 # A watcher hears ("event", Event) for each committed event of its session,
-# ("delta", stream_event) for each live model stream event, and ("closed", None)
+# ("delta", stream_event) for each live model stream event, ("output", message)
+# for the live output of a running tool call (brain/live.py), and ("closed", None)
 # once when the server stops; on the event loop.
 Watcher = Callable[[str, Any], None]
 
@@ -34,8 +39,9 @@ STOPPING = "the workbench server is shutting down; try again when it is back"
 class Runtime:
     """One per server: the host, and every session's watchers."""
 
-    def __init__(self, host: Host, *, logger: logging.Logger | None = None):
+    def __init__(self, host: Host, *, logger: logging.Logger | None = None, files: FilesSettings | None = None):
         self.host = host
+        self.files_settings = files or from_env(FilesSettings, prefix="WORKBENCH_FILES_")
         self.log = host.log
         self.brain = host.brain
         self.logger = logger or logging.getLogger("workbench.server")
@@ -45,8 +51,9 @@ class Runtime:
         self.stopping = False
         self._serving = 0  # requests being served now
         self._idle: asyncio.Event | None = None
-        self._unsubscribe = self.log.subscribe(self._on_commit)
+        self._unsubscribe = self.log.subscribe_commits(self._on_commit)
         self._unlisten = self.brain.listen(self._on_delta)
+        self._unlisten_output = self.brain.listen_output(self._on_output)
 
     # -- live feed -------------------------------------------------------------
 
@@ -75,16 +82,30 @@ class Runtime:
             if not self._serving and self._idle is not None:
                 self._idle.set()
 
-    def _on_commit(self, event: Event) -> None:
-        # Called on the log's writer thread after the commit: hop to the loop.
+    def _on_commit(self, events: list[Event]) -> None:
+        # Called on the log's writer thread after a commit, with all its events: one hop to the loop per
+        # commit (a group commit may hold many events), and none when nobody watches these sessions.
         # call_soon_threadsafe keeps commit order, so watchers see seqs in order.
         loop = self._loop
-        if loop is not None and not loop.is_closed() and self._watchers.get(event.session_id):
+        watched = [e for e in events if self._watchers.get(e.session_id)]
+        if watched and loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed in between
-                loop.call_soon_threadsafe(self._dispatch, event.session_id, "event", event)
+                loop.call_soon_threadsafe(self._dispatch_events, watched)
+
+    def _dispatch_events(self, events: list[Event]) -> None:
+        for e in events:
+            self._dispatch(e.session_id, "event", e)
 
     def _on_delta(self, session_id: str, ev: dict[str, Any]) -> None:
         self._dispatch(session_id, "delta", ev)
+
+    def _on_output(self, session_id: str, message: dict[str, Any]) -> None:
+        if self._watchers.get(session_id):
+            self._dispatch(session_id, "output", message)
+
+    def live_output(self, session_id: str) -> list[dict[str, Any]]:
+        """The output so far of the session's running calls (one snapshot message each; not stored)."""
+        return self.brain.live.snapshots(session_id)
 
     def _dispatch(self, session_id: str, kind: str, obj: Any) -> None:
         for fn in list(self._watchers.get(session_id, ())):
@@ -112,11 +133,26 @@ class Runtime:
     async def session(self, session_id: str) -> dict[str, Any]:
         """The session with `running`; raises UnknownSession."""
         s = await asyncio.to_thread(self.log.session, session_id)
-        return {**s, "running": self.brain.running(session_id)}
+        return {**s, "running": self.host.running(session_id)}
 
     async def sessions(self) -> list[dict[str, Any]]:
         rows = await asyncio.to_thread(self.log.sessions)
-        return [{**s, "running": self.brain.running(s["id"])} for s in rows]
+        return [{**s, "running": self.host.running(s["id"])} for s in rows]
+
+    async def sessions_page(self, limit: int | None, **filters: Any) -> dict[str, Any]:
+        """{"sessions": [...], "next": cursor or None}: a page (or, without limit, every match) of the summary;
+        ConfigError (400) for a filter the log refuses."""
+        def read() -> dict[str, Any]:
+            try:
+                if limit is None:
+                    return {"sessions": self.log.sessions(**filters), "next": None}
+                return self.log.sessions_page(limit=limit, **filters)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+
+        page = await asyncio.to_thread(read)
+        page["sessions"] = [{**s, "running": self.host.running(s["id"])} for s in page["sessions"]]
+        return page
 
     async def events(self, session_id: str, after: int | None = None, limit: int | None = None) -> list[Event]:
         """A page of a session's events; UnknownSession."""
@@ -136,14 +172,87 @@ class Runtime:
         """One read-only SQL statement over the log: a QueryResult (columns, rows, truncated)."""
         return await asyncio.to_thread(self.log.query, sql, params)
 
+    # -- managing sessions (docs/api.md, "Managing sessions") -------------------
+
+    async def change_session(self, session_id: str, title: str | None, archived: bool | None) -> dict[str, Any]:
+        """Rename and/or archive a session (each an event); its row after."""
+        if title is not None:
+            await asyncio.to_thread(self.log.rename_session, session_id, title)
+        if archived is not None:
+            await asyncio.to_thread(self.log.archive_session, session_id, archived)
+        return await self.session(session_id)
+
+    async def delete_session(self, session_id: str) -> dict[str, Any]:
+        """Remove a session's events and rows and stop its hands; TurnBusy (409) while a turn runs."""
+        await self.session(session_id)  # 404 first
+        if self.host.running(session_id):
+            raise TurnBusy(f"a turn is running in session {session_id}; interrupt it before deleting the session")
+        # its hands first: stopping them records hands_stopped, which must not land after the delete
+        await self.brain.close_session(session_id)
+        # in the writer's transaction again: a turn that started since is seen there (its user_message is committed)
+        n = await asyncio.to_thread(self.log.delete_session, session_id, busy=self.host.running)
+        await self.brain.close_session(session_id)  # whatever a request made of it meanwhile
+        return {"deleted": session_id, "events": n}
+
+    async def fork_session(self, session_id: str, seq: int | None, new_id: str | None, title: str | None) -> dict[str, Any]:
+        """A new session starting with a copy of this one's log up to seq (cut back to a turn boundary)."""
+        new_id = new_id or uuid.uuid4().hex[:12]
+
+        def fork() -> dict[str, Any]:
+            try:
+                self.log.fork_session(session_id, seq, new_id=new_id, title=title)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+            return self.log.session(new_id)
+
+        return {**await asyncio.to_thread(fork), "running": False}
+
+    async def search(self, text: str, **kw: Any) -> dict[str, Any]:
+        """Sessions whose title or messages hold text: {"hits", "next"}; ConfigError for a bad argument."""
+        def read() -> dict[str, Any]:
+            try:
+                return self.log.search(text, **kw)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+
+        page = await asyncio.to_thread(read)
+        page["hits"] = [{**h, "running": self.host.running(h["id"])} for h in page["hits"]]
+        return page
+
+    async def usage(self, session_id: str) -> dict[str, Any]:
+        """Tokens and estimated cost per turn and in total, from the session's assistant turns."""
+        def read() -> dict[str, Any]:
+            row = self.log.session(session_id)
+            events = self.log.events(session_id, types=["session_created", "user_message", "assistant_turn"])
+            return {"session_id": session_id, **session_usage(events, self.host.prices, row["model"])}
+
+        return await asyncio.to_thread(read)
+
     # -- turns -----------------------------------------------------------------
 
     async def send(self, session_id: str, text: str) -> int:
-        """Start a turn with the user's text; returns the seq of its committed user_message."""
-        return (await self.brain.start_turn(session_id, text)).seq
+        """Start a turn with the user's text; returns the seq of its committed user_message.
+
+        A session without a title is named after its first message (`session_renamed`, auto), committed
+        with the message itself: a refused message names nothing."""
+        self._not_driven(session_id)
+        return (await self.brain.start_turn(session_id, text, name_untitled=True)).seq
+
+    def _not_driven(self, session_id: str) -> None:
+        """TurnBusy if a plugin goes on with the session between its turns: a turn started now would take
+        the place of its next one (a dream's next chunk, an eval attempt's next turn), which then fails."""
+        if not self.brain.running(session_id) and self.host.running(session_id):
+            raise TurnBusy(f"session {session_id} is at work between its turns (a dream between two chunks, or an "
+                           "eval attempt being graded): wait until it is done, or cancel it")
 
     async def resume(self, session_id: str) -> bool:
-        """Resume a cut-off turn in the background; False if there is none."""
+        """Resume a cut-off turn in the background; False if there is none. A session of a kind a
+        plugin resumes itself (a dream) is resumed by it, in the background, as a whole."""
+        kind = (await self.log.asession(session_id))["kind"]
+        if kind in self.host.resumers:
+            self.host.background(self.host.resume(session_id))
+            return True
+        self._not_driven(session_id)
         return await self.brain.start_resume(session_id)
 
     async def interrupt(self, session_id: str) -> bool:
@@ -154,8 +263,13 @@ class Runtime:
         """Resume, in the background, every session whose turn was cut off (a dead server)."""
         rows = await asyncio.to_thread(self.log.sessions)
         resumed = []
+        for p in self.host.plugins:  # what plugins resume themselves (a dream goes on with its remaining chunks)
+            resumed += await p.wake()
+        taken = set(resumed)
         for s in rows:
-            if s["state"] != "unfinished" or self.brain.running(s["id"]):
+            # a session a plugin went on with is its; any other cut-off turn the brain finishes, also one of a
+            # kind a plugin resumes (a chat turn sent to a dream that had ended is an ordinary turn)
+            if s["state"] != "unfinished" or self.host.running(s["id"]) or s["id"] in taken:
                 continue
             try:
                 await asyncio.to_thread(self.host.models.check, s["model"])
@@ -188,10 +302,20 @@ class Runtime:
         await self.log.aappend(session_id, "hands_restarted", {"generation": hands.status().get("generation"), "by": "api"})
         return await self.hands_status(session_id)
 
+    async def close_hands(self, session_id: str) -> dict[str, Any]:
+        """Stop the session's kernel and its spare (its workspace stays; the next call starts a kernel again).
+
+        A running call is interrupted and answered first (see KernelHands.close); returns the status
+        with `closed`: whether a kernel was running.
+        """
+        hands = await self.brain.hands(session_id)
+        closed = await hands.close("api")
+        return {**await self.hands_status(session_id), "closed": closed}
+
     async def _call_in_flight(self, session_id: str) -> bool:
         if not self.brain.running(session_id):
             return False
-        st = turn_state(await self.brain.events(session_id))
+        st = await self.brain.turn_state(session_id)
         return bool(st.started - st.answered)
 
     async def _kernel_of_call(self, session_id: str, hands: Any, wait: float = 60.0) -> dict[str, Any]:
@@ -204,6 +328,45 @@ class Runtime:
                 return status
             await asyncio.sleep(0.05)
         return {}
+
+    # -- files in the session's workspace -----------------------------------------
+
+    async def _workspace(self, session_id: str, create: bool) -> tuple[Any, Any]:
+        """(the session's hands, its workspace directory or None); UnknownSession, NoWorkspace."""
+        await self.session(session_id)  # 404 first
+        hands = await self.brain.hands(session_id)
+        workspace = getattr(hands, "workspace", None)
+        if workspace is None:
+            raise wsfiles.NoWorkspace("this session's hands have no workspace on this machine")
+        return hands, await workspace(create)
+
+    async def put_file(self, session_id: str, path: str, source: Any, *, name: str, kind: str) -> dict[str, Any]:
+        """Write `source` to `path` in the session's workspace (made if it has none yet) and record a
+        `file_attached` event; returns the event's payload with its seq."""
+        path = wsfiles.check_path(path)
+        hands, root = await self._workspace(session_id, create=True)
+        owner = hands.workspace_owner() if hasattr(hands, "workspace_owner") else None
+        written = await asyncio.to_thread(wsfiles.write_file, root, path, source, owner)
+        payload = {"name": name or path.rsplit("/", 1)[-1], "path": written["path"], "bytes": written["bytes"],
+                   "sha256": written["sha256"], "kind": kind or "file"}
+        event = await self.log.aappend(session_id, "file_attached", payload)
+        return {**payload, "seq": event.seq}
+
+    async def list_files(self, session_id: str) -> dict[str, Any]:
+        """{"files": [...], "truncated": bool, "workspace": whether there is one yet}."""
+        _, root = await self._workspace(session_id, create=False)
+        if root is None or not root.is_dir():
+            return {"files": [], "truncated": False, "workspace": False}
+        files, cut = await asyncio.to_thread(wsfiles.list_files, root, self.files_settings.max_list)
+        return {"files": files, "truncated": cut, "workspace": True}
+
+    async def file_root(self, session_id: str, path: str) -> Any:
+        """The workspace directory holding `path` (checked); NoSuchFile when the session has none yet."""
+        wsfiles.check_path(path)
+        _, root = await self._workspace(session_id, create=False)
+        if root is None or not root.is_dir():
+            raise wsfiles.NoSuchFile(f"session {session_id} has no workspace yet (it ran no code and was sent no file)")
+        return root
 
     # -- lifetime --------------------------------------------------------------
 
@@ -222,6 +385,7 @@ class Runtime:
             self._dispatch(sid, "closed", None)
         self._unsubscribe()
         self._unlisten()
+        self._unlisten_output()
 
 
 __all__ = ["STOPPING", "Runtime", "ServerStopping", "Watcher"]

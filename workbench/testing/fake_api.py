@@ -10,7 +10,27 @@ scripted model, and checks requests the way the real API does:
   in reply to exactly the same prefix (system prompt, tools and earlier
   messages): an altered turn, an altered or re-signed thinking block, a
   dropped `redacted_thinking` block or a changed system prompt gets a 400;
-- every `tool_use` must be answered by a `tool_result` in the next message.
+- every `tool_use` must be answered by a `tool_result` in the next message;
+- the context window (`context_window`, counted approximately: 4 bytes of
+  JSON a token, from the latest compaction block on): a longer request gets
+  the 400 the real API sends for a prompt that is too long;
+- server-side compaction (`compaction=True`, as the real API with the beta
+  header `compact-2026-01-12`): a `compact_20260112` edit in
+  `context_management` needs that header and a trigger of at least
+  `min_trigger` tokens; a request over its trigger is answered with a
+  `compaction` block (a summary) before the script's reply, or alone with
+  stop_reason `compaction` when `pause_after_compaction` is set; a
+  compaction block must come back verbatim and first in its message, and
+  everything before it is dropped (not counted, and an assistant turn after
+  it is bound only to what follows it). With `compaction=False` (an endpoint
+  without it) `context_management` and compaction blocks are refused.
+
+Tool results are left out of the prefix an assistant turn is bound to: a
+client may clear old ones (as the real API's own context editing does).
+
+A script may be one per model (`FakeMessagesAPI({"claude-opus-5-5": a, "claude-haiku-5-5": b})`),
+so two models of one run answer differently; a model it does not name gets the 404
+`not_found_error` the real API sends for an unknown model.
 
 Faults can be injected (`fail_next`, `delay`) to test retries and crashes.
 Run it standalone with `python -m workbench.testing.fake_api --port 8765`.
@@ -24,6 +44,7 @@ import hashlib
 import json
 import secrets
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import tornado.httpserver
@@ -39,9 +60,50 @@ def _canon(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _prefix_hash(request: dict[str, Any], upto: int) -> str:
-    prefix = {"system": request.get("system"), "tools": request.get("tools"), "messages": request["messages"][:upto]}
-    return hashlib.sha256(_canon(prefix).encode()).hexdigest()
+COMPACT_BETA = "compact-2026-01-12"
+
+
+def _bound(message: dict[str, Any]) -> Any:
+    """What of a message an assistant turn after it is bound to: all but the content of tool results."""
+    content = message.get("content")
+    if isinstance(content, list):
+        content = [{**b, "content": None} if isinstance(b, dict) and b.get("type") == "tool_result" else b for b in content]
+    return [message.get("role"), content]
+
+
+def _prefix_hashes(request: dict[str, Any], start: int) -> list[str]:
+    """h[k]: the hash of system, tools and messages[start:start + k], chained (linear in the request)."""
+    h = hashlib.sha256(_canon([request.get("system"), request.get("tools")]).encode()).hexdigest()
+    out = [h]
+    for m in request["messages"][start:]:
+        h = hashlib.sha256((h + _canon(_bound(m))).encode()).hexdigest()
+        out.append(h)
+    return out
+
+
+def _compaction_at(msgs: list[dict[str, Any]]) -> int | None:
+    """Index of the latest assistant message with a compaction block."""
+    for i in range(len(msgs) - 1, -1, -1):
+        m = msgs[i]
+        if m.get("role") == "assistant" and any(b.get("type") == "compaction" for b in _content_list(m.get("content")) or []
+                                                if isinstance(b, dict)):
+            return i
+    return None
+
+
+def count_tokens(req: dict[str, Any]) -> int:
+    """The request's input tokens as this server counts them: 4 bytes of JSON a token, from the latest
+    compaction block on (the API drops what came before it)."""
+    msgs = req.get("messages") or []
+    c = _compaction_at(msgs)
+    counted: list[Any] = [req.get("system"), req.get("tools")]
+    if c is None:
+        counted.append(msgs)
+    else:
+        content = _content_list(msgs[c]["content"])
+        first = next(j for j, b in enumerate(content) if b.get("type") == "compaction")
+        counted += [content[first:], msgs[c + 1:]]
+    return len(_canon(counted).encode()) // 4
 
 
 def _content_list(content: Any) -> list[dict[str, Any]]:
@@ -51,12 +113,18 @@ def _content_list(content: Any) -> list[dict[str, Any]]:
 class FakeMessagesAPI:
     """A Messages API on 127.0.0.1 that answers from a script and checks what it is sent."""
 
-    def __init__(self, script: Any = "default", *, port: int = 0, chunk_delay: float = 0.0):
+    def __init__(self, script: Any = "default", *, port: int = 0, chunk_delay: float = 0.0, key: bytes | None = None,
+                 context_window: int = 1_000_000, compaction: bool = True, min_trigger: int = 50_000):
         self.use(script)
+        self.context_window = context_window  # tokens, counted by count_tokens
+        self.compaction = compaction  # whether this endpoint offers server-side compaction
+        self.min_trigger = min_trigger  # the smallest compaction trigger it takes
+        self.compactions = 0  # compaction blocks sent
         self.port = port
         self.chunk_delay = chunk_delay
         self.delay = 0.0  # seconds before the response starts
-        self.key = secrets.token_bytes(16)  # signs thinking blocks; unknown to clients
+        # signs thinking blocks; unknown to clients (a fixed key makes recordings repeatable byte for byte)
+        self.key = key or secrets.token_bytes(16)
         self.requests: list[dict[str, Any]] = []
         self.rejections: list[str] = []
         self._sent: dict[str, set[str]] = {}  # content hash -> prefix hashes it answered
@@ -69,12 +137,17 @@ class FakeMessagesAPI:
     # -- control ---------------------------------------------------------------
 
     def use(self, script: Any) -> FakeMessagesAPI:
-        """Answer from now on with `script`: a script name, a callable(request) -> Reply, or a list of Reply."""
-        if isinstance(script, str):
-            script = BUILTIN_SCRIPTS[script]
-        elif isinstance(script, list):
-            script = steps_script(script)
-        self.script = script
+        """Answer from now on with `script`: a script name, a callable(request) -> Reply, a list of Reply, or a
+        mapping of model names to any of these (then a model it does not name is unknown: a 404)."""
+        if isinstance(script, Mapping):
+            if not script or not all(isinstance(name, str) and name for name in script):
+                raise ValueError("a script per model maps model names (non-empty strings) to scripts")
+            per_model = {name: _script(s) for name, s in script.items()}
+            self.models: frozenset[str] | None = frozenset(per_model)
+            self.script = lambda request: per_model[request["model"]](request)
+        else:
+            self.models = None  # any model name is answered
+            self.script = _script(script)
         return self
 
     @property
@@ -123,14 +196,20 @@ class FakeMessagesAPI:
 
     # -- the API's rules -------------------------------------------------------
 
-    def check(self, req: dict[str, Any]) -> str | None:
-        """Why the real API would reject this request, or None."""
+    def check(self, req: dict[str, Any], betas: tuple[str, ...] | None = None) -> str | None:
+        """Why the real API would reject this request, or None (`betas`: the anthropic-beta header's values;
+        None: the header is not checked)."""
         for field in ("model", "max_tokens", "messages"):
             if field not in req:
                 return f"{field}: Field required"
         msgs = req["messages"]
         if not isinstance(msgs, list) or not msgs:
             return "messages: at least one message is required"
+        problem = self._check_context(req, betas)
+        if problem:
+            return problem
+        c = _compaction_at(msgs)
+        chains: dict[int, list[str]] = {}
         thinking = req.get("thinking") or {}
         if thinking.get("type") == "enabled":
             budget = thinking.get("budget_tokens", 0)
@@ -149,6 +228,8 @@ class FakeMessagesAPI:
             for j, b in enumerate(content):
                 if b.get("type") == "thinking" and not hmac_ok(self.key, b):
                     return f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+                if b.get("type") == "compaction" and j != 0:
+                    return f"messages.{i}.content.{j}: a `compaction` block must be the first block of its message"
             h = hashlib.sha256(_canon(content).encode()).hexdigest()
             prefixes = self._sent.get(h)
             if prefixes is None:
@@ -158,8 +239,11 @@ class FakeMessagesAPI:
                     if any(b.get("type") in ("thinking", "redacted_thinking") for b in content)
                     else f"messages.{i}: this assistant turn is not one the model produced (it was altered)"
                 )
-            if _prefix_hash(req, i) not in prefixes:
-                return f"messages.{i}.content.0: The block is bound to a different conversation (the prefix before it changed)"
+            if c is None or i > c:  # a compaction's own turn is bound to nothing: what came before it is dropped
+                start = 0 if c is None else c
+                chain = chains.get(start) or chains.setdefault(start, _prefix_hashes(req, start))
+                if chain[i - start] not in prefixes:
+                    return f"messages.{i}.content.0: The block is bound to a different conversation (the prefix before it changed)"
             uses = [b["id"] for b in content if b.get("type") == "tool_use"]
             if uses:
                 nxt = _content_list(msgs[i + 1]["content"]) if i + 1 < len(msgs) else []
@@ -169,20 +253,86 @@ class FakeMessagesAPI:
                     return f"messages.{i + 1}: tool_use ids were found without tool_result blocks immediately after: {', '.join(missing)}"
         return None
 
+    def _check_context(self, req: dict[str, Any], betas: tuple[str, ...] | None) -> str | None:
+        """The context window and the compaction rules."""
+        cm = req.get("context_management")
+        msgs = req["messages"]
+        has_block = _compaction_at(msgs) is not None
+        if (cm is not None or has_block) and not self.compaction:
+            return ("context_management: Extra inputs are not permitted" if cm is not None
+                    else "messages: `compaction` blocks are not supported by this endpoint")
+        if cm is not None:
+            edits = cm.get("edits") if isinstance(cm, dict) else None
+            if not isinstance(edits, list):
+                return "context_management.edits: Field required"
+            for k, edit in enumerate(edits):
+                if not isinstance(edit, dict) or edit.get("type") != "compact_20260112":
+                    return f"context_management.edits.{k}.type: this server knows only 'compact_20260112'"
+                if betas is not None and COMPACT_BETA not in betas:
+                    return f"context_management.edits.{k}: compact_20260112 requires the beta header {COMPACT_BETA}"
+                trigger = edit.get("trigger") or {"type": "input_tokens", "value": 150_000}
+                value = trigger.get("value") if isinstance(trigger, dict) else None
+                if (not isinstance(trigger, dict) or trigger.get("type") != "input_tokens" or isinstance(value, bool)
+                        or not isinstance(value, int) or value < self.min_trigger):
+                    return f"context_management.edits.{k}.trigger: input_tokens of at least {self.min_trigger} are required"
+        elif has_block and betas is not None and COMPACT_BETA not in betas:
+            return f"messages: `compaction` blocks require the beta header {COMPACT_BETA}"
+        tokens = count_tokens(req)
+        if tokens > self.context_window:
+            return f"prompt is too long: {tokens} tokens > {self.context_window} maximum"
+        return None
+
+    def _trigger(self, req: dict[str, Any]) -> tuple[int, bool] | None:
+        """(trigger, pause) of the request's compaction edit, if it has one."""
+        for edit in (req.get("context_management") or {}).get("edits") or []:
+            if edit.get("type") == "compact_20260112":
+                return int((edit.get("trigger") or {}).get("value", 150_000)), bool(edit.get("pause_after_compaction"))
+        return None
+
     def answer(self, req: dict[str, Any]) -> dict[str, Any]:
-        """The scripted reply, signed with this server's key, remembered for later checks."""
-        reply = self.script(req)
-        if not isinstance(reply, Reply):
-            raise TypeError("a script must return a Reply")
-        message = reply.message(req, key=self.key)
+        """The scripted reply, signed with this server's key, remembered for later checks; with a compaction
+        block first when the request is over its compaction trigger."""
+        tokens = count_tokens(req)
+        compact = self._trigger(req)
+        compacting = compact is not None and tokens > compact[0]
+        if compacting and compact is not None and compact[1]:
+            message = Reply(text="").message(req, key=self.key)
+            message.update(content=[], stop_reason="compaction")
+        else:
+            reply = self.script(req)
+            if not isinstance(reply, Reply):
+                raise TypeError("a script must return a Reply")
+            message = reply.message(req, key=self.key)
+        if compacting:
+            with self._lock:
+                self.compactions += 1
+                n = self.compactions
+            summary = (f"Summary {n}: the conversation so far ({len(req['messages'])} messages, about {tokens} tokens) "
+                       f"was compacted. Key facts: {secrets.token_hex(8)}.")
+            block = {"type": "compaction", "content": summary}
+            message["content"] = [block, *message["content"]]
+            tokens = count_tokens({**req, "messages": [{"role": "assistant", "content": [block]}]})
+        message["usage"] = {**message.get("usage", {}), "input_tokens": tokens}
         h = hashlib.sha256(_canon(message["content"]).encode()).hexdigest()
+        c = _compaction_at(req["messages"])
+        bound = _prefix_hashes(req, c or 0)[-1]
         with self._lock:
-            self._sent.setdefault(h, set()).add(_prefix_hash(req, len(req["messages"])))
+            self._sent.setdefault(h, set()).add(bound)
         return message
 
     def take_fault(self) -> tuple[int, str, bool] | None:
         with self._lock:
             return self._faults.pop(0) if self._faults else None
+
+
+def _script(script: Any) -> Any:
+    if isinstance(script, str):
+        return BUILTIN_SCRIPTS[script]
+    if isinstance(script, list):
+        return steps_script(script)
+    if not callable(script):
+        raise TypeError(f"a script is a name, a list of Reply or a callable, not {type(script).__name__}")
+    return script
 
 
 def hmac_ok(key: bytes, block: dict[str, Any]) -> bool:
@@ -216,10 +366,15 @@ class _MessagesHandler(tornado.web.RequestHandler):
             if fault[0] == 429:
                 self.set_header("retry-after", "0")
             return self._error(fault[0], fault[1], f"injected {fault[1]}")
-        problem = self.api.check(req)
+        header = self.request.headers.get("anthropic-beta") or ""
+        problem = self.api.check(req, tuple(v.strip() for v in header.split(",") if v.strip()))
         if problem:
             self.api.rejections.append(problem)
             return self._error(400, "invalid_request_error", problem)
+        if self.api.models is not None and not (isinstance(req["model"], str) and req["model"] in self.api.models):
+            problem = f"model: {str(req['model'])[:200]}"  # the real API's words for a model it does not have
+            self.api.rejections.append(problem)
+            return self._error(404, "not_found_error", problem)
         message = self.api.answer(req)
         if not req.get("stream"):
             self.set_header("content-type", "application/json")

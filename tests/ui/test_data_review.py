@@ -1,0 +1,192 @@
+"""Data between a notebook and the agent, and the memory review in the main area, in a real JupyterLab
+driven by headless Chromium: `%%agent --with` copies a DataFrame the agent's code reads, `wb.load`
+brings back a file it wrote, the sidebar's Files tab lists and downloads the workspace and attaches
+a file browser item; the review panel opens in the main area (no console, no code), follows the
+light and dark themes and updates when a memory is accepted in the sidebar or anywhere else.
+Screenshots go to test-artifacts/ui/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from test_browser import dream_a_proposal, widen_sidebar
+from wbui import CHROMIUM, JupyterProcess, lab_api, shot
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs the Debian package chromium (scripts/test.sh installs it)")
+
+
+def notebook(cells: list[str]) -> str:
+    return json.dumps({
+        "cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [], "source": c}
+                  for i, c in enumerate(cells)],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    })
+
+
+AGENT_CELL = """%%agent --with sales
+Total the sales by region and save the table for me:
+```python
+import pandas as pd
+sales = pd.read_parquet('sales.parquet')
+by_region = sales.groupby('region', as_index=False).amount.sum()
+print(by_region.to_string(index=False))
+by_region.to_csv('by_region.csv', index=False)
+```"""
+
+
+def open_sidebar(page, lab: JupyterProcess):
+    tab = page.locator('.jp-SideBar.jp-mod-left [data-id="jp-workbench"]')
+    tab.wait_for(timeout=60_000)
+    page.locator("#jupyterlab-splash").wait_for(state="detached", timeout=60_000)
+    panel = page.locator("#jp-workbench")
+    if not panel.locator(".jp-wb-tabs").is_visible():
+        tab.click()
+    panel.locator(".jp-wb-tabs").wait_for()
+    return panel
+
+
+def test_attach_a_dataframe_and_fetch_what_the_agent_wrote(page, lab: JupyterProcess, tmp_path: Path):
+    (lab.root / "data.ipynb").write_text(notebook([
+        "%load_ext workbench\nimport pandas as pd\n"
+        "sales = pd.DataFrame({'region': ['north', 'south', 'north', 'east'], 'amount': [120.0, 80.5, 30.0, 55.25]})",
+        AGENT_CELL,
+        "import workbench\nwb = workbench.connect()\nwb.load('by_region.csv')  # what the agent wrote, as a DataFrame",
+    ]))
+    (lab.root / "notes.txt").write_text("Quarter 3 had a holiday in the north.\n")
+    page.goto(f"{lab.url}/lab/tree/data.ipynb?token={lab.token}")
+    page.locator(".jp-NotebookPanel").wait_for(timeout=60_000)
+    page.evaluate("async () => { await window.jupyterapp.shell.currentWidget.sessionContext.ready; }")
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    cells = page.locator(".jp-NotebookPanel .jp-Cell")
+    # the last cell shows the agent's file, loaded back into this kernel, as a table
+    table = cells.nth(2).locator(".jp-OutputArea table")
+    table.wait_for(timeout=180_000)
+    rows = table.locator("tbody tr").all_inner_texts()
+    assert [r.split() for r in rows] == [["0", "east", "55.25"], ["1", "north", "150.00"], ["2", "south", "80.50"]], rows
+    agent_out = cells.nth(1).locator(".jp-OutputArea")
+    agent_out.get_by_text("agent: attached sales as sales.parquet").wait_for()
+    agent_out.get_by_text("Here is what it printed").first.wait_for(timeout=60_000)
+    cells.nth(1).scroll_into_view_if_needed()
+    shot(page, "data-notebook-attach")
+    cells.nth(2).scroll_into_view_if_needed()
+    shot(page, "data-notebook-load")
+
+    # the log has the copy, and the agent's code read it: its output has the totals
+    sid = next(s["id"] for s in lab_api(lab, "GET", "sessions")["sessions"] if s["title"].startswith("Total the sales"))
+    events = lab_api(lab, "GET", f"sessions/{sid}/events")["events"]
+    attached = [e["payload"] for e in events if e["type"] == "file_attached"]
+    assert len(attached) == 1 and attached[0]["name"] == "sales" and attached[0]["kind"] == "dataframe"
+    assert attached[0]["path"] == "sales.parquet" and len(attached[0]["sha256"]) == 64
+    result = next(e["payload"] for e in events if e["type"] == "tool_result")
+    assert "north  150.00" in result["content"][0]["text"] and not result["is_error"]
+
+    # the sidebar's Files tab: the selected session's workspace, with a download
+    panel = open_sidebar(page, lab)
+    widen_sidebar(page, 170)
+    panel.locator(f'li[data-session-id="{sid}"]').click()
+    panel.get_by_role("tab", name="Files").click()
+    files = panel.locator(".jp-wb-files")
+    files.locator('li[data-path="by_region.csv"]').wait_for(timeout=30_000)
+    files.locator('li[data-path="sales.parquet"]').wait_for()
+    with page.expect_download() as got:
+        files.locator('li[data-path="by_region.csv"]').get_by_role("button", name="Download by_region.csv").click()
+    saved = tmp_path / "by_region.csv"
+    got.value.save_as(saved)
+    assert saved.read_text().splitlines() == ["region,amount", "east,55.25", "north,150.0", "south,80.5"]
+
+    # attach a file from JupyterLab's file browser to the selected session
+    page.evaluate("() => window.jupyterapp.commands.execute('filebrowser:activate')")
+    item = page.locator('.jp-DirListing-item[data-isdir="false"]').filter(has_text="notes.txt")
+    item.click()
+    page.evaluate("() => window.jupyterapp.commands.execute('workbench:attach-file')")
+    open_sidebar(page, lab)
+    panel.get_by_role("tab", name="Files").click()
+    files.locator('li[data-path="notes.txt"]').wait_for(timeout=30_000)
+    assert lab_api(lab, "GET", f"sessions/{sid}/files")["files"]
+    events = lab_api(lab, "GET", f"sessions/{sid}/events")["events"]
+    assert [e["payload"]["path"] for e in events if e["type"] == "file_attached"] == ["sales.parquet", "notes.txt"]
+    assert [e["payload"]["kind"] for e in events if e["type"] == "file_attached"] == ["dataframe", "file"]
+    panel.get_by_role("tab", name="Chat").click()
+    assert "[attached to your workspace: notes.txt (file, 38 bytes)]" in panel.locator(".jp-wb-input").input_value()
+    # attach a notebook cell's source
+    page.locator(".jp-NotebookPanel .jp-Cell").first.click()
+    page.evaluate("() => window.jupyterapp.commands.execute('workbench:attach-cell')")
+    open_sidebar(page, lab)
+    panel.get_by_role("tab", name="Files").click()
+    files.locator('li[data-path="data-cell-1.py"]').wait_for(timeout=30_000)
+    r = httpx.get(f"{lab.url}/workbench/api/sessions/{sid}/files/content", params={"path": "data-cell-1.py"},
+                  headers=lab.headers, timeout=30)
+    assert r.status_code == 200 and r.text.startswith("%load_ext workbench\nimport pandas as pd")
+    # ... or only the text selected in it
+    line = page.locator(".jp-NotebookPanel .jp-Cell").first.locator(".cm-line").nth(1)
+    line.click()
+    page.keyboard.press("Home")
+    page.keyboard.press("Shift+End")
+    page.evaluate("() => window.jupyterapp.commands.execute('workbench:attach-cell')")
+    files.locator('li[data-path="data-selection-1.py"]').wait_for(timeout=30_000)
+    r = httpx.get(f"{lab.url}/workbench/api/sessions/{sid}/files/content", params={"path": "data-selection-1.py"},
+                  headers=lab.headers, timeout=30)
+    assert r.text == "import pandas as pd", r.text
+    kinds = [e["payload"]["kind"] for e in lab_api(lab, "GET", f"sessions/{sid}/events")["events"] if e["type"] == "file_attached"]
+    assert kinds == ["dataframe", "file", "cell", "selection"], kinds
+    shot(page, "data-sidebar-files")
+    assert page.blocked == [], page.blocked
+
+
+def background_of(page, selector: str) -> tuple[int, ...]:
+    rgb = page.evaluate(f"getComputedStyle(document.querySelector({selector!r})).backgroundColor")
+    return tuple(int(x) for x in rgb[rgb.index("(") + 1:rgb.index(")")].split(",")[:3])
+
+
+def test_review_panel_in_the_main_area_light_and_dark_updates_live(page, lab: JupyterProcess):
+    first = dream_a_proposal(lab, "Always report temperatures in Celsius.")
+    second = dream_a_proposal(lab, "Always plot with a white background.")
+    page.goto(f"{lab.url}/lab?reset&token={lab.token}")
+    panel = open_sidebar(page, lab)
+    panel.get_by_role("tab", name="Memories").click()
+    panel.locator(f'.jp-wb-memory[data-memory-id="{first}"]').wait_for(timeout=30_000)
+    panel.get_by_role("button", name="Open the full review panel").click()
+
+    # a main-area panel of its own: no console, no code
+    review = page.locator("#jp-main-dock-panel #jp-workbench-review")
+    review.wait_for(timeout=30_000)
+    assert page.locator(".jp-CodeConsole").count() == 0 and review.locator("pre, code.language-python").count() == 0
+    assert page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab").filter(has_text="Memory review").count() == 1
+    review.locator("select.jp-wb-review-status").select_option("all")
+    card = review.locator(f'.jp-wb-review-card[data-memory-id="{first}"]')
+    card.filter(has_text="Always report temperatures in Celsius").wait_for()
+    assert card.get_attribute("data-status") == "proposed"
+    card.locator("summary").click()  # its provenance, one click away
+    card.locator(".jp-wb-review-provenance blockquote").first.wait_for()
+    light = background_of(page, "#jp-workbench-review")
+    assert sum(light) > 600, light
+    shot(page, "review-panel-light")
+
+    # accepted in the sidebar: the main panel shows it at once, without a reload
+    panel.locator(f'.jp-wb-memory[data-memory-id="{first}"]').get_by_role("button", name="Accept").click()
+    review.locator(f'.jp-wb-review-card[data-memory-id="{first}"][data-status="accepted"]').wait_for(timeout=10_000)
+    # accepted elsewhere (the REST API, as a notebook or the CLI would): the panel's poll sees it
+    lab_api(lab, "PATCH", f"memories/{second}", {"action": "accept"})
+    review.locator(f'.jp-wb-review-card[data-memory-id="{second}"][data-status="accepted"]').wait_for(timeout=30_000)
+
+    # its own actions: retire the first from the panel; the sidebar and the log agree
+    review.locator(f'.jp-wb-review-card[data-memory-id="{first}"]').get_by_role("button", name="Retire").click()
+    review.locator(f'.jp-wb-review-card[data-memory-id="{first}"][data-status="retired"]').wait_for(timeout=10_000)
+    assert lab_api(lab, "GET", f"memories/{first}")["status"] == "retired"
+
+    page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
+    page.locator("body[data-jp-theme-light='false']").wait_for(state="attached")
+    page.locator("#jupyterlab-splash").wait_for(state="detached")
+    page.wait_for_function("() => { const c = getComputedStyle(document.querySelector('#jp-workbench-review')).backgroundColor;"
+                           " const m = c.match(/\\d+/g); return m && (+m[0] + +m[1] + +m[2]) < 200; }", timeout=30_000)
+    dark = background_of(page, "#jp-workbench-review")
+    assert sum(dark) < 200, dark
+    shot(page, "review-panel-dark")
+    page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
+    page.locator("body[data-jp-theme-light='true']").wait_for(state="attached")
+    assert page.blocked == [], page.blocked

@@ -1,0 +1,143 @@
+"""Managing sessions in the sidebar of a real JupyterLab (headless Chromium): the model picker, automatic
+titles, rename, archive and the archived filter, search, edit-and-resend (a fork), delete with confirmation,
+tokens shown, and the selection surviving a reload. One lab for the file."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from wbui import CHROMIUM, JupyterProcess, lab_api
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs the Debian package chromium (scripts/test.sh installs it)")
+
+
+def wait_ended(lab: JupyterProcess, sid: str, turns: int = 1) -> None:
+    for _ in range(600):
+        events = lab_api(lab, "GET", f"sessions/{sid}/events")["events"]
+        if sum(e["type"] == "turn_ended" for e in events) >= turns:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"session {sid} did not end its turn")
+
+
+def row(panel, sid: str):
+    return panel.locator(f'.jp-wb-session[data-session-id="{sid}"]')
+
+
+def act(panel, sid: str, name: str):
+    """Select the session, then press one of its actions (beside its title: not inside the list's option)."""
+    row(panel, sid).click()
+    panel.locator(f'.jp-wb-session.jp-mod-selected[data-session-id="{sid}"]').wait_for(timeout=30_000)
+    panel.locator(".jp-wb-session-actions").get_by_role("button", name=name, exact=False).click()
+
+
+def test_manage_sessions_in_the_sidebar(page, lab: JupyterProcess):
+    lab_api(lab, "POST", "sessions", {"id": "older", "model": "scripted"})
+    lab_api(lab, "POST", "sessions/older/messages", {"text": "Tell me about **parquet** files"})
+    wait_ended(lab, "older")
+
+    page.goto(f"{lab.url}/lab?token={lab.token}")
+    tab = page.locator('.jp-SideBar.jp-mod-left [data-id="jp-workbench"]')
+    tab.wait_for(timeout=60_000)
+    tab.click()
+    panel = page.locator("#jp-workbench")
+    row(panel, "older").wait_for(timeout=30_000)
+    assert "Tell me about parquet files" in row(panel, "older").inner_text()  # an automatic title, no stars
+
+    # the model picker is fed by the server's models, the default first
+    picker = panel.get_by_label("Model for new sessions")
+    page.wait_for_function("document.querySelectorAll('#jp-workbench .jp-wb-model option').length > 0")
+    assert picker.input_value() == "scripted" and "(default)" in picker.locator("option").first.inner_text()
+    # the scripted model neither thinks nor takes an effort: those pickers are not offered for it
+    assert not panel.locator(".jp-wb-effort").is_visible() and not panel.locator(".jp-wb-thinking").is_visible()
+
+    # a new session with the picked model; its first message names it
+    panel.get_by_role("button", name="+ New session").click()
+    composer = panel.locator("textarea.jp-wb-input")
+    composer.fill("```python\nprint(6 * 7)\n```\nWhat does this print?")
+    composer.press("Enter")
+    page.wait_for_function("""[...document.querySelectorAll('#jp-workbench .jp-wb-session-title')]
+        .some(e => e.textContent.includes('What does this print?'))""", timeout=60_000)
+    new = panel.locator(".jp-wb-session.jp-mod-selected")
+    sid = new.get_attribute("data-session-id")
+    assert lab_api(lab, "GET", f"sessions/{sid}")["model"] == "scripted"
+    wait_ended(lab, sid)
+    page.wait_for_function("document.querySelector('#jp-workbench .jp-wb-usage').textContent.includes(' in ·')",
+                           timeout=30_000)
+
+    # rename through the dialog
+    act(panel, sid, "Rename")
+    dialog = page.locator(".jp-Dialog")
+    dialog.locator("input").fill("Six times seven ✓")
+    dialog.locator(".jp-mod-accept").click()
+    page.wait_for_function(f"""document.querySelector('#jp-workbench .jp-wb-session[data-session-id="{sid}"]')
+        ?.textContent.includes('Six times seven ✓')""", timeout=30_000)
+    assert lab_api(lab, "GET", f"sessions/{sid}")["title"] == "Six times seven ✓"
+
+    # search finds words of the messages, not only titles
+    search = panel.get_by_label("Search sessions (titles and messages)")
+    search.fill("PARQUET")
+    page.wait_for_function("document.querySelectorAll('#jp-workbench .jp-wb-session').length === 1", timeout=30_000)
+    assert row(panel, "older").count() == 1 and "parquet" in row(panel, "older").inner_text().lower()
+    search.fill("")
+    row(panel, sid).wait_for(timeout=30_000)
+
+    # archive hides it; the archived filter shows it; unarchive brings it back
+    act(panel, "older", "Archive:")
+    row(panel, "older").wait_for(state="detached", timeout=30_000)
+    assert lab_api(lab, "GET", "sessions/older")["archived"] is True
+    panel.locator(".jp-wb-archived-filter").check()
+    row(panel, "older").wait_for(timeout=30_000)
+    assert row(panel, sid).count() == 0
+    act(panel, "older", "Unarchive")
+    row(panel, "older").wait_for(state="detached", timeout=30_000)
+    panel.locator(".jp-wb-archived-filter").uncheck()
+    row(panel, "older").wait_for(timeout=30_000)
+
+    # edit and resend: a fork before the message, with the edited text sent there
+    row(panel, sid).click()
+    edit = panel.get_by_role("button", name="Edit this message and try it again in a fork")
+    edit.first.wait_for(timeout=30_000)
+    edit.first.click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.locator("textarea").fill("```python\nprint(6 * 8)\n```")
+    dialog.locator(".jp-mod-accept").click()
+    page.wait_for_function(f"""(() => {{ const s = document.querySelector('#jp-workbench .jp-wb-session.jp-mod-selected');
+        return s && s.dataset.sessionId !== '{sid}'; }})()""", timeout=60_000)
+    fork = panel.locator(".jp-wb-session.jp-mod-selected").get_attribute("data-session-id")
+    wait_ended(lab, fork)
+    events = lab_api(lab, "GET", f"sessions/{fork}/events")["events"]
+    # forked just before the edited message: what came before it (its automatic title, committed with it) stays
+    first = next(e["seq"] for e in lab_api(lab, "GET", f"sessions/{sid}/events")["events"] if e["type"] == "user_message")
+    assert events[0]["payload"]["forked_from"] == {"session_id": sid, "seq": first - 1}
+    assert [e["payload"]["text"] for e in events if e["type"] == "user_message"] == ["```python\nprint(6 * 8)\n```"]
+    page.wait_for_function("document.querySelector('#jp-workbench .jp-wb-log, #jp-workbench').textContent.includes('48')",
+                           timeout=60_000)
+
+    # the selection survives a reload
+    page.reload()
+    tab.wait_for(timeout=60_000)
+    page.wait_for_function(f"""document.querySelector('#jp-workbench .jp-wb-session.jp-mod-selected')
+        ?.dataset.sessionId === '{fork}'""", timeout=60_000)
+    try:  # the layout restorer reopens the sidebar it remembers; if it does not, open it
+        panel.wait_for(state="visible", timeout=10_000)
+    except PlaywrightTimeout:
+        tab.click()
+    row(panel, sid).wait_for(state="visible", timeout=30_000)
+
+    # delete asks first; cancelling keeps it, confirming removes it everywhere
+    act(panel, sid, "Delete")
+    page.locator(".jp-Dialog").get_by_role("button", name="Cancel").click()
+    assert lab_api(lab, "GET", f"sessions/{sid}")["id"] == sid
+    act(panel, sid, "Delete")
+    page.locator(".jp-Dialog .jp-mod-warn").click()
+    row(panel, sid).wait_for(state="detached", timeout=30_000)
+    import httpx
+
+    r = httpx.get(f"{lab.url}/workbench/api/sessions/{sid}", headers=lab.headers, timeout=30)
+    assert r.status_code == 404
+    assert not page.blocked, page.blocked
