@@ -13,6 +13,24 @@ export interface ISession {
   last_seq: number;
   last_type: string | null;
   running: boolean;
+  /** The session that delegated to this one (null for a session a person started). */
+  parent_id?: string | null;
+}
+
+export interface ISessionsQuery {
+  kind?: string;
+  state?: string;
+  q?: string;
+  updated_after?: string;
+  updated_before?: string;
+  order?: 'created' | '-created' | 'updated' | '-updated';
+  limit?: number;
+  cursor?: string | null;
+}
+
+export interface ISessionsPage {
+  sessions: ISession[];
+  next: string | null;
 }
 
 export interface IEvent {
@@ -39,12 +57,41 @@ export interface IMemory {
   proposal?: string;
   tags?: string[];
   provenance?: { session_id: string; seq: number }[];
+  updated_at?: string;
+  /** Live memories this one looks contradictory to, and why (docs/memory.md, "Contradictions"). */
+  conflicts?: IConflict[];
   [key: string]: any;
 }
 
-/** A message from the session stream: a committed event or a live model delta. */
+export interface IConflict {
+  id: string;
+  title: string;
+  text: string;
+  status: string;
+  updated_at: string;
+  why: string;
+}
+
+/** The live output of a running tool call (not stored; docs/api.md, "Live output"). */
+export interface IOutput {
+  kind: 'output';
+  session_id: string;
+  tool_use_id: string;
+  name: string;
+  n: number;
+  text: string;
+  skipped: number;
+  elapsed_s: number;
+  started_at: number;
+  state: 'running' | 'done';
+  hands: string;
+  snapshot: boolean;
+  over_limit: boolean;
+}
+
+/** A message from the session stream: a committed event, a live model delta or a running call's output. */
 export type StreamMessage =
-  { kind: 'event'; event: IEvent } | { kind: 'delta'; session_id: string; event: any };
+  { kind: 'event'; event: IEvent } | { kind: 'delta'; session_id: string; event: any } | IOutput;
 
 /** An HTTP error from the API, carrying the server's one-line message. */
 export class ApiError extends Error {
@@ -84,8 +131,24 @@ export class WorkbenchApi {
     return this.request<T>(path, { method, body: JSON.stringify(body) });
   }
 
+  /** The session's code and outputs as a notebook (nbformat 4 JSON: GET /sessions/{id}/notebook). */
+  notebook(id: string): Promise<any> {
+    return this.request(`sessions/${encodeURIComponent(id)}/notebook`);
+  }
+
   async sessions(): Promise<ISession[]> {
     return (await this.request<{ sessions: ISession[] }>('sessions')).sessions;
+  }
+
+  /** A page of sessions (GET /sessions with its filters): the rows and the cursor of the page after, if any. */
+  sessionsPage(query: ISessionsQuery): Promise<ISessionsPage> {
+    const params = new URLSearchParams();
+    for (const [key, value] of Object.entries(query)) {
+      if (value !== undefined && value !== null && value !== '') {
+        params.set(key, String(value));
+      }
+    }
+    return this.request<ISessionsPage>(`sessions?${params.toString()}`);
   }
 
   createSession(body: { title?: string; model?: string } = {}): Promise<ISession> {

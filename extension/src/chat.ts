@@ -1,6 +1,10 @@
 // The conversation of one session, drawn from its committed events plus live model deltas.
-import { IEvent } from './api';
-import { h, imageSource, richText, stripAnsi } from './dom';
+import { IEvent, IOutput } from './api';
+import { h, imageSource, stripAnsi } from './dom';
+import { ChatRenderer } from './render';
+
+/** The latest characters of a running call's output a card keeps (the committed result replaces them). */
+const LIVE_CHARS = 50000;
 
 /** Renders a session's events into `node`; call `event()` and `delta()` as they arrive. */
 export class ChatLog {
@@ -11,8 +15,21 @@ export class ChatLog {
   private live: HTMLElement | null = null;
   private liveTargets: HTMLElement[] = [];
 
+  /** The text of the latest user message drawn (what Retry sends again). */
+  lastUserText = '';
+  private retryButton: HTMLElement | null = null;
+
+  /** `onRetry` re-sends a failed turn's user message (a Retry button after a turn that did not end well). */
+  constructor(
+    private render: ChatRenderer = new ChatRenderer(),
+    private onRetry: ((text: string) => void) | null = null
+  ) {}
+
   clear(): void {
+    this.render.clear();
     this.node.replaceChildren();
+    this.lastUserText = '';
+    this.retryButton = null;
     this.tools.clear();
     this.live = null;
     this.lastSeq = 0;
@@ -27,7 +44,12 @@ export class ChatLog {
     const p = ev.payload || {};
     switch (ev.type) {
       case 'user_message':
-        this.add(h('div', { class: 'jp-wb-msg jp-wb-user' }, richText(p.text || '')));
+        this.lastUserText = String(p.text ?? '');
+        this.retryButton?.remove();
+        this.retryButton = null;
+        this.add(
+          h('div', { class: 'jp-wb-msg jp-wb-user' }, this.render.plain(String(p.text ?? '')))
+        );
         break;
       case 'assistant_turn':
         this.dropLive();
@@ -43,6 +65,7 @@ export class ChatLog {
         this.dropLive();
         if (p.stop_reason !== 'end_turn') {
           this.note(`turn ended: ${p.stop_reason}`, 'jp-wb-warn');
+          this.offerRetry();
         }
         break;
       case 'interrupted':
@@ -81,10 +104,45 @@ export class ChatLog {
       case 'resumed':
         this.note('resumed from the log');
         break;
+      case 'delegate_checked':
+        this.note(
+          `check ${p.passed ? 'passed' : 'failed'}: ${String(p.explanation || '').slice(-300)}`,
+          p.passed ? '' : 'jp-wb-warn'
+        );
+        break;
       default:
         // session_created, model_request, egress and dream bookkeeping: visible in the log, not here.
         break;
     }
+  }
+
+  /** Draw a running call's live output in its card: the latest lines, the elapsed time, the hands' state. */
+  output(m: IOutput): void {
+    const card = this.attach(this.toolCard(m.tool_use_id, m.name, {}));
+    if (!card.classList.contains('jp-mod-running') && card.dataset.done === '1') {
+      return; // its committed result is drawn already
+    }
+    card.classList.add('jp-mod-running');
+    const out = card.querySelector('.jp-wb-output') as HTMLElement;
+    let status = out.querySelector('.jp-wb-live-status') as HTMLElement | null;
+    let pre = out.querySelector('.jp-wb-live') as HTMLElement | null;
+    if (!status || !pre) {
+      status = h('div', { class: 'jp-wb-live-status' });
+      pre = h('pre', { class: 'jp-wb-stdout jp-wb-live' });
+      out.replaceChildren(status, pre);
+    }
+    let text = m.snapshot ? '' : pre.textContent || '';
+    if (m.skipped) {
+      text += `[… ${m.skipped.toLocaleString()} characters not shown live …]\n`;
+    }
+    text = (text + stripAnsi(m.text || '')).slice(-LIVE_CHARS);
+    if (text !== pre.textContent) {
+      pre.textContent = text;
+    }
+    const state = m.state === 'running' ? 'running' : 'finishing';
+    status.textContent = `${state} · ${Math.round(m.elapsed_s)} s · hands ${m.hands}`;
+    status.dataset.hands = m.hands;
+    this.scroll();
   }
 
   /** Draw a live Messages API stream event (not stored; replaced by the committed turn). */
@@ -130,7 +188,7 @@ export class ChatLog {
     const msg = h('div', { class: 'jp-wb-msg jp-wb-assistant' });
     for (const block of content) {
       if (block.type === 'text' && block.text) {
-        msg.append(richText(block.text));
+        msg.append(this.render.markdown(block.text));
       } else if (block.type === 'thinking' || block.type === 'redacted_thinking') {
         const text = block.type === 'thinking' ? block.thinking : '(redacted)';
         if (text) {
@@ -155,13 +213,17 @@ export class ChatLog {
     let card = this.tools.get(id);
     if (!card) {
       const code = typeof input?.code === 'string' ? input.code : JSON.stringify(input, null, 2);
+      const pre = h('pre', { class: 'jp-wb-code' }, code);
       card = h(
         'div',
         { class: 'jp-wb-tool', 'data-tool-use-id': id },
         h('div', { class: 'jp-wb-tool-head' }, name),
-        h('pre', { class: 'jp-wb-code' }, code),
+        pre,
         h('div', { class: 'jp-wb-output' })
       );
+      if (typeof input?.code === 'string') {
+        this.render.codeActions(pre, () => code);
+      }
       this.tools.set(id, card);
     }
     return card;
@@ -170,6 +232,7 @@ export class ChatLog {
   private toolResult(p: any): void {
     const card = this.attach(this.toolCard(p.tool_use_id, p.name, {}));
     card.classList.remove('jp-mod-running');
+    card.dataset.done = '1';
     card.classList.toggle('jp-mod-error', !!p.is_error);
     const out = card.querySelector('.jp-wb-output') as HTMLElement;
     out.replaceChildren();
@@ -181,11 +244,28 @@ export class ChatLog {
     } else {
       const stream = (text: string, cls: string) =>
         text && out.append(h('pre', { class: cls }, stripAnsi(text)));
+      if (Array.isArray(obs.outputs)) {
+        // the call's outputs in their order, as the notebook showed them (see docs/events.md)
+        for (const o of obs.outputs) {
+          if (o?.output_type === 'stream') {
+            stream(String(o.text ?? ''), o.name === 'stderr' ? 'jp-wb-stderr' : 'jp-wb-stdout');
+          } else if (o?.output_type === 'error') {
+            const tb = (o.traceback || []).map(stripAnsi).join('\n');
+            stream(tb || `${o.ename}: ${o.evalue}`, 'jp-wb-stderr');
+          } else if (o?.output_type === 'set_next_input') {
+            stream(String(o.text ?? ''), 'jp-wb-stdout');
+          } else if (o?.data && typeof o.data === 'object') {
+            out.append(this.render.bundle(o.data, o.metadata));
+          }
+        }
+        this.scroll();
+        return;
+      }
       stream(obs.stdout, 'jp-wb-stdout');
       stream(obs.stderr, 'jp-wb-stderr');
       for (const bundle of [obs.result, ...(obs.displays || [])]) {
         if (bundle) {
-          out.append(this.mimeBundle(bundle));
+          out.append(this.render.bundle(bundle));
         }
       }
       if (obs.error) {
@@ -196,34 +276,37 @@ export class ChatLog {
     this.scroll();
   }
 
-  private mimeBundle(bundle: any): HTMLElement {
-    const data = bundle.data || bundle;
-    for (const mime of ['image/png', 'image/jpeg', 'image/gif']) {
-      const src = data[mime] && imageSource(mime, data[mime]);
-      if (src) {
-        return h('img', { class: 'jp-wb-image', src });
-      }
-    }
-    // An SVG as an <img> is a picture only: no script of it runs, nothing of it reaches the page.
-    if (typeof data['image/svg+xml'] === 'string') {
-      return h('img', {
-        class: 'jp-wb-image',
-        src: `data:image/svg+xml;charset=utf-8,${encodeURIComponent(data['image/svg+xml'])}`
-      });
-    }
-    return h('pre', { class: 'jp-wb-stdout' }, String(data['text/plain'] ?? JSON.stringify(data)));
-  }
-
   private contentBlock(block: any): HTMLElement {
     const src = block.type === 'image' && imageSource(block.source?.media_type, block.source?.data);
     if (src) {
-      return h('img', { class: 'jp-wb-image', src });
+      return h('img', { class: 'jp-wb-image', src, alt: 'an image the tool returned' });
     }
     return h('pre', { class: 'jp-wb-stdout' }, block.text ?? JSON.stringify(block));
   }
 
   private attach(card: HTMLElement): HTMLElement {
     return card.isConnected ? card : this.add(card);
+  }
+
+  /** A Retry button under a turn that failed or was cut off: it sends the same message again. */
+  private offerRetry(): void {
+    const text = this.lastUserText;
+    const retry = this.onRetry;
+    if (!retry || !text) {
+      return;
+    }
+    this.retryButton?.remove();
+    this.retryButton = this.add(
+      h(
+        'button',
+        {
+          class: 'jp-wb-button jp-wb-retry',
+          title: 'Send the same message again, as a new message',
+          onclick: () => retry(text)
+        },
+        'Retry'
+      )
+    );
   }
 
   private note(text: string, cls = ''): void {

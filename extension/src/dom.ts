@@ -68,18 +68,24 @@ export function stripAnsi(text: string): string {
   return text.replace(/\u001b\[[0-9;]*[A-Za-z]/g, '');
 }
 
-/** Render text with ``` fenced blocks as <pre>; everything else keeps its line breaks. */
+/**
+ * Render text with fenced code blocks (a line of ``` and a language, up to a line of ```) as
+ * <pre>; everything else keeps its line breaks. A ``` inside a sentence is text, not a fence.
+ */
 export function richText(text: string): HTMLElement {
   const box = h('div', { class: 'jp-wb-text' });
-  const parts = text.split(/```[a-zA-Z]*\n?/);
-  parts.forEach((part, i) => {
-    if (!part) {
-      return;
+  const fence = /^[ \t]*```[^\n`]*\n([\s\S]*?)^[ \t]*```[ \t]*$\n?/gm;
+  let at = 0;
+  for (const m of text.matchAll(fence)) {
+    if (m.index! > at) {
+      box.append(h('span', {}, text.slice(at, m.index)));
     }
-    box.append(
-      i % 2 ? h('pre', { class: 'jp-wb-code' }, part.replace(/\n$/, '')) : h('span', {}, part)
-    );
-  });
+    box.append(h('pre', { class: 'jp-wb-code' }, m[1].replace(/\n$/, '')));
+    at = m.index! + m[0].length;
+  }
+  if (at < text.length) {
+    box.append(h('span', {}, text.slice(at)));
+  }
   return box;
 }
 

@@ -1,11 +1,22 @@
-// JupyterLab plugin: puts the workbench sidebar in the left area, with commands to open it
-// and to open the full memory review panel (Panel, in a console of its own).
+// JupyterLab plugin: puts the workbench sidebar in the left area, with commands to open it,
+// to open the memory review in the main area (review.ts) and to attach files, notebook cells
+// and selections to the selected session's workspace (files.ts).
 import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
-import { ICommandPalette, showErrorMessage } from '@jupyterlab/apputils';
+import {
+  ICommandPalette,
+  MainAreaWidget,
+  Notification,
+  showErrorMessage
+} from '@jupyterlab/apputils';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { WorkbenchApi } from './api';
+import { AttachKind, fromBase64 } from './files';
+import { addChatCommands } from './keys';
 import { WorkbenchPanel } from './panel';
+import { ReviewPanel } from './review';
 
 const ICON = new LabIcon({
   name: 'jupyter-workbench-lab:icon',
@@ -13,29 +24,48 @@ const ICON = new LabIcon({
     '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24"><path class="jp-icon3" fill="#616161" d="M4 4h16v11H8l-4 4zM7 8v2h10V8zm0 3v2h7v-2z"/></svg>'
 });
 
-// The review app runs in a kernel and reaches the memories through this server's API.
-const REVIEW_CODE = `import panel as pn
-import workbench
-from workbench.panels.review import ReviewApp
-from workbench.panels.source import RestSource
-
-pn.extension(inline=True)
-wb = workbench.connect()
-ReviewApp(RestSource(wb.url, wb.token)).panel()`;
-
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-workbench-lab:plugin',
   description: 'The workbench sidebar: agent sessions, their hands, and memory review.',
   autoStart: true,
-  optional: [ICommandPalette, ILayoutRestorer],
+  // The chat renders with JupyterLab's own rendermime and inserts code into the active notebook.
+  optional: [ICommandPalette, ILayoutRestorer, IRenderMimeRegistry, INotebookTracker],
   activate: (
     app: JupyterFrontEnd,
     palette: ICommandPalette | null,
-    restorer: ILayoutRestorer | null
+    restorer: ILayoutRestorer | null,
+    rendermime: IRenderMimeRegistry | null,
+    notebooks: INotebookTracker | null
   ) => {
     const { commands, shell } = app;
     const api = new WorkbenchApi(app.serviceManager.serverSettings);
-    const panel = new WorkbenchPanel(api, () => void commands.execute('workbench:open-review'));
+    const panel = new WorkbenchPanel(api, () => void commands.execute('workbench:open-review'), {
+      rendermime,
+      notebooks,
+      activate: id => shell.activateById(id)
+    });
+    // Open as notebook: the session's notebook saved as a new file in the Jupyter root (never over
+    // another: a number is added), then opened like any notebook.
+    panel.openNotebook = async (id: string, title: string) => {
+      const nb = await api.notebook(id);
+      const contents = app.serviceManager.contents;
+      const stem =
+        `workbench-${title}`
+          .replace(/[^\p{L}\p{N}._ -]+/gu, '-')
+          .replace(/\s+/g, '-')
+          .slice(0, 80) || `workbench-${id}`;
+      let path = `${stem}.ipynb`;
+      for (let n = 2; ; n++) {
+        try {
+          await contents.get(path, { content: false });
+          path = `${stem}-${n}.ipynb`;
+        } catch {
+          break; // no file of that name: ours to write
+        }
+      }
+      await contents.save(path, { type: 'notebook', format: 'json', content: nb });
+      await commands.execute('docmanager:open', { path });
+    };
     panel.title.icon = ICON;
     panel.title.caption = 'Workbench';
     shell.add(panel, 'left', { rank: 600 });
@@ -45,27 +75,131 @@ const plugin: JupyterFrontEndPlugin<void> = {
       label: 'Open the Workbench sidebar',
       execute: () => shell.activateById(panel.id)
     });
+    let review: MainAreaWidget<ReviewPanel> | null = null;
     commands.addCommand('workbench:open-review', {
       label: 'Open the memory review panel',
+      caption: 'Every memory, its provenance and history, and the review actions, in the main area',
+      execute: () => {
+        if (!review || review.isDisposed) {
+          review = new MainAreaWidget({ content: new ReviewPanel(api) });
+          review.id = 'jp-workbench-review-area';
+          review.title.label = 'Memory review';
+          review.title.icon = ICON;
+          review.title.closable = true;
+        }
+        if (!review.isAttached) {
+          shell.add(review, 'main');
+        }
+        shell.activateById(review.id);
+      }
+    });
+
+    /** Upload to the sidebar's selected session, and say how it went. */
+    const attach = async (
+      path: string,
+      data: Uint8Array | string,
+      kind: AttachKind,
+      name: string
+    ) => {
+      if (!panel.session) {
+        void showErrorMessage(
+          'Workbench',
+          'Select a session in the Workbench sidebar first, then attach.'
+        );
+        return;
+      }
+      try {
+        const rec = await panel.files.attach(path, data, kind, name);
+        Notification.success(
+          `Attached ${rec.path} to “${panel.session.title || panel.session.id}”`,
+          {
+            autoClose: 4000
+          }
+        );
+      } catch (err) {
+        void showErrorMessage(
+          'Workbench',
+          `Could not attach ${name}: ${(err as Error).message || err}`
+        );
+      }
+    };
+
+    commands.addCommand('workbench:attach-file', {
+      label: 'Attach to the Workbench session',
+      caption: "Copy the selected files into the selected session's workspace",
       execute: async () => {
-        try {
-          // The default kernel, started at once: no kernel dialog in the way.
-          const name = app.serviceManager.kernelspecs.specs?.default || 'python3';
-          const console: any = await commands.execute('console:create', {
-            name: 'Memory review',
-            activate: true,
-            kernelPreference: { name, autoStartDefault: true }
+        const browser: any = Array.from(shell.widgets('left')).find(w => w.id === 'filebrowser');
+        const items: any[] = browser?.selectedItems ? Array.from(browser.selectedItems()) : [];
+        const files = items.filter(i => i.type !== 'directory');
+        if (!files.length) {
+          void showErrorMessage(
+            'Workbench',
+            'Select one or more files in the file browser to attach.'
+          );
+          return;
+        }
+        for (const item of files) {
+          const model = await app.serviceManager.contents.get(item.path, {
+            content: true,
+            format: 'base64'
           });
-          await console.sessionContext.ready;
-          console.console.inject(REVIEW_CODE);
-        } catch (err) {
-          void showErrorMessage('Workbench', `Could not open the review panel: ${err}`);
+          await attach(model.name, fromBase64(String(model.content)), 'file', model.name);
         }
       }
     });
-    for (const command of ['workbench:open', 'workbench:open-review']) {
+    app.contextMenu.addItem({
+      command: 'workbench:attach-file',
+      selector: '.jp-DirListing-item[data-isdir="false"]',
+      rank: 60
+    });
+
+    commands.addCommand('workbench:attach-cell', {
+      label: 'Attach the cell (or its selection) to the Workbench session',
+      caption:
+        "Copy the active notebook cell's source, or the text selected in it, into the session's workspace",
+      execute: async () => {
+        const nb: any = shell.currentWidget;
+        const cell = nb?.content?.activeCell;
+        if (!cell) {
+          void showErrorMessage('Workbench', 'Open a notebook and select a cell to attach.');
+          return;
+        }
+        const source: string = cell.model.sharedModel.getSource();
+        const editor = cell.editor;
+        let text = source;
+        let kind: AttachKind = 'cell';
+        const sel = editor?.getSelection?.();
+        if (sel && (sel.start.line !== sel.end.line || sel.start.column !== sel.end.column)) {
+          const a = editor.getOffsetAt(sel.start);
+          const b = editor.getOffsetAt(sel.end);
+          text = source.slice(Math.min(a, b), Math.max(a, b));
+          kind = 'selection';
+        }
+        const index = (nb.content.activeCellIndex ?? 0) + 1;
+        const notebook = String(nb.context?.path || 'notebook')
+          .split('/')
+          .pop()!
+          .replace(/\.ipynb$/, '');
+        const ext = cell.model.type === 'markdown' ? 'md' : 'py';
+        const path = `${notebook}-${kind}-${index}.${ext}`;
+        await attach(path, text, kind, path);
+      }
+    });
+    app.contextMenu.addItem({
+      command: 'workbench:attach-cell',
+      selector: '.jp-Notebook .jp-Cell',
+      rank: 60
+    });
+
+    for (const command of [
+      'workbench:open',
+      'workbench:open-review',
+      'workbench:attach-file',
+      'workbench:attach-cell'
+    ]) {
       palette?.addItem({ command, category: 'Workbench' });
     }
+    addChatCommands(app, panel, palette);
   }
 };
 

@@ -1,6 +1,7 @@
 // The Memories tab: proposals from dreams waiting for a person's accept or reject.
-import { ApiError, IMemory, WorkbenchApi } from './api';
+import { ApiError, IConflict, IMemory, WorkbenchApi } from './api';
 import { h } from './dom';
+import { MEMORIES_CHANGED, memoriesChanged } from './review';
 
 export class MemoriesView {
   readonly node = h('section', { class: 'jp-wb-tab jp-wb-memories' });
@@ -11,6 +12,8 @@ export class MemoriesView {
     private api: WorkbenchApi,
     openReview: () => void
   ) {
+    // a review in the main-area panel (or elsewhere on this page): look again
+    window.addEventListener(MEMORIES_CHANGED, () => !this.node.hidden && void this.refresh());
     this.node.append(
       h(
         'div',
@@ -20,7 +23,7 @@ export class MemoriesView {
           'button',
           {
             class: 'jp-wb-link',
-            title: 'Provenance, diffs, edit and merge, in a console',
+            title: 'All memories, provenance, history and edits, in the main area',
             onclick: openReview
           },
           'Open the full review panel'
@@ -67,6 +70,7 @@ export class MemoriesView {
         h('div', { class: 'jp-wb-meta' }, `proposed: ${m.proposal}`),
       h('div', { class: 'jp-wb-memory-text' }, m.text || ''),
       sources && h('div', { class: 'jp-wb-meta' }, `from ${sources}`),
+      ...(m.conflicts || []).map(c => this.conflict(m, c)),
       buttons
     );
     for (const action of ['accept', 'reject'] as const) {
@@ -79,6 +83,7 @@ export class MemoriesView {
               try {
                 await this.api.review(m.id, action);
                 card.remove();
+                memoriesChanged(); // the main-area review panel looks again at once
                 await this.refresh();
               } catch (err) {
                 this.status.textContent = String((err as Error).message);
@@ -90,5 +95,29 @@ export class MemoriesView {
       );
     }
     return card;
+  }
+
+  // A contradiction: the proposal and the memory it contradicts side by side, and why.
+  private conflict(m: IMemory, c: IConflict): HTMLElement {
+    const side = (id: string, status: string, date: string, title: string, text: string) =>
+      h(
+        'div',
+        { class: 'jp-wb-conflict-side' },
+        h('div', { class: 'jp-wb-meta' }, `${id} · ${status} · ${(date || '').slice(0, 10)}`),
+        h('div', { class: 'jp-wb-memory-title' }, title),
+        h('div', { class: 'jp-wb-memory-text' }, text)
+      );
+    return h(
+      'div',
+      { class: 'jp-wb-conflict', 'data-conflict-id': c.id },
+      h('div', { class: 'jp-wb-meta' }, 'Looks contradictory to an existing memory:'),
+      h(
+        'div',
+        { class: 'jp-wb-conflict-pair' },
+        side(m.id, m.status || '', m.updated_at || '', m.title || '', m.text || ''),
+        side(c.id, c.status, c.updated_at, c.title, c.text)
+      ),
+      h('div', { class: 'jp-wb-meta' }, `why: ${c.why}`)
+    );
   }
 }

@@ -4,7 +4,19 @@ import { Widget } from '@lumino/widgets';
 import { ApiError, IEvent, IHands, ISession, StreamMessage, WorkbenchApi } from './api';
 import { ChatLog } from './chat';
 import { ago, h } from './dom';
+import { FilesView, IAttached } from './files';
 import { MemoriesView } from './memories';
+import { ChatRenderer, IRenderContext } from './render';
+import { listKeys } from './keys';
+import { askEdited, markUserMessage, selection, SessionControls, usageText } from './sessions';
+
+const PAGE = 50; // chats per page of the list
+const POLL = 200; // changed chats one poll takes; more, and the list starts over from its first page
+
+/** The latest updated_at of rows, or `since` if none is later (ISO strings in UTC compare as times). */
+function latest(rows: ISession[], since: string): string {
+  return rows.reduce((m, s) => (s.updated_at > m ? s.updated_at : m), since);
+}
 
 // Committed events after which the hands' status is worth fetching again.
 const HANDS_EVENTS = new Set([
@@ -17,17 +29,40 @@ const HANDS_EVENTS = new Set([
 
 export class WorkbenchPanel extends Widget {
   private api: WorkbenchApi;
-  private log = new ChatLog();
+  private log: ChatLog;
   private memories: MemoriesView;
+  readonly files: FilesView;
+  private controls: SessionControls;
+  private usageLabel = h(
+    'span',
+    { class: 'jp-wb-usage', 'aria-label': 'Tokens and cost of this session' },
+    ''
+  );
   private current: ISession | null = null;
   private ws: WebSocket | null = null;
   private streamOpen: Promise<void> = Promise.resolve();
   private running = false;
   private timer = 0;
+  private lastHands: IHands = {} as IHands;
 
-  private list = h('ul', { class: 'jp-wb-sessions', role: 'listbox', 'aria-label': 'Sessions' });
+  private list = h('ul', {
+    class: 'jp-wb-sessions',
+    role: 'listbox',
+    'aria-label': 'Sessions (arrow keys move, Enter opens)'
+  });
+  // The chats shown, newest first: the first page, then each page "Load more" fetched; the poll
+  // asks only for what changed since `since` (the latest updated_at seen), never the whole list.
+  private rows: ISession[] = [];
+  private delegated: ISession[] = []; // delegated sessions, shown under their parents
+  private nextCursor: string | null = null;
+  private since = '';
+  private moreButton = h(
+    'button',
+    { class: 'jp-wb-more jp-mod-styled', onclick: () => void this.loadMore() },
+    'Load more'
+  );
   private heading = h('div', { class: 'jp-wb-title' }, 'No session selected');
-  private handsLabel = h('span', { class: 'jp-wb-hands-label' }, '');
+  private handsLabel = h('span', { class: 'jp-wb-hands-label', role: 'status' }, '');
   private restartButton = h(
     'button',
     {
@@ -41,35 +76,77 @@ export class WorkbenchPanel extends Widget {
     'button',
     {
       class: 'jp-wb-button jp-wb-danger',
-      title: 'Stop the running turn',
+      title: 'Stop the running turn (Esc)',
       onclick: () => this.interrupt()
     },
     'Interrupt'
   );
+  /** Rename, archive and delete for the selected session: beside its title, not inside the list's options
+   * (an option holding buttons is a nested interactive control, which screen readers cannot reach). */
+  private sessionActions = h('span', { class: 'jp-wb-session-actions' });
+  /** Set by the plugin: saves a session's notebook beside the user's files and opens it. */
+  openNotebook: ((id: string, title: string) => Promise<void>) | null = null;
+  private notebookButton = h(
+    'button',
+    {
+      class: 'jp-wb-button',
+      title: "Open the session's code and outputs as a notebook",
+      onclick: () => this.exportNotebook()
+    },
+    'Open as notebook'
+  );
   private input = h('textarea', {
     class: 'jp-wb-input',
     rows: 3,
-    placeholder: 'Message the agent (Enter to send, Shift+Enter for a new line)'
+    'aria-label': 'Message to the agent',
+    placeholder: 'Message the agent (Enter to send, Shift+Enter for a new line, Esc to stop)'
   });
+  // Send while no turn runs; Stop (the interrupt) in its place while one does.
   private sendButton = h(
     'button',
-    { class: 'jp-wb-button jp-mod-accept', onclick: () => this.send() },
+    {
+      class: 'jp-wb-button jp-mod-accept jp-wb-send',
+      onclick: () => (this.running ? this.interrupt() : this.send())
+    },
     'Send'
   );
   private error = h('div', { class: 'jp-wb-banner', hidden: true });
   private chatTab = h('section', { class: 'jp-wb-tab' });
   private tabButtons: HTMLButtonElement[] = [];
 
-  constructor(api: WorkbenchApi, openReview: () => void) {
+  constructor(api: WorkbenchApi, openReview: () => void, ctx: IRenderContext = {}) {
     super();
     this.api = api;
+    this.log = new ChatLog(new ChatRenderer(ctx), text => void this.retry(text));
     this.id = 'jp-workbench';
     this.addClass('jp-wb-panel');
     this.memories = new MemoriesView(api, openReview);
+    this.files = new FilesView(api, rec => this.attached(rec));
+    this.controls = new SessionControls(
+      api,
+      () => void this.refresh(),
+      err => this.showError(err)
+    );
     this.input.addEventListener('keydown', e => {
-      if (e.key === 'Enter' && !e.shiftKey) {
+      if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
         e.preventDefault();
-        void this.send();
+        if (!this.sendButton.disabled && !this.running) {
+          void this.send(); // Enter does what the Send button does, and nothing while a turn runs
+        }
+      }
+    });
+    // Esc anywhere in the sidebar stops the running turn (as the Stop button does).
+    this.node.addEventListener('keydown', e => {
+      if (e.key === 'Escape' && this.running && this.current) {
+        e.preventDefault();
+        e.stopPropagation();
+        void this.interrupt();
+      }
+    });
+    listKeys(this.list, li => {
+      const s = [...this.rows, ...this.delegated].find(r => r.id === li.dataset.sessionId);
+      if (s) {
+        void this.select(s);
       }
     });
     this.chatTab.append(
@@ -83,17 +160,21 @@ export class WorkbenchPanel extends Widget {
           '+ New session'
         )
       ),
+      this.controls.node,
       this.list,
       h(
         'div',
         { class: 'jp-wb-session-head' },
         this.heading,
+        this.usageLabel,
+        this.sessionActions,
         h(
           'div',
           { class: 'jp-wb-hands' },
           this.handsLabel,
           this.restartButton,
-          this.interruptButton
+          this.interruptButton,
+          this.notebookButton
         )
       ),
       this.log.node,
@@ -102,6 +183,7 @@ export class WorkbenchPanel extends Widget {
     const tabs = h('nav', { class: 'jp-wb-tabs', role: 'tablist' });
     for (const [name, el] of [
       ['Chat', this.chatTab],
+      ['Files', this.files.node],
       ['Memories', this.memories.node]
     ] as const) {
       const button = h(
@@ -112,15 +194,16 @@ export class WorkbenchPanel extends Widget {
       this.tabButtons.push(button);
       tabs.append(button);
     }
-    this.node.append(tabs, this.error, this.chatTab, this.memories.node);
+    this.node.append(tabs, this.error, this.chatTab, this.files.node, this.memories.node);
     this.showTab(this.tabButtons[0], this.chatTab);
     this.updateButtons();
   }
 
   protected onAfterAttach(): void {
-    void this.refresh();
+    void this.controls.loadModels();
+    void this.refresh().then(() => this.restoreSelection());
     // The session list also changes from notebooks and the CLI: keep it fresh while shown.
-    this.timer = window.setInterval(() => this.isVisible && void this.refresh(), 5000);
+    this.timer = window.setInterval(() => this.isVisible && void this.poll(), 5000);
   }
 
   protected onBeforeDetach(): void {
@@ -140,8 +223,12 @@ export class WorkbenchPanel extends Widget {
     }
     this.chatTab.hidden = el !== this.chatTab;
     this.memories.node.hidden = el !== this.memories.node;
+    this.files.node.hidden = el !== this.files.node;
     if (el === this.memories.node) {
       void this.memories.refresh();
+    }
+    if (el === this.files.node) {
+      void this.files.refresh();
     }
   }
 
@@ -162,43 +249,284 @@ export class WorkbenchPanel extends Widget {
     }
   }
 
-  async refresh(): Promise<void> {
-    const sessions = await this.guard(() => this.api.sessions());
-    if (!sessions) {
+  private showError(err: unknown): void {
+    this.error.textContent = String((err as Error)?.message || err);
+    this.error.hidden = false;
+  }
+
+  /** The session selected before a reload, selected again (if it still exists). */
+  private async restoreSelection(): Promise<void> {
+    const id = selection.load();
+    if (!id || this.current) {
       return;
     }
-    const chats = sessions.filter(s => s.kind !== 'dream').reverse();
+    try {
+      await this.select(await this.controls.sapi.session(id));
+    } catch {
+      selection.save(null); // deleted meanwhile
+    }
+  }
+
+  /** Show the first page of chats again (newest first), forgetting the pages loaded after it. */
+  async refresh(): Promise<void> {
+    const archived = this.controls.archived;
+    const page = await this.guard(
+      async () =>
+        (await this.controls.search()) ??
+        this.api.sessionsPage({ kind: 'chat', order: '-created', limit: PAGE, archived } as any)
+    );
+    if (!page) {
+      return;
+    }
+    this.rows = page.sessions;
+    this.nextCursor = page.next;
+    this.since = latest(this.rows, '');
+    await this.loadChildren();
+    this.render();
+  }
+
+  /** The delegated children of the chats shown (the newest ones), drawn under their parents. */
+  private async loadChildren(changed = false): Promise<boolean> {
+    const since = changed ? latest(this.delegated, '') : '';
+    const page = await this.guard(() =>
+      this.api.sessionsPage(
+        since
+          ? { kind: 'delegate', order: 'updated', updated_after: since, limit: POLL }
+          : { kind: 'delegate', order: '-updated', limit: POLL }
+      )
+    );
+    if (!page || (since && !page.sessions.length)) {
+      return false;
+    }
+    const byId = new Map((since ? this.delegated : []).map(s => [s.id, s] as const));
+    for (const s of page.sessions) {
+      byId.set(s.id, s);
+    }
+    this.delegated = [...byId.values()];
+    return true;
+  }
+
+  /** The next page of older chats, after the last one shown. */
+  async loadMore(): Promise<void> {
+    if (!this.nextCursor) {
+      return;
+    }
+    const cursor = this.nextCursor;
+    const page = await this.guard(() =>
+      this.api.sessionsPage({
+        kind: 'chat',
+        order: '-created',
+        limit: PAGE,
+        cursor,
+        archived: this.controls.archived
+      } as any)
+    );
+    if (!page || cursor !== this.nextCursor) {
+      return;
+    }
+    const shown = new Set(this.rows.map(s => s.id));
+    this.rows.push(...page.sessions.filter(s => !shown.has(s.id)));
+    this.nextCursor = page.next;
+    this.since = latest(page.sessions, this.since);
+    this.render();
+  }
+
+  /** Bring the list up to date with only the chats that changed since the last look. */
+  async poll(): Promise<void> {
+    if (!this.since || this.controls.searching) {
+      return this.refresh();
+    }
+    const page = await this.guard(() =>
+      this.api.sessionsPage({
+        kind: 'chat',
+        order: 'updated',
+        updated_after: this.since,
+        limit: POLL,
+        archived: this.controls.archived
+      } as any)
+    );
+    if (!page) {
+      return;
+    }
+    if (page.next) {
+      return this.refresh(); // more changed than one poll carries: start from the first page again
+    }
+    const kidsChanged = await this.loadChildren(true);
+    if (!page.sessions.length) {
+      if (kidsChanged) {
+        this.render();
+      }
+      return;
+    }
+    const byId = new Map(this.rows.map(s => [s.id, s] as const));
+    const oldest = this.rows[this.rows.length - 1];
+    for (const s of page.sessions) {
+      // a chat older than every one shown belongs to a page not loaded yet: "Load more" brings it
+      if (byId.has(s.id) || !this.nextCursor || !oldest || s.created_at >= oldest.created_at) {
+        byId.set(s.id, s);
+      }
+    }
+    this.rows = [...byId.values()].sort((a, b) =>
+      a.created_at === b.created_at ? (a.id < b.id ? 1 : -1) : a.created_at < b.created_at ? 1 : -1
+    );
+    this.since = latest(page.sessions, this.since);
+    this.render();
+  }
+
+  private render(): void {
+    const shown = new Set(this.rows.map(s => s.id));
+    const kids = this.delegated.filter(c => !shown.has(c.id));
+    for (const c of kids) {
+      shown.add(c.id);
+    }
+    const chats = sessionTree([
+      ...this.rows,
+      ...kids.filter(c => c.parent_id && shown.has(c.parent_id))
+    ]);
+    // A keyboard user's focus survives a redraw (the poll redraws every few seconds): the new row of
+    // the focused session takes it back, with the list's one tab stop.
+    const active = document.activeElement;
+    const focusId =
+      active instanceof HTMLElement && this.list.contains(active)
+        ? active.closest<HTMLElement>('li.jp-wb-session')?.dataset.sessionId
+        : undefined;
     this.list.replaceChildren(
-      ...chats.map(s =>
+      ...chats.map(({ session: s, depth, children }) =>
         h(
           'li',
           {
-            class: `jp-wb-session${s.id === this.current?.id ? ' jp-mod-selected' : ''}`,
+            class: `jp-wb-session${depth ? ' jp-wb-child' : ''}${s.id === this.current?.id ? ' jp-mod-selected' : ''}`,
             role: 'option',
             'data-session-id': s.id,
+            'data-parent-id': s.parent_id || undefined,
+            'data-depth': String(depth),
+            'aria-selected': String(s.id === this.current?.id),
+            tabindex: s.id === this.current?.id ? '0' : '-1',
             title: s.id,
             onclick: () => this.select(s)
           },
           h('span', { class: `jp-wb-dot${s.running ? ' jp-mod-running' : ''}` }),
-          h('span', { class: 'jp-wb-session-title' }, s.title || s.id),
-          h('span', { class: 'jp-wb-meta' }, `${s.model} · ${ago(s.updated_at)}`)
+          h('span', { class: 'jp-wb-session-title' }, (depth ? '↳ ' : '') + (s.title || s.id)),
+          h(
+            'span',
+            { class: 'jp-wb-meta' },
+            `${s.model} · ${ago(s.updated_at)}` + (children ? ` · ${children} delegated` : '')
+          ),
+          (s as any).snippet ? h('span', { class: 'jp-wb-snippet' }, (s as any).snippet) : null
         )
       )
     );
-    if (!chats.length) {
+    if (!this.rows.length) {
       this.list.append(
-        h('li', { class: 'jp-wb-empty' }, 'No sessions yet. Start one with + New session.')
+        h(
+          'li',
+          { class: 'jp-wb-empty', role: 'presentation' },
+          'No sessions yet. Start one with + New session.'
+        )
       );
+    } else if (!this.list.querySelector('[tabindex="0"]')) {
+      this.list.querySelector('.jp-wb-session')?.setAttribute('tabindex', '0'); // Tab reaches the list
+    }
+    const refocus = focusId
+      ? [...this.list.querySelectorAll<HTMLElement>('li.jp-wb-session')].find(
+          li => li.dataset.sessionId === focusId
+        )
+      : undefined;
+    if (refocus) {
+      for (const li of this.list.querySelectorAll<HTMLElement>('li.jp-wb-session')) {
+        li.setAttribute('tabindex', li === refocus ? '0' : '-1');
+      }
+      refocus.focus();
+    }
+    if (this.nextCursor) {
+      this.list.append(h('li', { class: 'jp-wb-more-row', role: 'presentation' }, this.moreButton));
     }
   }
 
-  private async newSession(): Promise<void> {
+  /** After a row's rename, archive or delete: the list again, and the heading (or no selection). */
+  private async afterChange(s: ISession, deleted: boolean): Promise<void> {
+    if (this.current?.id === s.id) {
+      if (deleted) {
+        this.closeStream();
+        this.current = null;
+        this.sessionActions.replaceChildren();
+        selection.save(null);
+        this.heading.textContent = 'No session selected';
+        this.usageLabel.textContent = '';
+        this.log.clear();
+        this.updateButtons();
+      } else {
+        const row = await this.guard(() => this.controls.sapi.session(s.id));
+        if (row) {
+          this.current = row;
+          this.showActions(row);
+          this.heading.textContent = `${row.title || row.id} · ${row.model}`;
+        }
+      }
+    }
+    await this.refresh();
+  }
+
+  /** The selected session's rename, archive and delete buttons, beside its title. */
+  private showActions(s: ISession): void {
+    this.sessionActions.replaceChildren(
+      this.controls.rowActions(s, deleted => void this.afterChange(s, deleted))
+    );
+  }
+
+  /** Edit and resend: fork the session before message `seq`, select the fork, send the edited text there. */
+  private async editAndResend(seq: number, text: string): Promise<void> {
+    const id = this.current?.id;
+    const edited = id ? await askEdited(text) : null;
+    if (!id || edited === null) {
+      return;
+    }
+    const fork = await this.guard(() => this.controls.sapi.fork(id, Math.max(seq - 1, 1)));
+    if (fork) {
+      await this.select(fork);
+      this.input.value = edited;
+      await this.send();
+      await this.refresh();
+    }
+  }
+
+  private async showUsage(): Promise<void> {
+    const id = this.current?.id;
+    if (!id) {
+      return;
+    }
+    const usage = await this.guard(() => this.controls.sapi.usage(id));
+    if (usage && id === this.current?.id) {
+      this.usageLabel.textContent = usage.total.calls ? usageText(usage) : '';
+    }
+    const row = await this.guard(() => this.controls.sapi.session(id));
+    if (row && id === this.current?.id) {
+      this.heading.textContent = `${row.title || row.id} · ${row.model}`; // the first message may have named it
+    }
+  }
+
+  /** The session shown, if any (attach actions put files into its workspace). */
+  get session(): ISession | null {
+    return this.current;
+  }
+
+  /** Whether the session shown has a turn running (Stop in place of Send). */
+  get isRunning(): boolean {
+    return !!this.current && this.running;
+  }
+
+  /** Put the keyboard focus in the composer. */
+  focusInput(): void {
+    this.input.focus();
+  }
+
+  async newSession(): Promise<void> {
     const session = await this.guard(() =>
-      this.api.createSession({ title: `Chat ${new Date().toLocaleTimeString()}` })
+      this.api.createSession(this.controls.newSessionBody() as any)
     );
     if (session) {
       await this.select(session);
-      await this.refresh();
+      await this.poll();
       this.input.focus();
     }
   }
@@ -206,15 +534,29 @@ export class WorkbenchPanel extends Widget {
   async select(session: ISession): Promise<void> {
     this.closeStream();
     this.current = session;
+    this.showActions(session);
+    selection.save(session.id);
+    this.usageLabel.textContent = '';
+    void this.showUsage();
     this.running = session.running;
     this.heading.textContent = `${session.title || session.id} · ${session.model}`;
     this.log.clear();
-    for (const li of this.list.querySelectorAll('li')) {
-      li.classList.toggle('jp-mod-selected', li.getAttribute('data-session-id') === session.id);
+    for (const li of this.list.querySelectorAll<HTMLElement>('li.jp-wb-session')) {
+      const selected = li.getAttribute('data-session-id') === session.id;
+      li.classList.toggle('jp-mod-selected', selected);
+      li.setAttribute('aria-selected', String(selected));
+      li.setAttribute('tabindex', selected ? '0' : '-1');
     }
     this.openStream();
     this.updateButtons();
+    this.files.setSession(session.id);
     await this.updateHands();
+  }
+
+  /** A file was attached: tell the agent in the next message (a line before what is typed). */
+  attached(rec: IAttached): void {
+    const line = `[attached to your workspace: ${rec.path} (${rec.kind}, ${rec.bytes} bytes)]`;
+    this.input.value = this.input.value ? `${line}\n${this.input.value}` : `${line}\n`;
   }
 
   private openStream(): void {
@@ -247,16 +589,28 @@ export class WorkbenchPanel extends Widget {
       this.log.delta(m.event);
       return;
     }
+    if (m.kind === 'output') {
+      this.log.output(m);
+      if (m.state === 'running' && m.hands !== this.handsLabel.dataset.state) {
+        this.showHands({ ...this.lastHands, state: m.hands }); // e.g. busy while the call runs
+      }
+      return;
+    }
     const ev: IEvent = m.event;
     this.log.event(ev);
     if (ev.type === 'user_message') {
       this.running = true;
+      markUserMessage(this.log.node, ev, (seq, text) => void this.editAndResend(seq, text));
     } else if (ev.type === 'turn_ended') {
       this.running = false;
-      void this.refresh();
+      void this.poll();
+      void this.showUsage();
     }
     if (HANDS_EVENTS.has(ev.type)) {
       void this.updateHands();
+    }
+    if (ev.type === 'tool_result' || ev.type === 'file_attached') {
+      this.files.changed();
     }
     this.updateButtons();
   }
@@ -273,6 +627,7 @@ export class WorkbenchPanel extends Widget {
   }
 
   private showHands(hands: IHands): void {
+    this.lastHands = hands;
     const parts = [`hands ${hands.state ?? 'unknown'}`];
     if (hands.generation) {
       parts.push(`gen ${hands.generation}`);
@@ -285,8 +640,8 @@ export class WorkbenchPanel extends Widget {
     this.handsLabel.dataset.state = String(hands.state ?? '');
   }
 
-  private async send(): Promise<void> {
-    const text = this.input.value.trim();
+  /** Send the composer's text as the next user message (nothing while a turn runs). */
+  async send(text = this.input.value.trim(), fromComposer = true): Promise<void> {
     if (!text) {
       return;
     }
@@ -303,14 +658,39 @@ export class WorkbenchPanel extends Widget {
     // Live deltas are not stored: subscribe before the turn starts, or its streaming is missed.
     await this.streamOpen;
     if (await this.guard(() => this.api.send(id, text))) {
-      this.input.value = '';
+      if (fromComposer) {
+        this.input.value = '';
+      }
     } else {
-      this.running = false;
-      this.updateButtons();
+      // Refused (e.g. 409: a turn started elsewhere is running): what runs is the server's to say,
+      // so Stop stays available while a turn still runs.
+      await this.syncRunning(id);
     }
   }
 
-  private async interrupt(): Promise<void> {
+  /** Retry a failed turn: send its user message again, as a new message (the log is append-only). */
+  async retry(text?: string): Promise<void> {
+    const again = text ?? this.log.lastUserText;
+    if (again && !this.running) {
+      await this.send(again, false);
+    }
+  }
+
+  /** Ask the server whether the session's turn runs, and show its buttons accordingly. */
+  private async syncRunning(id: string): Promise<void> {
+    try {
+      const s = await this.api.request<ISession>(`sessions/${encodeURIComponent(id)}`);
+      if (id === this.current?.id) {
+        this.running = !!s.running;
+      }
+    } catch {
+      this.running = false;
+    }
+    this.updateButtons();
+  }
+
+  /** Stop the running turn (Stop, Interrupt, Esc). */
+  async interrupt(): Promise<void> {
     const id = this.current?.id;
     if (id) {
       await this.guard(() => this.api.interrupt(id));
@@ -333,10 +713,77 @@ export class WorkbenchPanel extends Widget {
     this.updateButtons();
   }
 
+  /** The session shown, as a notebook opened in JupyterLab (the plugin saves and opens it). */
+  async exportNotebook(): Promise<void> {
+    const s = this.current;
+    if (!s || !this.openNotebook) {
+      return;
+    }
+    this.notebookButton.disabled = true;
+    try {
+      await this.guard(() => this.openNotebook!(s.id, s.title || s.id));
+    } finally {
+      this.updateButtons();
+    }
+  }
+
   private updateButtons(): void {
     const selected = !!this.current;
+    this.notebookButton.disabled = !selected || !this.openNotebook;
     this.restartButton.disabled = !selected;
     this.interruptButton.disabled = !selected || !this.running;
-    this.sendButton.disabled = this.running;
+    const stop = selected && this.running;
+    this.sendButton.textContent = stop ? 'Stop' : 'Send';
+    this.sendButton.title = stop ? 'Stop the running turn (Esc)' : 'Send the message (Enter)';
+    this.sendButton.classList.toggle('jp-mod-accept', !stop);
+    this.sendButton.classList.toggle('jp-wb-danger', stop);
+    this.sendButton.disabled = this.running && !selected;
+    this.node.classList.toggle('jp-mod-running', stop);
   }
+}
+
+/** One row of the sessions tree: a session, how deep it is, how many children it has. */
+export interface ITreeRow {
+  session: ISession;
+  depth: number;
+  children: number;
+}
+
+/**
+ * Sessions as a tree in list order: each session followed by the sessions it delegated to (their
+ * `parent_id`), oldest child first. A child whose parent is not listed is shown at the top level;
+ * a cycle (which the log cannot hold, but the data is not trusted) cannot loop.
+ */
+export function sessionTree(sessions: ISession[]): ITreeRow[] {
+  const ids = new Set(sessions.map(s => s.id));
+  const kids = new Map<string, ISession[]>();
+  for (const s of sessions) {
+    if (s.parent_id && ids.has(s.parent_id) && s.parent_id !== s.id) {
+      const list = kids.get(s.parent_id) || [];
+      list.unshift(s);
+      kids.set(s.parent_id, list);
+    }
+  }
+  const rows: ITreeRow[] = [];
+  const seen = new Set<string>();
+  const visit = (s: ISession, depth: number): void => {
+    if (seen.has(s.id)) {
+      return;
+    }
+    seen.add(s.id);
+    const children = kids.get(s.id) || [];
+    rows.push({ session: s, depth, children: children.length });
+    for (const c of children) {
+      visit(c, depth + 1);
+    }
+  };
+  for (const s of sessions) {
+    if (!s.parent_id || !ids.has(s.parent_id) || s.parent_id === s.id) {
+      visit(s, 0);
+    }
+  }
+  for (const s of sessions) {
+    visit(s, 0); // anything only reachable through a cycle
+  }
+  return rows;
 }

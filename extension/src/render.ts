@@ -1,0 +1,213 @@
+// Rendering the chat as JupyterLab renders a notebook: Markdown and MIME bundles through the
+// app's own rendermime registry (untrusted, so HTML goes through JupyterLab's sanitizer and no
+// script runs), code blocks highlighted by its Markdown renderer, and on each code block a Copy
+// and an "Insert as a new cell" button. Without a registry (another frontend) everything falls
+// back to plain text nodes.
+import { Clipboard } from '@jupyterlab/apputils';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { IRenderMimeRegistry, MimeModel } from '@jupyterlab/rendermime';
+import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
+
+import { h, imageSource, richText } from './dom';
+
+/** What the chat renders with: all optional, so the chat still works without them. */
+export interface IRenderContext {
+  rendermime?: IRenderMimeRegistry | null;
+  notebooks?: INotebookTracker | null;
+  /** Bring a widget to the front (the shell's activateById). */
+  activate?: (id: string) => void;
+}
+
+/** A MIME bundle as a notebook output holds it; a plain string (a text/plain result) or junk becomes text/plain. */
+export function asBundle(value: unknown): Record<string, unknown> {
+  if (typeof value === 'string') {
+    return { 'text/plain': value };
+  }
+  if (value && typeof value === 'object' && !Array.isArray(value)) {
+    const data = (value as any).data;
+    const bundle = data && typeof data === 'object' && !Array.isArray(data) ? data : value;
+    if (Object.keys(bundle).length) {
+      return bundle as Record<string, unknown>;
+    }
+  }
+  return { 'text/plain': value === undefined ? '' : JSON.stringify(value) };
+}
+
+/** Alt text for an output image: its bundle's text/plain (e.g. "<Figure size 640x480 with 1 Axes>"). */
+function altText(bundle: Record<string, unknown>): string {
+  const plain = bundle['text/plain'];
+  const text = (Array.isArray(plain) ? plain.join('') : String(plain ?? '')).trim();
+  return text ? text.slice(0, 200) : 'an image output of the code';
+}
+
+export class ChatRenderer {
+  private renderers: IRenderMime.IRenderer[] = [];
+
+  constructor(private ctx: IRenderContext = {}) {}
+
+  /** Forget (and dispose) what was rendered so far: the chat was cleared. */
+  clear(): void {
+    for (const r of this.renderers) {
+      r.dispose();
+    }
+    this.renderers = [];
+  }
+
+  /** Text as written (a user's message): fenced code blocks as code with their actions, the rest as text. */
+  plain(text: string): HTMLElement {
+    const box = richText(text);
+    this.decorate(box);
+    return box;
+  }
+
+  /** Markdown text (a message), rendered by JupyterLab's Markdown renderer, sanitized. */
+  markdown(text: string): HTMLElement {
+    const host = h('div', { class: 'jp-wb-text jp-wb-markdown' });
+    const rm = this.ctx.rendermime;
+    if (!rm) {
+      host.append(richText(text));
+      this.decorate(host);
+      return host;
+    }
+    const renderer = rm.createRenderer('text/markdown');
+    this.renderers.push(renderer);
+    host.append(renderer.node);
+    renderer
+      .renderModel(new MimeModel({ data: { 'text/markdown': text }, trusted: false }))
+      .then(() => this.decorate(host))
+      .catch(() => {
+        host.replaceChildren(richText(text));
+        this.decorate(host);
+      });
+    return host;
+  }
+
+  /** A MIME bundle a tool produced, rendered as a notebook renders an untrusted output. */
+  bundle(value: unknown, metadata: Record<string, unknown> = {}): HTMLElement {
+    const data = asBundle(value);
+    const host = h('div', { class: 'jp-wb-mime' });
+    const rm = this.ctx.rendermime;
+    // An SVG as an <img> is a picture only (no script of it runs); rendermime would refuse an untrusted one.
+    const mime = rm?.preferredMimeType(data as any, 'any');
+    if (!rm || !mime || mime === 'image/svg+xml') {
+      host.append(this.plainBundle(data));
+      return host;
+    }
+    const renderer = rm.createRenderer(mime);
+    this.renderers.push(renderer);
+    host.append(renderer.node);
+    const safeMeta =
+      metadata && typeof metadata === 'object' && !Array.isArray(metadata) ? metadata : {};
+    renderer
+      .renderModel(new MimeModel({ data: data as any, metadata: safeMeta as any, trusted: false }))
+      .then(() => this.labelImages(host, data))
+      .catch(() => host.replaceChildren(this.plainBundle(data)));
+    return host;
+  }
+
+  /** A bundle without rendermime: an image, an SVG as a picture, or its text. */
+  private plainBundle(data: Record<string, unknown>): HTMLElement {
+    for (const mime of ['image/png', 'image/jpeg', 'image/gif', 'image/webp']) {
+      const src = data[mime] && imageSource(mime, data[mime]);
+      if (src) {
+        return h('img', { class: 'jp-wb-image', src, alt: altText(data) });
+      }
+    }
+    if (typeof data['image/svg+xml'] === 'string') {
+      return h('img', {
+        class: 'jp-wb-image',
+        alt: altText(data),
+        src: `data:image/svg+xml;charset=utf-8,${encodeURIComponent(data['image/svg+xml'])}`
+      });
+    }
+    const text = data['text/markdown'] ?? data['text/latex'] ?? data['text/plain'];
+    return h(
+      'pre',
+      { class: 'jp-wb-stdout' },
+      typeof text === 'string' ? text : Array.isArray(text) ? text.join('') : JSON.stringify(data)
+    );
+  }
+
+  private labelImages(host: HTMLElement, data: Record<string, unknown>): void {
+    for (const img of host.querySelectorAll('img')) {
+      if (!img.getAttribute('alt')) {
+        img.setAttribute('alt', altText(data));
+      }
+    }
+  }
+
+  /** Copy and Insert buttons on every code block of `host` (a rendered message or a tool card). */
+  decorate(host: HTMLElement): void {
+    for (const img of host.querySelectorAll('img')) {
+      if (!img.getAttribute('alt')) {
+        img.setAttribute('alt', 'an image in the message');
+      }
+    }
+    for (const pre of host.querySelectorAll('pre')) {
+      this.codeActions(pre as HTMLElement);
+    }
+  }
+
+  /** Wrap a code block with its actions: Copy, and Insert as a new cell in the active notebook. */
+  codeActions(pre: HTMLElement, source?: () => string): HTMLElement {
+    if (pre.parentElement?.classList.contains('jp-wb-codeblock')) {
+      return pre.parentElement;
+    }
+    const code = source ?? (() => (pre.textContent || '').replace(/\n$/, ''));
+    const status = h('span', { class: 'jp-wb-code-status', role: 'status' });
+    const actions = h(
+      'div',
+      { class: 'jp-wb-code-actions' },
+      status,
+      h(
+        'button',
+        {
+          class: 'jp-wb-button jp-wb-copy',
+          title: 'Copy this code to the clipboard',
+          'aria-label': 'Copy code',
+          onclick: () => {
+            Clipboard.copyToSystem(code());
+            status.textContent = 'Copied';
+          }
+        },
+        'Copy'
+      ),
+      h(
+        'button',
+        {
+          class: 'jp-wb-button jp-wb-insert',
+          title: 'Insert this code as a new cell below the active cell of the active notebook',
+          'aria-label': 'Insert code as a new notebook cell',
+          onclick: () => {
+            status.textContent = this.insertCell(code()) ? 'Inserted' : 'Open a notebook first';
+          }
+        },
+        'Insert'
+      )
+    );
+    const box = h('div', { class: 'jp-wb-codeblock' });
+    pre.replaceWith(box);
+    box.append(actions, pre);
+    return box;
+  }
+
+  /** Insert `code` as a new code cell below the active cell of the active notebook; false if none is open. */
+  insertCell(code: string): boolean {
+    const panel = this.ctx.notebooks?.currentWidget;
+    const notebook = panel?.content;
+    const model = notebook?.model;
+    if (!panel || !notebook || !model) {
+      return false;
+    }
+    const index = Math.min(notebook.activeCellIndex + 1, model.cells.length);
+    model.sharedModel.insertCell(index, { cell_type: 'code', source: code });
+    notebook.activeCellIndex = index;
+    notebook.mode = 'command';
+    this.ctx.activate?.(panel.id);
+    const cell = notebook.widgets[index];
+    if (cell) {
+      void notebook.scrollToCell(cell);
+    }
+    return true;
+  }
+}

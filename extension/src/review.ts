@@ -1,0 +1,335 @@
+// The memory review as a JupyterLab main-area panel: every memory by status, its provenance and
+// history, and the review actions, from the memory routes (docs/api.md, "Memory and dreams").
+// Theme: only JupyterLab's CSS variables. Live: it looks again at once when this page reviews a
+// memory (the sidebar's Memories tab fires MEMORIES_CHANGED), and polls every few seconds while shown
+// for changes from anywhere else (a notebook, the CLI, another browser), redrawing only on a change.
+// Memories quote hostile data (sessions, kernels, dreams): everything goes in as text.
+import { Widget } from '@lumino/widgets';
+
+import { IMemory, WorkbenchApi } from './api';
+import { ago, h } from './dom';
+
+export const MEMORIES_CHANGED = 'workbench:memories-changed';
+const POLL_MS = 3000;
+const STATUSES = ['proposed', 'accepted', 'rejected', 'retired', 'superseded', 'all'] as const;
+
+/** Tell every view of this page that memories changed (after a review here). */
+export function memoriesChanged(): void {
+  window.dispatchEvent(new CustomEvent(MEMORIES_CHANGED));
+}
+
+type Action = 'accept' | 'reject' | 'retire' | 'edit';
+
+const ACTIONS: Record<string, Action[]> = {
+  proposed: ['accept', 'edit', 'reject'],
+  accepted: ['edit', 'retire']
+};
+
+const LABELS: Record<Action, string> = {
+  accept: 'Accept',
+  reject: 'Reject',
+  retire: 'Retire',
+  edit: 'Edit'
+};
+
+export class ReviewPanel extends Widget {
+  private status: (typeof STATUSES)[number] = 'proposed';
+  private search = '';
+  private shown = ''; // the fingerprint of what is drawn
+  private timer = 0;
+  private busy = false;
+  private again = false;
+  private list = h('div', { class: 'jp-wb-review-list', role: 'list', 'aria-label': 'Memories' });
+  private info = h('div', { class: 'jp-wb-review-info', role: 'status', 'aria-live': 'polite' });
+  private onChanged = () => void this.refresh();
+
+  constructor(private api: WorkbenchApi) {
+    super();
+    this.id = 'jp-workbench-review';
+    this.addClass('jp-wb-review');
+    this.title.label = 'Memory review';
+    this.title.caption = 'Review the memories dreams proposed';
+    this.title.closable = true;
+    const select = h(
+      'select',
+      {
+        class: 'jp-wb-review-status jp-mod-styled',
+        'aria-label': 'Show memories with this status',
+        onchange: () => {
+          this.status = select.value as (typeof STATUSES)[number];
+          void this.refresh(true);
+        }
+      },
+      ...STATUSES.map(s => h('option', { value: s }, s))
+    );
+    const search = h('input', {
+      class: 'jp-wb-review-search',
+      type: 'search',
+      placeholder: 'Search title and text',
+      'aria-label': 'Search memories',
+      oninput: () => {
+        this.search = search.value;
+        void this.refresh(true);
+      }
+    });
+    this.node.append(
+      h(
+        'header',
+        { class: 'jp-wb-review-head' },
+        h('h2', {}, 'Memory review'),
+        select,
+        search,
+        this.info
+      ),
+      this.list
+    );
+  }
+
+  protected onAfterAttach(): void {
+    window.addEventListener(MEMORIES_CHANGED, this.onChanged);
+    this.timer = window.setInterval(() => this.isVisible && void this.refresh(), POLL_MS);
+    void this.refresh(true);
+  }
+
+  protected onBeforeDetach(): void {
+    window.removeEventListener(MEMORIES_CHANGED, this.onChanged);
+    window.clearInterval(this.timer);
+  }
+
+  dispose(): void {
+    window.removeEventListener(MEMORIES_CHANGED, this.onChanged);
+    window.clearInterval(this.timer);
+    super.dispose();
+  }
+
+  /** Look again; redraw when anything shown changed (or `force`). One look at a time. */
+  async refresh(force = false): Promise<void> {
+    if (this.busy) {
+      this.again = true; // look again (and redraw) once this look is done
+      return;
+    }
+    this.busy = true;
+    try {
+      const params = new URLSearchParams();
+      if (this.status !== 'all') {
+        params.set('status', this.status);
+      }
+      if (this.search.trim()) {
+        params.set('search', this.search.trim());
+      }
+      const body = await this.api.request<{ memories: IMemory[] }>(`memories?${params.toString()}`);
+      const memories = (body.memories || []).slice().reverse(); // newest first
+      const print = JSON.stringify(memories.map(m => [m.id, m.status, m.version, m.updated_at]));
+      const editing = this.list.querySelector('.jp-wb-review-editor');
+      if ((force || print !== this.shown) && !editing) {
+        this.shown = print;
+        this.draw(memories);
+      }
+      this.info.textContent = `${memories.length} ${this.status === 'all' ? '' : this.status + ' '}· updated ${new Date().toLocaleTimeString()}`;
+      this.node.dataset.fingerprint = String(memories.length);
+    } catch (err) {
+      this.info.textContent = String((err as Error).message || err);
+    } finally {
+      this.busy = false;
+      if (this.again) {
+        this.again = false;
+        void this.refresh(true);
+      }
+    }
+  }
+
+  private draw(memories: IMemory[]): void {
+    if (!memories.length) {
+      this.list.replaceChildren(
+        h(
+          'p',
+          { class: 'jp-wb-empty' },
+          this.status === 'proposed'
+            ? 'No proposals waiting for review. Dreams propose memories from past sessions.'
+            : 'No memories here.'
+        )
+      );
+      return;
+    }
+    this.list.replaceChildren(...memories.map(m => this.card(m)));
+  }
+
+  private card(m: IMemory): HTMLElement {
+    const actions = h('div', { class: 'jp-wb-memory-actions' });
+    const history = h('div', { class: 'jp-wb-review-history', hidden: true });
+    const card = h(
+      'article',
+      {
+        class: 'jp-wb-review-card',
+        role: 'listitem',
+        'data-memory-id': m.id,
+        'data-status': m.status || ''
+      },
+      h(
+        'div',
+        { class: 'jp-wb-review-title' },
+        h('span', { class: `jp-wb-chip jp-wb-chip-${m.status || 'unknown'}` }, m.status || '?'),
+        h('h3', {}, m.title || m.id),
+        h(
+          'span',
+          { class: 'jp-wb-meta' },
+          `v${m.version ?? 1} · ${m.updated_by || ''} · ${m.updated_at ? ago(m.updated_at) : ''}`
+        )
+      ),
+      m.proposal &&
+        m.proposal !== 'create' &&
+        h(
+          'div',
+          { class: 'jp-wb-meta' },
+          `proposed: ${m.proposal}${m.targets?.length ? ` of ${m.targets.join(', ')}` : ''}`
+        ),
+      h('div', { class: 'jp-wb-review-text' }, m.text || ''),
+      (m.tags || []).length > 0 &&
+        h(
+          'div',
+          { class: 'jp-wb-review-tags' },
+          ...(m.tags || []).map(t => h('span', { class: 'jp-wb-tag' }, t))
+        ),
+      (m.provenance || []).length > 0 &&
+        h(
+          'details',
+          { class: 'jp-wb-review-provenance' },
+          h('summary', {}, `Provenance: ${(m.provenance || []).length} source(s)`),
+          h(
+            'ul',
+            {},
+            ...(m.provenance || []).map((p: any) =>
+              h(
+                'li',
+                {},
+                h('code', {}, `${p.session_id} #${p.seq}`),
+                p.quote ? h('blockquote', {}, String(p.quote)) : null
+              )
+            )
+          )
+        ),
+      actions,
+      history
+    );
+    for (const action of ACTIONS[m.status || ''] || []) {
+      actions.append(
+        h(
+          'button',
+          {
+            class: `jp-wb-button ${action === 'accept' ? 'jp-mod-accept' : action === 'edit' ? '' : 'jp-wb-danger'}`,
+            'aria-label': `${LABELS[action]} ${m.title || m.id}`,
+            onclick: () => (action === 'edit' ? this.edit(card, m) : void this.act(m, action))
+          },
+          LABELS[action]
+        )
+      );
+    }
+    actions.append(
+      h(
+        'button',
+        {
+          class: 'jp-wb-link',
+          'aria-expanded': 'false',
+          onclick: (e: Event) => void this.toggleHistory(m, history, e.currentTarget as HTMLElement)
+        },
+        'History'
+      )
+    );
+    return card;
+  }
+
+  private async act(
+    m: IMemory,
+    action: Action,
+    fields: Record<string, string> = {}
+  ): Promise<void> {
+    try {
+      await this.api.request(`memories/${encodeURIComponent(m.id)}`, {
+        method: 'PATCH',
+        body: JSON.stringify({ action, ...fields })
+      });
+      memoriesChanged(); // the sidebar, and this panel, look again
+    } catch (err) {
+      this.info.textContent = `${LABELS[action]} failed: ${(err as Error).message || err}`;
+    }
+  }
+
+  private edit(card: HTMLElement, m: IMemory): void {
+    if (card.querySelector('.jp-wb-review-editor')) {
+      return;
+    }
+    const area = h('textarea', {
+      class: 'jp-wb-input',
+      rows: 4,
+      'aria-label': `New text of ${m.title || m.id}`
+    });
+    area.value = m.text || '';
+    const editor = h(
+      'div',
+      { class: 'jp-wb-review-editor' },
+      area,
+      h(
+        'div',
+        { class: 'jp-wb-memory-actions' },
+        h(
+          'button',
+          {
+            class: 'jp-wb-button jp-mod-accept',
+            onclick: async () => {
+              editor.remove();
+              await this.act(m, 'edit', { text: area.value });
+            }
+          },
+          'Save'
+        ),
+        h(
+          'button',
+          {
+            class: 'jp-wb-button',
+            onclick: () => {
+              editor.remove();
+              void this.refresh(true);
+            }
+          },
+          'Cancel'
+        )
+      )
+    );
+    card.append(editor);
+    area.focus();
+  }
+
+  private async toggleHistory(m: IMemory, box: HTMLElement, button: HTMLElement): Promise<void> {
+    if (!box.hidden) {
+      box.hidden = true;
+      button.setAttribute('aria-expanded', 'false');
+      return;
+    }
+    try {
+      const full = await this.api.request<IMemory>(`memories/${encodeURIComponent(m.id)}`);
+      const versions: any[] = full.history || [];
+      box.replaceChildren(
+        h(
+          'ol',
+          {},
+          ...versions.map(v =>
+            h(
+              'li',
+              {},
+              h(
+                'span',
+                { class: 'jp-wb-meta' },
+                `v${v.version} · ${v.action || v.status || ''} · ${v.actor || ''} · ${v.at || v.ts || ''}`
+              ),
+              v.text ? h('div', { class: 'jp-wb-review-text' }, String(v.text)) : null
+            )
+          )
+        )
+      );
+    } catch (err) {
+      box.replaceChildren(h('span', {}, String((err as Error).message || err)));
+    }
+    box.hidden = false;
+    button.setAttribute('aria-expanded', 'true');
+  }
+}
