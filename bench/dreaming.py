@@ -111,7 +111,9 @@ async def run(ctx: Context) -> Section:
         sec.row(f"second dream over the same {size} sessions (nothing new)", seconds)
     if len(sizes) > 1:
         sec.compare("dream growth, 100 vs 10 sessions (p50)", p50[100], p50[10])
-    sec.notes.append("The scripted dream lists the sessions, reads each one's unread events (one tool call per "
-                     "session), proposes cited memories and commits them with its read positions in one transaction; "
-                     "the time is the harness's, tools' and log's, not a model's.")
+    sec.notes.append("The dream reads its sessions in chunks that fit a context (dream_chunk_chars, "
+                     "dream_chunk_sessions; each chunk one turn with a fresh context), reads each session's unread "
+                     "events (one tool call per session), proposes cited memories and commits each chunk's proposals "
+                     "with its read positions in one transaction; the time is the harness's, tools' and log's, not a "
+                     "model's.")
     return sec

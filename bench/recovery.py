@@ -103,11 +103,11 @@ async def run(ctx: Context) -> Section:
         sec.row("warm pool (HandsFactory, pool_size=1)", await _hands_recovery(hands, trials, lambda: _pool_ready(factory)))
     # the default backend: a sandboxed kernel binds the session's workspace when bwrap starts,
     # so after a death the replacement boots with that workspace instead of coming from the pool
-    settings = HandsSettings(backend="sandbox", pool_size=1, registry_dir=str(ctx.tmp / "registry-recovery-sbx"))
+    settings = HandsSettings(backend="sandbox", pool_size=1, spare=False, registry_dir=str(ctx.tmp / "registry-recovery-sbx"))
     async with HandsFactory(settings) as factory:
         if factory.mode == "sandbox":
             hands = factory("bench-recovery-sandbox", {}, None)
-            sec.row("sandboxed (the default backend), pool_size=1", await _hands_recovery(hands, trials, lambda: _pool_ready(factory)))
+            sec.row("sandboxed, no spare (spare=false), pool_size=1", await _hands_recovery(hands, trials, lambda: _pool_ready(factory)))
         else:
             sec.notes.append("sandboxed recovery: skipped: no working sandbox on this machine")
 

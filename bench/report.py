@@ -92,10 +92,16 @@ The figures depend on the machine and on what else ran on it at the time (see th
 """
 
 
+KEPT = "<!-- kept by --write-docs: sections below come from benchmarks run on their own -->"
+
+
 def write_docs(result: dict[str, Any], path: Path) -> None:
-    """Regenerate docs/benchmarks.md from a full run."""
+    """Regenerate docs/benchmarks.md from a full run; what follows the KEPT marker (e.g. `python -m
+    bench.live_output`'s section) stays as it is."""
+    old = path.read_text() if path.exists() else ""
+    kept = old[old.index(KEPT):] if KEPT in old else ""
     parts = [DOC_HEAD + f"Latest run: {result['started_at']}, {result['mode']} mode.", "", "## Machine", "",
              machine_md(result["machine"]), "", "## Targets", "", targets_md(result), ""]
     for key, s in result["sections"].items():
         parts.append(section_md(key, s).replace("### ", "## ", 1))
-    path.write_text("\n".join(parts).rstrip("\n") + "\n")
+    path.write_text("\n".join(parts).rstrip("\n") + "\n" + ("\n" + kept.rstrip("\n") + "\n" if kept else ""))

@@ -28,10 +28,15 @@ from .report import markdown, write_docs
 SECTIONS = [
     ("first_response", "bench.first_response"),
     ("recovery", "bench.recovery"),
+    ("hands_scale", "bench.hands_scale"),
     ("tool_round_trip", "bench.roundtrip"),
     ("log", "bench.logbench"),
+    ("logscale", "bench.logscale"),
     ("scale", "bench.scale"),
+    ("harness", "bench.harness"),
     ("dreaming", "bench.dreaming"),
+    ("evals", "bench.evals"),
+    ("delegate", "bench.delegate"),
 ]
 
 REPO = Path(__file__).resolve().parent.parent

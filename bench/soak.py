@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
           f"seed {seed}")
     print(f"servers ended by: {endings}")
     print(f"statuses: {dict(sorted(total.statuses.items(), key=str))}")
-    print(f"routes: {dict(sorted(total.routes.items()))}")
+    print(f"per route:\n{total.table()}")
     print(f"writes promised: {total.sessions_created} sessions, {total.messages_accepted} messages; "
           f"{total.dropped} requests cut off by kills or shutdowns")
     print(f"log: {counts}")
