@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 need=""
-for pkg in bubblewrap socat chromium; do dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"; done
+for pkg in bubblewrap socat chromium libcairo2; do dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"; done
 # Node.js (20.19 or newer) builds the JupyterLab extension during pip install; keep a newer one if present
 command -v node >/dev/null 2>&1 || need="$need nodejs npm"
 if [ -n "$need" ]; then
