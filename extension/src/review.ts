@@ -151,7 +151,19 @@ export class ReviewPanel extends Widget {
       );
       return;
     }
+    // a redraw (a poll, a filter, an action elsewhere) keeps the provenance a reader opened open
+    const open = new Set(
+      Array.from(this.list.querySelectorAll<HTMLElement>('.jp-wb-review-card'))
+        .filter(c => c.querySelector('details.jp-wb-review-provenance[open]'))
+        .map(c => c.dataset.memoryId)
+    );
     this.list.replaceChildren(...memories.map(m => this.card(m)));
+    for (const c of Array.from(this.list.querySelectorAll<HTMLElement>('.jp-wb-review-card'))) {
+      const details = c.querySelector<HTMLDetailsElement>('details.jp-wb-review-provenance');
+      if (details && open.has(c.dataset.memoryId)) {
+        details.open = true;
+      }
+    }
   }
 
   private card(m: IMemory): HTMLElement {

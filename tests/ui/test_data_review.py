@@ -173,6 +173,8 @@ def test_review_panel_in_the_main_area_light_and_dark_updates_live(page, lab: Ju
     # accepted elsewhere (the REST API, as a notebook or the CLI would): the panel's poll sees it
     lab_api(lab, "PATCH", f"memories/{second}", {"action": "accept"})
     review.locator(f'.jp-wb-review-card[data-memory-id="{second}"][data-status="accepted"]').wait_for(timeout=30_000)
+    # two redraws later, the provenance the reader opened is still open
+    assert review.locator(f'.jp-wb-review-card[data-memory-id="{first}"] details.jp-wb-review-provenance[open]').count() == 1
 
     # its own actions: retire the first from the panel; the sidebar and the log agree
     review.locator(f'.jp-wb-review-card[data-memory-id="{first}"]').get_by_role("button", name="Retire").click()
