@@ -213,7 +213,10 @@ export class ChatLog {
     let card = this.tools.get(id);
     if (!card) {
       const code = typeof input?.code === 'string' ? input.code : JSON.stringify(input, null, 2);
-      const pre = h('pre', { class: 'jp-wb-code' }, code);
+      const pre =
+        typeof input?.code === 'string'
+          ? this.render.code(code, 'python')
+          : h('pre', { class: 'jp-wb-code' }, code);
       card = h(
         'div',
         { class: 'jp-wb-tool', 'data-tool-use-id': id },

@@ -8,6 +8,7 @@ import {
   Notification,
   showErrorMessage
 } from '@jupyterlab/apputils';
+import { IEditorLanguageRegistry } from '@jupyterlab/codemirror';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { LabIcon } from '@jupyterlab/ui-components';
@@ -29,18 +30,27 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description: 'The workbench sidebar: agent sessions, their hands, and memory review.',
   autoStart: true,
   // The chat renders with JupyterLab's own rendermime and inserts code into the active notebook.
-  optional: [ICommandPalette, ILayoutRestorer, IRenderMimeRegistry, INotebookTracker],
+  // A tool card's code is highlighted with CodeMirror's languages, as a notebook cell is.
+  optional: [
+    ICommandPalette,
+    ILayoutRestorer,
+    IRenderMimeRegistry,
+    INotebookTracker,
+    IEditorLanguageRegistry
+  ],
   activate: (
     app: JupyterFrontEnd,
     palette: ICommandPalette | null,
     restorer: ILayoutRestorer | null,
     rendermime: IRenderMimeRegistry | null,
-    notebooks: INotebookTracker | null
+    notebooks: INotebookTracker | null,
+    languages: IEditorLanguageRegistry | null
   ) => {
     const { commands, shell } = app;
     const api = new WorkbenchApi(app.serviceManager.serverSettings);
     const panel = new WorkbenchPanel(api, () => void commands.execute('workbench:open-review'), {
       rendermime,
+      languages,
       notebooks,
       activate: id => shell.activateById(id)
     });

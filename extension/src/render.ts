@@ -4,6 +4,7 @@
 // and an "Insert as a new cell" button. Without a registry (another frontend) everything falls
 // back to plain text nodes.
 import { Clipboard } from '@jupyterlab/apputils';
+import { IEditorLanguageRegistry } from '@jupyterlab/codemirror';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { IRenderMimeRegistry, MimeModel } from '@jupyterlab/rendermime';
 import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
@@ -13,6 +14,8 @@ import { h, imageSource, richText } from './dom';
 /** What the chat renders with: all optional, so the chat still works without them. */
 export interface IRenderContext {
   rendermime?: IRenderMimeRegistry | null;
+  /** CodeMirror's languages: a tool card's code is highlighted as the notebook highlights a cell. */
+  languages?: IEditorLanguageRegistry | null;
   notebooks?: INotebookTracker | null;
   /** Bring a widget to the front (the shell's activateById). */
   activate?: (id: string) => void;
@@ -80,6 +83,30 @@ export class ChatRenderer {
         this.decorate(host);
       });
     return host;
+  }
+
+  /**
+   * Code in `lang` as a notebook cell shows it: a `<pre><code class="language-…">` highlighted by
+   * CodeMirror's language registry (the same call JupyterLab's Markdown renderer makes for a fenced
+   * block, so the colours follow the theme); plain text until then, or without a registry.
+   */
+  code(code: string, lang = 'python'): HTMLElement {
+    const el = h('code', { class: `language-${lang}` }, code);
+    const pre = h('pre', { class: 'jp-wb-code' }, el);
+    const languages = this.ctx.languages;
+    const language = languages?.findBest(lang);
+    if (languages && language) {
+      const lit = h('code', { class: `language-${lang}` });
+      languages
+        .highlight(code, language, lit)
+        .then(() => {
+          if (lit.textContent === code) {
+            el.replaceWith(lit);
+          }
+        })
+        .catch(() => undefined); // the plain text stays
+    }
+    return pre;
   }
 
   /** A MIME bundle a tool produced, rendered as a notebook renders an untrusted output. */

@@ -6,6 +6,7 @@ Screenshots go to test-artifacts/ui/ (the good ones are copied into docs/screens
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -140,6 +141,46 @@ def test_markdown_tables_and_outputs_render_as_in_a_notebook(page, lab: JupyterP
     wait_idle(page)
     panel.locator(".jp-wb-assistant").filter(has_text="Here is what it printed").last.scroll_into_view_if_needed()
     shot(page, "10-rendered-reply")
+    assert page.blocked == []
+
+
+KEYWORD_COLOUR = """(el) => {
+  const probe = document.createElement('span');
+  probe.style.color = 'var(--jp-mirror-editor-keyword-color)';
+  el.closest('pre').append(probe);
+  const want = getComputedStyle(probe).color;
+  probe.remove();
+  return {word: getComputedStyle(el).color, keyword: want, plain: getComputedStyle(el.closest('pre')).color};
+}"""
+
+
+def assert_highlighted(block) -> None:
+    """`import` in the code block is drawn in the theme's keyword colour, not the block's own."""
+    word = block.locator("code.language-python span").filter(has_text=re.compile(r"^import$")).first
+    word.wait_for(timeout=30_000)
+    colours = word.evaluate(KEYWORD_COLOUR)
+    assert colours["word"] == colours["keyword"] != colours["plain"], colours
+
+
+def test_code_is_highlighted_in_replies_and_tool_cards(page, lab: JupyterProcess):
+    """As a notebook highlights a cell: a reply's fenced code and the code of a tool card, in a page
+    where no notebook (and so no editor) was ever opened."""
+    panel = open_sidebar(page, lab)
+    new_session(panel)
+    # (a ~~~ fence is not run by the scripted model, which quotes it back in its reply)
+    send(panel, "Highlight check\n\n~~~python\nimport os\nprint(os.sep)\n~~~")
+    reply = panel.locator(".jp-wb-assistant").filter(has_text="Highlight check")
+    reply.wait_for(timeout=60_000)
+    assert_highlighted(reply.locator("pre").first)
+    wait_idle(page)
+    send(panel, "```python\nimport os\nprint(os.sep * 3)\n```")
+    tool = panel.locator(".jp-wb-tool").filter(has_text="os.sep * 3").first
+    tool.locator(".jp-wb-output").filter(has_text="///").wait_for(timeout=60_000)
+    assert_highlighted(tool.locator("pre.jp-wb-code"))
+    # the highlighted card keeps its code whole: Copy and Insert act on the text as the model wrote it
+    assert tool.locator("pre.jp-wb-code").inner_text().strip() == "import os\nprint(os.sep * 3)"
+    wait_idle(page)
+    shot(page, "11-highlighted-code")
     assert page.blocked == []
 
 
