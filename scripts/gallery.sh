@@ -21,6 +21,7 @@ done <<'LIST'
 12-stop-after-rejected-send stop
 14-dark dark
 16-open-as-notebook open-as-notebook
+17-highlighted-code highlighted-code
 review-panel-light review-panel-light
 review-panel-dark review-panel-dark
 data-notebook-attach notebook-attach

@@ -180,7 +180,7 @@ def test_code_is_highlighted_in_replies_and_tool_cards(page, lab: JupyterProcess
     # the highlighted card keeps its code whole: Copy and Insert act on the text as the model wrote it
     assert tool.locator("pre.jp-wb-code").inner_text().strip() == "import os\nprint(os.sep * 3)"
     wait_idle(page)
-    shot(page, "11-highlighted-code")
+    shot(page, "17-highlighted-code")
     assert page.blocked == []
 
 
