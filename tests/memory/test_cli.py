@@ -92,6 +92,49 @@ def test_a_dream_killed_mid_way_is_resumed_from_the_command_line_and_committed_o
     assert again.returncode == 0 and "0 proposal(s)" in again.stdout
 
 
+def test_dreams_cancel_from_the_command_line(recorded, db_path):
+    """`workbench dreams --cancel ID` on a dream killed between its chunks: it says so, the dream shows
+    `cancelled`, `workbench resume` reads no further chunk, a second cancel says it was already
+    cancelled, and an unknown id or a session that is not a dream is a clear error that writes nothing."""
+    import os
+
+    from workbench.testing import FakeMessagesAPI
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "WORKBENCH_"))}
+    env.update(ANTHROPIC_API_KEY="test-key", WORKBENCH_MEMORY_DREAM_CHUNK_SESSIONS="1", WORKBENCH_HANDS_POOL_SIZE="0")
+    db = ["--db", str(db_path)]
+    holder = Holder()
+    with FakeMessagesAPI(holder) as api:
+        env["ANTHROPIC_BASE_URL"] = api.url
+        dream_id = _kill_dream_at(recorded, db, holder, 4, env)  # killed in chunk 2, after chunk 1's commit
+
+        def dreams() -> dict[str, dict]:
+            out = subprocess.run([WORKBENCH, "dreams", "--json", *db], env=env, capture_output=True, text=True, timeout=120)
+            assert out.returncode == 0, out.stderr
+            return {json.loads(line)["id"]: json.loads(line) for line in out.stdout.splitlines()}
+
+        before = dreams()[dream_id]
+        assert before["state"] == "unfinished" and before["chunks"] == 1, before
+        r = subprocess.run([WORKBENCH, "dreams", "--cancel", dream_id, *db], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and f"dream {dream_id} cancelled" in r.stderr, (r.returncode, r.stderr)
+        assert dreams()[dream_id]["state"] == "cancelled"
+        calls = holder.calls
+        r = subprocess.run([WORKBENCH, "resume", dream_id, *db], env=env, capture_output=True, text=True, timeout=180)
+        assert r.returncode == 1 and "cancelled" in r.stderr, (r.returncode, r.stderr)  # it says why it did nothing
+        assert holder.calls == calls, "a cancelled dream asked the model again"
+        after = dreams()[dream_id]
+        assert after["state"] == "cancelled" and after["chunks"] == 1, after
+        r = subprocess.run([WORKBENCH, "dreams", "--cancel", dream_id, *db], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and "had already ended or been cancelled" in r.stderr, r.stderr
+
+        events = wb("export", dream_id, *db).stdout
+        for wrong, says in (("d" * 12, "d" * 12), (recorded[0], "not a dream")):
+            r = subprocess.run([WORKBENCH, "dreams", "--cancel", wrong, *db], env=env, capture_output=True, text=True, timeout=120)
+            assert r.returncode != 0 and says in r.stderr and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+        assert wb("export", dream_id, *db).stdout == events
+        assert "dream_cancelled" not in wb("export", recorded[0], *db).stdout
+
+
 class Holder:
     """scripted:dream behind the fake Messages API, holding its model call number `at` until released."""
 
