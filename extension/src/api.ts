@@ -151,7 +151,10 @@ export class WorkbenchApi {
     return this.request<ISessionsPage>(`sessions?${params.toString()}`);
   }
 
-  createSession(body: { title?: string; model?: string } = {}): Promise<ISession> {
+  /** `first_message`: the message about to be sent (not sent): what the session's memories are ranked by. */
+  createSession(
+    body: { title?: string; model?: string; first_message?: string } = {}
+  ): Promise<ISession> {
     return this.post('sessions', body);
   }
 

@@ -520,10 +520,13 @@ export class WorkbenchPanel extends Widget {
     this.input.focus();
   }
 
-  async newSession(): Promise<void> {
-    const session = await this.guard(() =>
-      this.api.createSession(this.controls.newSessionBody() as any)
-    );
+  /** A new session, selected; `firstMessage` (about to be sent) ranks the memories it is given. */
+  async newSession(firstMessage?: string): Promise<void> {
+    const body: Record<string, unknown> = { ...this.controls.newSessionBody() };
+    if (firstMessage) {
+      body.first_message = firstMessage;
+    }
+    const session = await this.guard(() => this.api.createSession(body as any));
     if (session) {
       await this.select(session);
       await this.poll();
@@ -646,7 +649,7 @@ export class WorkbenchPanel extends Widget {
       return;
     }
     if (!this.current) {
-      await this.newSession();
+      await this.newSession(text);
     }
     const id = this.current?.id;
     if (!id) {

@@ -363,3 +363,33 @@ def test_contradictions_and_supersede_from_the_command_line(tmp_path, fresh):
     assert f"in effect now: {new['id']}" in r.stdout
     r = wb("memories", "--db", str(db))
     assert "contradictions" not in r.stdout
+
+
+async def test_post_sessions_ranks_memories_by_the_first_message_it_is_given(jp_serverapp, jp_fetch):
+    """`first_message` in `POST /sessions` ranks the injected memories (it is not sent); without it the
+    title does; a bad one is a 400 that creates no session."""
+    runtime = jp_serverapp.web_app.settings["workbench_runtime"]
+    store = runtime.host.plugin("memory").store
+    plots = accepted(store, "Plots", "Plot with a white background and label both axes.")
+    accepted(store, "Units", "Report temperatures in Celsius.")  # the newer one: first by recency alone
+
+    async def injected_of(body):
+        code, s = await rest(jp_fetch, "POST", "sessions", body=body)
+        assert code == 201, s
+        events = store.log.events(s["id"])
+        assert [e.type for e in events] == ["session_created", "memories_injected"]  # nothing sent
+        return events[1].payload
+
+    first = await injected_of({"title": "Chat 4:11:18 PM", "first_message": "make a plot of the sales by week"})
+    assert first["ranked_by"] == "message" and first["memories"][0]["id"] == plots["id"], first
+    plain = await injected_of({"title": "Chat 4:11:18 PM"})
+    assert plain["ranked_by"] == "title" and plain["memories"][0]["id"] != plots["id"], plain
+    blank = await injected_of({"first_message": "   "})  # says nothing: as if not given
+    assert blank["ranked_by"] == "recency"
+
+    sessions = store.log.sessions()
+    for body, says in (({"first_message": 7}, "first_message"), ({"first_message": "x" * 1_000_001}, "first_message"),
+                       (b'{"first_message": "\\ud800"}', "surrogate"), ({"first_message": ["a"]}, "first_message")):
+        code, err = await rest(jp_fetch, "POST", "sessions", body=body)
+        assert code in (400, 413) and (code == 413 or says in err["error"]), (body, code, err)
+    assert store.log.sessions() == sessions

@@ -115,7 +115,8 @@ def _remote_turn(args: argparse.Namespace, r: Remote, action: str) -> int:
     if action == "run" and row is None:
         tools = ["python", *dict.fromkeys(t for t in args.tool or () if t != "python")]
         with r.answers():
-            row = r.client.create_session(id=sid, title=auto_title(args.prompt), model=args.model, tools=tools)
+            row = r.client.create_session(id=sid, title=auto_title(args.prompt), model=args.model, tools=tools,
+                                          first_message=args.prompt)
         sid = row["id"]
         print(f"session {sid} (model {row['model']})", file=sys.stderr)
     assert sid is not None and row is not None, "resume needs an existing session; run made one if there was none"

@@ -133,9 +133,12 @@ class WorkbenchClient:
         config: dict[str, Any] | None = None,
         tools: list[str] | None = None,
         id: str | None = None,
+        first_message: str | None = None,
     ) -> dict[str, Any]:
-        """Create a session; returns it (with its `id`, new unless given)."""
-        body = {k: v for k, v in dict(id=id, title=title, model=model, system=system, config=config, tools=tools).items() if v is not None}
+        """Create a session; returns it (with its `id`, new unless given). `first_message`: the message
+        about to be sent (not sent), what the session's memories are ranked by."""
+        body = {k: v for k, v in dict(id=id, title=title, model=model, system=system, config=config, tools=tools,
+                                      first_message=first_message).items() if v is not None}
         return self._call("POST", "/sessions", body)
 
     def send(self, session_id: str, text: str) -> int:
@@ -435,7 +438,7 @@ class WorkbenchClient:
         """Send text to a session (new on first use) and wait for the turn to end."""
         sid = session or self.session_id
         if sid is None:
-            sid = self.create_session(model=model)["id"]  # untitled: its first message names it
+            sid = self.create_session(model=model, first_message=text)["id"]  # untitled: its first message names it
         self.session_id = sid
         events = [m["event"] for m in self.turn(sid, text, timeout=timeout) if m["kind"] == "event"]
         stop = events[-1]["payload"].get("stop_reason") if events and events[-1]["type"] == "turn_ended" else None

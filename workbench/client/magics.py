@@ -108,7 +108,7 @@ class AgentMagics(Magics):
                 title = opts.get("title")
                 if not title and opts.get("with"):  # the message will start with the attached files' note
                     title = ((text or "").strip().splitlines() or ["Attached data"])[0][:60]
-                self.session_id = client.create_session(title=title, model=opts.get("model"))["id"]
+                self.session_id = client.create_session(title=title, model=opts.get("model"), first_message=text or None)["id"]
             if opts.get("with"):
                 text = self._attach(client, opts["with"], text or "")
             if not (text or "").strip():

@@ -292,6 +292,8 @@ class SessionBody(Body):
     system: Text(MAX_SYSTEM_CHARS) | None = None
     config: dict[str, Any] | None = None
     tools: Items(Text(MAX_NAME_CHARS), MAX_TOOLS) | None = None
+    # the first message the client is about to send: what memories are ranked by (it is not sent)
+    first_message: Text(MAX_TEXT_CHARS) | None = None
 
 
 class MessageBody(Body):
@@ -524,6 +526,8 @@ def session_body(body: Any, host: Any) -> dict[str, Any]:
     """Arguments for Brain.create_session from a `POST /sessions` body, checked against this host."""
     b = parse(SessionBody, body)
     out: dict[str, Any] = {"title": b.title, "model": b.model, "system": b.system}
+    if b.first_message and b.first_message.strip():
+        out["message"] = b.first_message
     if b.id is not None:
         out["session_id"] = b.id
     if b.config is not None:
