@@ -6,8 +6,9 @@ Lexical and deterministic, so that a reviewer can check it in a line:
   "forget ..." / "no longer ..." (a retirement), "update: ..." / "... instead of ..." /
   "... rather than ..." (an update), "remember ..." / "note: ..." / "fyi ..." (a note), or
   "always", "prefer", "never" (a preference);
-- a statement is **about** a memory when they share at least two subject words and at least 60 %
-  of the larger one's, and, unless it is an update, name the same values (words with a digit)
+- a statement is **about** a memory when they share at least two subject words and either at least
+  60 % of the larger one's or a name (a capitalised word inside a sentence, or a word with a digit,
+  slash, dot, dash or underscore), and, unless it is an update, name the same values (words with a digit)
   (subject words: relevance.subject, a plural "s" dropped; a memory's are those of its title and
   the first line of its text); it **covers** a memory when it has at least 80 % of the memory's;
 - it says it **the other way round** when one of the two has a negation ("never", "not", "avoid",
@@ -37,7 +38,9 @@ PREFERENCE = re.compile(r"\b(always|prefer|never)\b", re.I)
 SENTENCE = re.compile(r"(?<=[.!?])\s+|\n")
 # words of the machinery around a statement, not of what it is about
 MARKERS = frozenset({"user", "said", "session", "note", "preference", "update", "updated", "correction", "remember",
-                     "forget", "disregard", "fyi", "record", "reference", "longer", "instead", "rather", "please", "now"})
+                     "forget", "disregard", "fyi", "record", "reference", "longer", "instead", "rather", "please", "now",
+                     # pronouns bm25s's English stop words keep
+                     "we", "us", "our", "ours", "me", "my", "mine", "you", "your", "yours", "they", "them", "their"})
 SHARED_MIN = 2
 SHARED_SHARE = 0.6  # of the larger set of subject words: about the same thing
 COVER_SHARE = 0.8  # of a memory's subject words: a statement that says all of it
@@ -61,8 +64,10 @@ class Statement:
         return f"{label}: {self.text[:60]}"
 
     def memory_text(self) -> str:
-        # the statement alone on its first line: what relates it to other memories, and a line a redaction scrubs
-        return f'{self.text}\n(the user said so in session "{self.title}")'
+        # the statement alone on its first line, as said (an update: without what it replaced), so that a
+        # redaction of the memory, which scrubs each line of its text from the log, also scrubs where it came from
+        first = self.text if self.kind == "update" else self.said
+        return f'{first}\n(the user, in session "{self.title}")'
 
 
 def words(text: str) -> frozenset[str]:
@@ -79,12 +84,26 @@ def _values(ws: frozenset[str]) -> frozenset[str]:
     return frozenset(w for w in ws if any(c.isdigit() for c in w))
 
 
-def related(a: frozenset[str], b: frozenset[str], update: bool = False) -> int:
-    """How many subject words a and b share when they are about the same thing, else 0."""
+NAME = re.compile(r"[\w][\w./-]*[\w]")
+
+
+def names(text: str) -> frozenset[str]:
+    """The names in a text: capitalised words inside a sentence, and words with a digit, slash, dot, dash or underscore."""
+    out = set()
+    for sentence in SENTENCE.split(text):
+        for i, m in enumerate(NAME.finditer(sentence)):
+            w = m.group()
+            if len(w) >= 3 and (any(c.isdigit() or c in "./-_" for c in w) or (i > 0 and w[0].isupper())):
+                out.add(w.casefold())
+    return frozenset(out)
+
+
+def related(a: frozenset[str], b: frozenset[str], update: bool = False, same_name: bool = False) -> int:
+    """How many subject words a and b share when they are about the same thing, else 0 (`same_name`: they share a name)."""
     shared = len(a & b)
     if not update and _values(a) != _values(b) and _values(a) and _values(b):
         return 0  # the same words around other values: another fact ("sort column a" is not "sort column b")
-    return shared if shared >= SHARED_MIN and shared >= SHARED_SHARE * max(len(a), len(b)) else 0
+    return shared if shared >= SHARED_MIN and (same_name or shared >= SHARED_SHARE * max(len(a), len(b))) else 0
 
 
 def covers(a: frozenset[str], m: frozenset[str]) -> bool:
@@ -117,10 +136,10 @@ def statements(sid: str, title: str, seq: int, body: str) -> list[Statement]:
     return out
 
 
-def _memory_words(m: dict[str, Any]) -> frozenset[str]:
+def _memory_statement(m: dict[str, Any]) -> str:
     title = m["title"].split(":", 1)[1] if ":" in m["title"][:12] else m["title"]
     first = (m.get("text") or "").strip().splitlines()[:1]
-    return words(title + "\n" + (first[0] if first else ""))
+    return title + "\n" + (first[0] if first else "")
 
 
 def _negative(text: str) -> bool:
@@ -136,14 +155,16 @@ def plan(found: list[Statement], known: list[dict[str, Any]]) -> list[tuple[str,
     """The proposals (tool name, input) the statements make, against the live memories `known`
     ({id, status, title, text}); statements in the order they were said, the later winning within them."""
     live = [m for m in known if m.get("status") in ("accepted", "proposed")]
-    mwords = {m["id"]: _memory_words(m) for m in live}
+    mwords = {m["id"]: words(_memory_statement(m)) for m in live}
+    mnames = {m["id"]: names(_memory_statement(m)) for m in live}
     changed: set[str] = set()  # a memory gets at most one proposal from a dream's chunk
     new: list[Statement] = []
     calls: list[tuple[str, dict[str, Any]]] = []
     for st in found:
-        sw = words(st.text)
+        sw, sn = words(st.text), names(st.said)
         update = st.kind in ("update", "forget")
-        scored = sorted(((related(sw, mwords[m["id"]], update), i, m) for i, m in enumerate(live) if m["id"] not in changed),
+        scored = sorted(((related(sw, mwords[m["id"]], update, bool(sn & mnames[m["id"]])), i, m)
+                         for i, m in enumerate(live) if m["id"] not in changed),
                         key=lambda x: (-x[0], x[1]))
         about = [(n, m) for n, _, m in scored if n]
         reason = f"the user said: {st.said[:300]}"
@@ -175,7 +196,7 @@ def plan(found: list[Statement], known: list[dict[str, Any]]) -> list[tuple[str,
             continue
         if about:
             continue  # a repeat or a paraphrase of what a memory says already
-        earlier = next((n for n in new if related(sw, words(n.text), update)), None)
+        earlier = next((n for n in new if related(sw, words(n.text), update, bool(sn & names(n.said)))), None)
         if earlier is not None and _negative(earlier.text) == _negative(st.text) and st.kind != "update":
             earlier.citations.append(st.citations[0])  # said again in this chunk: more evidence, one memory
             continue
