@@ -146,6 +146,11 @@ def _negative(text: str) -> bool:
     return bool(negated(text))
 
 
+def inp_text(inp: dict[str, Any]) -> str:
+    """What a proposal states (a retirement: nothing)."""
+    return str(inp.get("text") or "")
+
+
 def _statement_of(m: dict[str, Any]) -> str:
     first = (m.get("text") or "").strip().splitlines()[:1]
     return m["title"] + " " + (first[0] if first else "")
@@ -153,11 +158,13 @@ def _statement_of(m: dict[str, Any]) -> str:
 
 def plan(found: list[Statement], known: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """The proposals (tool name, input) the statements make, against the live memories `known`
-    ({id, status, title, text}); statements in the order they were said, the later winning within them."""
+    ({id, status, title, text}); statements in the order the dream read them (its chunk's, `dream_order`:
+    with `oldest`, the order they were said), the later winning."""
     live = [m for m in known if m.get("status") in ("accepted", "proposed")]
     mwords = {m["id"]: words(_memory_statement(m)) for m in live}
     mnames = {m["id"]: names(_memory_statement(m)) for m in live}
     changed: set[str] = set()  # a memory gets at most one proposal from a dream's chunk
+    made: list[tuple[Statement, dict[str, Any]]] = []  # the statements that changed memories, and their proposals
     new: list[Statement] = []
     calls: list[tuple[str, dict[str, Any]]] = []
     for st in found:
@@ -168,11 +175,19 @@ def plan(found: list[Statement], known: list[dict[str, Any]]) -> list[tuple[str,
                         key=lambda x: (-x[0], x[1]))
         about = [(n, m) for n, _, m in scored if n]
         reason = f"the user said: {st.said[:300]}"
+        again = next((inp for before, inp in made if related(sw, words(before.text), update, bool(sn & names(before.said)))), None)
+        if again is not None:  # about what this chunk already changes: more evidence, or the later statement wins
+            if _negative(st.text) == _negative(inp_text(again)) and st.kind != "update":
+                again["provenance"] = [*again.get("provenance", []), *st.citations][:5]
+            elif "text" in again:
+                again.update(title=st.memory_title, text=st.memory_text(), provenance=st.citations)
+            continue
         if st.kind == "forget":
             if about:
                 target = about[0][1]
                 changed.add(target["id"])
                 calls.append(("propose_retire", {"memory_id": target["id"], "reason": reason, "provenance": st.citations}))
+                made.append((st, calls[-1][1]))
             else:  # a statement earlier in this chunk that is now to be forgotten
                 new = [n for n in new if not related(sw, words(n.text), True)]
             continue
@@ -185,6 +200,7 @@ def plan(found: list[Statement], known: list[dict[str, Any]]) -> list[tuple[str,
                 calls.append(("propose_memory", {**fields, "supersedes": [target["id"]]}))
             else:
                 calls.append(("propose_edit", {**fields, "memory_id": target["id"], "reason": reason}))
+            made.append((st, calls[-1][1]))
             continue
         covered = [m for m in live if m["id"] not in changed and covers(sw, mwords[m["id"]])]
         if len(covered) >= 2:
@@ -193,6 +209,7 @@ def plan(found: list[Statement], known: list[dict[str, Any]]) -> list[tuple[str,
             calls.append(("propose_merge", {"memory_ids": ids, "title": st.memory_title, "text": st.memory_text(),
                                             "tags": ["from-user"], "provenance": st.citations,
                                             "reason": f"one memory for {len(ids)} overlapping ones; {reason}"}))
+            made.append((st, calls[-1][1]))
             continue
         if about:
             continue  # a repeat or a paraphrase of what a memory says already
