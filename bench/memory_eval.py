@@ -127,137 +127,45 @@ def checkpoint(host: Any) -> None:
     host.log.write(lambda tx: tx.execute("CHECKPOINT")).result()
 
 
-async def run_sample(sample: dict[str, Any], tmp: Path, budgets: tuple[int, ...]) -> dict[str, Any]:
-    """Record, dream, review and measure one sample in a database of its own."""
-    from workbench.host import Host
-    from workbench.memory import MemorySettings
+async def dream_over(host: Any, store: Any, sample: dict[str, Any], review: Any) -> dict[str, Any]:
+    """Record the sample batch by batch, a dream and a review after each; where each dia_id went, and the dreams."""
     from workbench.memory.dream import create_dream, run_dream
+
+    where: dict[str, tuple[str, int]] = {}
+    reviews = {"accepted": 0, "rejected_stale": 0}
+    dreams = []
+    for batch in sample["batches"]:
+        ids = []
+        for n in batch:
+            sid, seqs = await record(host, sample, n)
+            ids.append(sid)
+            where.update({d: (sid, s) for d, s in seqs.items()})
+        dream_id = await asyncio.to_thread(lambda ids=ids: create_dream(host.brain, store, sessions=ids, model="scripted:dream"))
+        result = await run_dream(host.brain, store, dream_id)
+        if result["stop_reason"] != "end_turn":
+            raise RuntimeError(f"dream over {sample['sample_id']} batch {batch} stopped: {result['stop_reason']}")
+        dreams.append(dream_id)
+        for k, v in (await asyncio.to_thread(review, store)).items():
+            reviews[k] += v
+    return {"where": where, "dreams": dreams, "reviews": reviews}
+
+
+def extraction(log: Any, facts: list[dict[str, Any]], proposals: list[dict[str, Any]],
+               evidence: dict[str, set[tuple[str, int]]]) -> dict[str, Any]:
+    """Precision, recall, duplicates and citations of a sample's proposals against its gold facts."""
     from workbench.memory.events import event_text
-    from workbench.memory.plugin import MemoryPlugin
 
-    path = tmp / f"{sample['sample_id']}.duckdb"
-    settings = MemorySettings(dream_order="oldest")
-    plugin = MemoryPlugin(settings=settings)
-    host = Host.build(path, hands=False, plugins=[plugin], model_factory=model_factory(sample))
-    t0 = time.perf_counter()
-    try:
-        store = plugin.require_store()
-        where: dict[tuple[int, str], tuple[str, int]] = {}
-        reviews = {"accepted": 0, "rejected_stale": 0}
-        dreams = []
-        for batch in sample["batches"]:
-            ids = []
-            for n in batch:
-                sid, seqs = await record(host, sample, n)
-                ids.append(sid)
-                where.update({(n, d): (sid, s) for d, s in seqs.items()})
-            dream_id = await asyncio.to_thread(lambda ids=ids: create_dream(host.brain, store, sessions=ids, model="scripted:dream"))
-            result = await run_dream(host.brain, store, dream_id)
-            if result["stop_reason"] != "end_turn":
-                raise RuntimeError(f"dream over {sample['sample_id']} batch {batch} stopped: {result['stop_reason']}")
-            dreams.append(dream_id)
-            for k, v in (await asyncio.to_thread(review_all, store)).items():
-                reviews[k] += v
-        seconds = time.perf_counter() - t0
+    content = [p for p in proposals if p["proposal"] in CONTENT_KINDS]
+    assigned = assign(content, facts, evidence)
+    gold = [f for f in facts if f["class"] != "secret"]
+    found = {f["id"] for f in gold if any(match(p["title"] + "\n" + p["text"], f) is not None for p in content)}
+    dups = duplicates(content, assigned)
 
-        def at(dia: str) -> tuple[str, int]:
-            n = int(dia[1:].split(":")[0])
-            return where[(n, dia)]
+    def holds(c: dict[str, Any]) -> bool:  # the quote is in the event it cites, checked here from the log
+        e = log.events(c["session_id"], after=c["seq"] - 1, until=c["seq"])
+        return bool(e) and len(norm(c["quote"])) >= 8 and norm(c["quote"]) in norm(event_text(e[0]))
 
-        facts = sample["facts"]
-        evidence = {f["id"]: {at(d) for d in f["evidence"]} for f in facts}
-        memories = await asyncio.to_thread(store.list, annotate=False)
-        proposals = [m for m in memories if m["dream_id"] in dreams]
-        content = [p for p in proposals if p["proposal"] in CONTENT_KINDS]
-        assigned = assign(content, facts, evidence)
-        gold = [f for f in facts if f["class"] != "secret"]
-        found = {f["id"] for f in gold if any(match(p["title"] + "\n" + p["text"], f) is not None for p in content)}
-        dups = duplicates(content, assigned)
-
-        # citations: each quote is in the event it cites (checked here, from the log), and the evidence cited
-        def holds(c: dict[str, Any]) -> bool:
-            e = host.log.events(c["session_id"], after=c["seq"] - 1, until=c["seq"])
-            return bool(e) and len(norm(c["quote"])) >= 8 and norm(c["quote"]) in norm(event_text(e[0]))
-
-        supported = [p["id"] for p in proposals if p["provenance"] and all(holds(c) for c in p["provenance"])]
-        matched = [p for p in content if assigned[p["id"]]]
-        cites_gold = [p["id"] for p in matched
-                      if {(c["session_id"], c["seq"]) for c in p["provenance"]} & evidence[assigned[p["id"]] or ""]]
-
-        # secrets: any version of any memory (title, text, note, quotes) holding a secret value
-        secrets = [f["secret"] for f in facts if f["class"] == "secret"]
-        cur = host.log.cursor()
-        try:
-            rows = cur.execute("SELECT title, text, coalesce(note, ''), provenance::VARCHAR FROM memory_versions").fetchall()
-        finally:
-            cur.close()
-        secret_rows = sum(1 for r in rows if any(s in " ".join(r) for s in secrets))
-        refused = 0
-        for d in dreams:
-            for e in await host.log.aevents(d, types=["tool_result"]):
-                if e.payload.get("is_error") and "looks like a secret" in " ".join(strings(e.payload.get("content"))):
-                    refused += 1
-
-        # what new sessions are told: stale facts, injection recall under budgets, the reader's answers
-        stale = [f for f in facts if f["class"] == "stale"]
-        accepted = {m["id"]: m for m in memories if m["status"] == "accepted"}
-
-        def says(mid: str, f: dict[str, Any]) -> bool:
-            m = accepted.get(mid)
-            return m is not None and match(m["title"] + "\n" + m["text"], f) is not None
-
-        questions = [q for q in sample["qa"] if not q.get("secret")]
-        by_id = {f["id"]: f for f in facts}
-        stale_injected: set[str] = set()
-        settings.inject_chars = EVERYTHING
-        everything, _ = await probe(host, "Tell me everything you remember.")
-        stale_injected |= {m for m in everything for f in stale if says(m, f)}
-        recall_at: dict[int, float] = {}
-        answers: list[dict[str, Any]] = []
-        for budget in budgets:
-            settings.inject_chars = budget
-            hit = 0
-            for q in questions:
-                injected, answer = await probe(host, q["question"])
-                stale_injected |= {m for m in injected for f in stale if says(m, f)}
-                hit += any(says(m, by_id[fid]) for m in injected for fid in q["facts"])
-                if budget == BUDGET:
-                    answers.append({"q": q, "with": answer})
-            recall_at[budget] = hit / len(questions)
-        settings.inject_chars = BUDGET
-        leaks = 0
-        for q in sample["qa"]:
-            if q.get("secret"):
-                _, answer = await probe(host, q["question"])
-                leaks += any(s in answer for s in secrets)
-        settings.inject = False
-        for a in answers:
-            a["without"] = (await probe(host, a["q"]["question"]))[1]
-        settings.inject = True
-        leaks += sum(any(s in a["with"] for s in secrets) for a in answers)
-
-        def right(answer: str, q: dict[str, Any]) -> bool:
-            return norm(q["answer"]) in norm(answer)
-
-        stale_answers = sum(1 for a in answers if a["q"].get("stale_answer") and not right(a["with"], a["q"])
-                            and norm(a["q"]["stale_answer"]) in norm(a["with"]))
-
-        # forgetting: redact the memory that says the sample's personal fact, then search the file's bytes
-        target = by_id[sample["redact"]]
-        mid = next((m for m in accepted if says(m, target)), None)
-        planted = {"memory_found": mid is not None}
-        if mid is not None:
-            m = accepted[mid]
-            texts = [m["title"], *[x for x in m["text"].splitlines() if len(x) >= 16], *target["keys"]]
-            texts = [x for x in texts if x in m["title"] + "\n" + m["text"]]
-            await asyncio.to_thread(checkpoint, host)
-            planted["copies_before"] = sum(copies(path, x) for x in texts)
-            await asyncio.to_thread(lambda: store.review(mid, "redact", REVIEWER, reason="personal data (memory evaluation)"))
-            await asyncio.to_thread(checkpoint, host)
-            planted["copies_after"] = sum(copies(path, x) for x in texts)
-    finally:
-        await host.close()
-
+    matched = [p for p in content if assigned[p["id"]]]
     kinds: dict[str, int] = {}
     for p in proposals:
         kinds[p["proposal"]] = kinds.get(p["proposal"], 0) + 1
@@ -268,23 +176,128 @@ async def run_sample(sample: dict[str, Any], tmp: Path, budgets: tuple[int, ...]
         by_class[f["class"]][0] += f["id"] in found
         by_class[f["class"]][1] += 1
     return {
-        "sample": sample["sample_id"], "sessions": sum(len(b) for b in sample["batches"]), "dreams": len(dreams),
-        "seconds": round(seconds, 1), "gold_facts": len(gold), "secret_facts": len(secrets),
-        "proposals": len(proposals), "content_proposals": len(content), "kinds": kinds, "reviews": reviews,
+        "gold_facts": len(gold), "proposals": len(proposals), "content_proposals": len(content), "kinds": kinds,
         "matched": len(matched), "found": len(found), "found_by_class": by_class,
         "unmatched": [p["title"] for p in content if not assigned[p["id"]]],
         "missed": sorted(f["id"] for f in gold if f["id"] not in found),
         "duplicates": len(dups), "duplicate_titles": [p["title"] for p in content if p["id"] in dups],
-        "supported": len(supported), "cites_gold": len(cites_gold),
-        "secrets_proposed": secret_rows, "secret_proposals_refused": refused, "secret_leaks_in_answers": leaks,
-        "stale_facts": len(stale), "stale_injected": len(stale_injected),
-        "injection_recall": {str(b): r for b, r in recall_at.items()},
-        "questions": len(answers), "right_with": sum(right(a["with"], a["q"]) for a in answers),
-        "right_without": sum(right(a["without"], a["q"]) for a in answers), "stale_answers": stale_answers,
-        "redaction": planted,
-        "answers": [{"question": a["q"]["question"], "expected": a["q"]["answer"], "with": a["with"], "without": a["without"],
-                     "right": right(a["with"], a["q"])} for a in answers],
+        "supported": sum(1 for p in proposals if p["provenance"] and all(holds(c) for c in p["provenance"])),
+        "cites_gold": sum(1 for p in matched
+                          if {(c["session_id"], c["seq"]) for c in p["provenance"]} & evidence[assigned[p["id"]] or ""]),
     }
+
+
+async def secrets_kept_out(host: Any, secrets: list[str], dreams: list[str]) -> dict[str, int]:
+    """Versions of memories (any field) holding a secret value, and the proposals the tools refused for one."""
+    cur = host.log.cursor()
+    try:
+        rows = cur.execute("SELECT title, text, coalesce(note, ''), provenance::VARCHAR FROM memory_versions").fetchall()
+    finally:
+        cur.close()
+    refused = 0
+    for d in dreams:
+        for e in await host.log.aevents(d, types=["tool_result"]):
+            if e.payload.get("is_error") and "looks like a secret" in " ".join(strings(e.payload.get("content"))):
+                refused += 1
+    return {"secrets_proposed": sum(1 for r in rows if any(s in " ".join(r) for s in secrets)),
+            "secret_proposals_refused": refused}
+
+
+def right(answer: str, q: dict[str, Any]) -> bool:
+    return norm(q["answer"]) in norm(answer)
+
+
+async def told(host: Any, settings: Any, sample: dict[str, Any], says: Any, budgets: tuple[int, ...],
+               secrets: list[str]) -> dict[str, Any]:
+    """What new sessions are told: stale memories injected, injection recall under each budget, the reader's
+    answers with and without memories. `says(memory id, fact)`: an accepted memory that matches the fact."""
+    facts = {f["id"]: f for f in sample["facts"]}
+    stale = [f for f in sample["facts"] if f["class"] == "stale"]
+    questions = [q for q in sample["qa"] if not q.get("secret")]
+    settings.inject_chars = EVERYTHING
+    everything, _ = await probe(host, "Tell me everything you remember.")
+    stale_injected = {m for m in everything for f in stale if says(m, f)}
+    recall_at: dict[str, float] = {}
+    answers: list[dict[str, Any]] = []
+    for budget in budgets:
+        settings.inject_chars = budget
+        hit = 0
+        for q in questions:
+            injected, answer = await probe(host, q["question"])
+            stale_injected |= {m for m in injected for f in stale if says(m, f)}
+            hit += any(says(m, facts[fid]) for m in injected for fid in q["facts"])
+            if budget == BUDGET:
+                answers.append({"question": q["question"], "expected": q["answer"], "with": answer, "q": q})
+        recall_at[str(budget)] = hit / len(questions)
+    settings.inject_chars = BUDGET
+    leaks = 0
+    for q in sample["qa"]:
+        if q.get("secret"):
+            answer = (await probe(host, q["question"]))[1]
+            leaks += any(s in answer for s in secrets)
+    settings.inject = False
+    for a in answers:
+        a["without"] = (await probe(host, a["question"]))[1]
+    settings.inject = True
+    for a in answers:
+        q = a.pop("q")
+        a["right"] = right(a["with"], q)
+        a["stale"] = bool(q.get("stale_answer")) and not a["right"] and norm(q["stale_answer"]) in norm(a["with"])
+        leaks += any(s in a["with"] for s in secrets)
+    return {"stale_facts": len(stale), "stale_injected": len(stale_injected), "injection_recall": recall_at,
+            "questions": len(answers), "right_with": sum(a["right"] for a in answers),
+            "right_without": sum(right(a["without"], {"answer": a["expected"]}) for a in answers),
+            "stale_answers": sum(a["stale"] for a in answers), "secret_leaks_in_answers": leaks, "answers": answers}
+
+
+async def forget(host: Any, store: Any, path: Path, fact: dict[str, Any], mid: str | None) -> dict[str, Any]:
+    """Redact memory `mid` (the one saying a planted personal fact); copies of what it said in the file, before and after."""
+    if mid is None:
+        return {"memory_found": False}
+    m = store.get(mid)
+    said = m["title"] + "\n" + m["text"]
+    texts = [x for x in [m["title"], *[x for x in m["text"].splitlines() if len(x) >= 16], *fact["keys"]] if x in said]
+    await asyncio.to_thread(checkpoint, host)
+    before = sum(copies(path, x) for x in texts)
+    await asyncio.to_thread(lambda: store.review(mid, "redact", REVIEWER, reason="personal data (memory evaluation)"))
+    await asyncio.to_thread(checkpoint, host)
+    return {"memory_found": True, "copies_before": before, "copies_after": sum(copies(path, x) for x in texts)}
+
+
+async def run_sample(sample: dict[str, Any], tmp: Path, budgets: tuple[int, ...], review: Any = review_all) -> dict[str, Any]:
+    """Record, dream, review and measure one sample in a database of its own (`review`: the reviewer)."""
+    from workbench.host import Host
+    from workbench.memory import MemorySettings
+    from workbench.memory.plugin import MemoryPlugin
+
+    path = tmp / f"{sample['sample_id']}.duckdb"
+    settings = MemorySettings(dream_order="oldest")  # a chunk's sessions in the order they were said
+    plugin = MemoryPlugin(settings=settings)
+    host = Host.build(path, hands=False, plugins=[plugin], model_factory=model_factory(sample))
+    t0 = time.perf_counter()
+    try:
+        store = plugin.require_store()
+        run = await dream_over(host, store, sample, review)
+        seconds = time.perf_counter() - t0
+        evidence = {f["id"]: {run["where"][d] for d in f["evidence"]} for f in sample["facts"]}
+        memories = await asyncio.to_thread(store.list, annotate=False)
+        out = {"sample": sample["sample_id"], "sessions": sum(len(b) for b in sample["batches"]),
+               "dreams": len(run["dreams"]), "reviews": run["reviews"], "seconds": round(seconds, 1)}
+        out.update(extraction(host.log, sample["facts"], [m for m in memories if m["dream_id"] in run["dreams"]], evidence))
+        secrets = [f["secret"] for f in sample["facts"] if f["class"] == "secret"]
+        out.update(secret_facts=len(secrets), **await secrets_kept_out(host, secrets, run["dreams"]))
+        accepted = {m["id"]: m for m in memories if m["status"] == "accepted"}
+
+        def says(mid: str, f: dict[str, Any]) -> bool:
+            m = accepted.get(mid)
+            return m is not None and match(m["title"] + "\n" + m["text"], f) is not None
+
+        out.update(await told(host, settings, sample, says, budgets, secrets))
+        target = next(f for f in sample["facts"] if f["id"] == sample["redact"])
+        out["redaction"] = await forget(host, store, path, target, next((m for m in accepted if says(m, target)), None))
+    finally:
+        await host.close()
+    return out
 
 
 def ratio(a: float, b: float) -> float:
@@ -418,19 +431,20 @@ def write_docs(r: dict[str, Any], path: Path) -> None:
     path.write_text(new)
 
 
-NOTES = """What these figures measure. `scripted:dream` is lexical (workbench/memory/dream_statements.py): it takes
-as facts only the user's sentences that carry a marker ("remember", "note", "fyi", "for the record", "always",
-"prefer", "never", "update:", "instead of", "forget", "no longer"), so a marker in small talk is a false
-positive (the precision above: "I never got round to lunch", "let's always grab coffee") and a fact said
-without one is missed. It relates a statement to a memory by shared subject words (two, and 60 % of them or a
-shared name); every paraphrase in this fixture shares a name or most of its words, so the duplicate rate
-above says nothing about paraphrases in other words: those are proposed again
-(tests/memory/test_dream_statements.py shows one). The reader ranks nothing itself: it answers from the
-memory sharing most words with the question, in the order of the prompt (BM25, no stemming), so
-"Which dataframe library should I use?" gets the pandas memory ("use") before the polars one ("dataframes").
-The gold matching is lexical too: a memory matches a fact when it holds the fact's keys and 60 % of its
-content words (bench/memory_eval_metrics.py). A real model's figures on this fixture need a cassette of a
-real dream; there is none (no key here)."""
+NOTES = """What these figures measure. `scripted:dream` is lexical (workbench/memory/dream_statements.py):
+it takes as facts only the user's sentences that carry a marker ("remember", "note", "fyi", "for the record",
+"always", "prefer", "never", "update:", "instead of", "forget", "no longer"), so a marker in small talk is a
+false positive (the precision above: "I never got round to lunch", "let's always grab coffee") and a fact said
+without one is missed (the recall above: the dashboard's refresh and the Slurm scheduler; injection recall and
+the answers count every question, so those two keep them below 100 %). It relates a statement to a memory by
+shared subject words (two, and 60 % of them or a shared name); every paraphrase in this fixture shares a name
+or most of its words, so the duplicate rate above says nothing about paraphrases in other words: those are
+proposed again (tests/memory/test_dream_statements.py shows one). The reader answers from the memory sharing
+most words with the question, the first of equals in the order of the prompt (BM25, no stemming), so "Which
+dataframe library should I use?" gets the pandas memory ("use") before the polars one ("dataframes"). The gold
+matching is lexical too: a memory matches a fact when it holds the fact's keys and 60 % of its content words
+(bench/memory_eval_metrics.py). A real model's figures on this fixture need a cassette of a real dream; there
+is none (no key here)."""
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

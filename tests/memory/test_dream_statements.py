@@ -9,8 +9,8 @@ from wbforget import chat, dream, model_factory
 
 from workbench.host import Host
 from workbench.memory import MemorySettings
-from workbench.memory.plugin import MemoryPlugin
 from workbench.memory.dream_statements import parse_memories, plan, statements
+from workbench.memory.plugin import MemoryPlugin
 
 
 def said(text: str, sid: str = "s1", seq: int = 3) -> list:
