@@ -144,3 +144,48 @@ def test_real_dreams_edit_supersede_merge_and_retire_what_later_sessions_change(
         assert "polars for dataframes and duckdb" in text
     finally:
         asyncio.run(host.close())
+
+
+# -- the script takes any tool result --------------------------------------------------------------------------
+
+
+def request(*exchanges) -> dict:
+    """A dream's request: the chunk's message, then (tool name, input, result content, is_error) exchanges, one step each."""
+    msgs = [{"role": "user", "content": "Dream.\n- read_events {\"session_id\": \"s1\", \"after\": 0, \"until\": 9}"}]
+    for i, (name, inp, content, err) in enumerate(exchanges):
+        msgs.append({"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": name, "input": inp}]})
+        msgs.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": content,
+                                                  "is_error": err}]})
+    return {"messages": msgs}
+
+
+EVENTS = ('== session s1 "a session": events #1..#3 of 3 ==\n#1 session_created\n  title: a session\n'
+          "#2 user_message\n  Update: the staging database now listens on port 5433 instead of 5432.\n#3 assistant_turn\n  ok")
+
+
+def test_the_script_proposes_from_what_it_read_whatever_shape_the_memories_came_in():
+    from workbench.memory.dream_script import dream_script
+
+    known = ("[m1] (accepted) Note: The staging database listens on port 5432.\n  tags: \n"
+             "  Remember: the staging database listens on port 5432.")
+    for memories, err in ((known, False), ([{"type": "text", "text": known}], False), (None, False), ("interrupted; state unknown", True),
+                          ([{"type": "image", "source": {}}], False)):
+        reply = dream_script(request(("read_memories", {}, memories, err), ("read_events", {"session_id": "s1"}, EVENTS, False)))
+        [(tool, inp)] = reply.tool_calls
+        if memories in (known, [{"type": "text", "text": known}]):
+            assert tool == "propose_edit" and inp["memory_id"] == "m1"
+        else:  # the memories could not be read: the update is a new memory, never a crash
+            assert tool == "propose_memory" and "5433" in inp["text"]
+
+
+def test_the_script_ends_its_turn_after_proposing_whatever_the_tools_answered():
+    from workbench.memory.dream_script import dream_script
+
+    read = (("read_memories", {}, "no memories match", False), ("read_events", {"session_id": "s1"}, EVENTS, False))
+    for content, err in (("staged m1 (edit of m0): it is proposed for review when this chunk ends\nit contradicts memory m9 "
+                          "(accepted) 'x': y", False), ("not proposed:\n- memory m0 is retired", True), (None, True),
+                         ([{"type": "image"}], False), ("x" * 100_000, False), ("", True)):
+        reply = dream_script(request(*read, ("propose_edit", {"memory_id": "m0"}, content, err)))
+        assert reply.tool_calls == [] and reply.text.startswith("Dream done:"), reply.text
+    flagged = dream_script(request(*read, ("propose_memory", {"title": "t"}, "staged m1 (new memory)\nit contradicts memory m9", False)))
+    assert "1 contradiction(s) flagged for the reviewer" in flagged.text
