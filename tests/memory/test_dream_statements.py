@@ -188,4 +188,4 @@ def test_the_script_ends_its_turn_after_proposing_whatever_the_tools_answered():
         reply = dream_script(request(*read, ("propose_edit", {"memory_id": "m0"}, content, err)))
         assert reply.tool_calls == [] and reply.text.startswith("Dream done:"), reply.text
     flagged = dream_script(request(*read, ("propose_memory", {"title": "t"}, "staged m1 (new memory)\nit contradicts memory m9", False)))
-    assert "1 contradiction(s) flagged for the reviewer" in flagged.text
+    assert "- t: proposed (contradicts m9: for the reviewer)" in flagged.text

@@ -159,17 +159,18 @@ def _first_line_of_reason(text: str) -> str:
     return (lines[1:] or lines or ["(no reason given)"])[0].lstrip("- ")
 
 
-def _label(inp: dict[str, Any]) -> str:
-    """What a proposal was about, in a few words, whatever its input held."""
-    what = inp.get("title") or inp.get("memory_id") or inp.get("memory_ids") or "?"
-    return repr(str(what)[:80])
+def _label(tool: str, inp: dict[str, Any]) -> str:
+    """What a proposal was about, in a few words, whatever its input held: a new memory's title, else the change."""
+    if tool == "propose_memory" and isinstance(inp.get("title"), str):
+        return inp["title"]
+    what = inp.get("memory_id") or inp.get("memory_ids") or inp.get("title") or "?"
+    return f"{tool.removeprefix('propose_')} of {str(what)[:80]}"
 
 
-def _staged(text: str) -> str:
-    """The first line of a proposal's result, and whether the tool saw a contradiction left for the reviewer."""
-    lines = [x for x in text.splitlines() if x.strip()] or ["staged"]
-    flagged = sum(x.startswith("it contradicts memory") for x in lines)
-    return lines[0][:120] + (f" ({flagged} contradiction(s) flagged for the reviewer)" if flagged else "")
+def _flagged(text: str) -> str:
+    """The contradictions the tool flagged in a staged proposal's result, left for the reviewer."""
+    found = re.findall(r"^it contradicts memory (\S+)", text, re.M)
+    return f" (contradicts {', '.join(found)}: for the reviewer)" if found else ""
 
 
 def dream_script(request: dict[str, Any]) -> Reply:
@@ -190,7 +191,7 @@ def dream_script(request: dict[str, Any]) -> Reply:
     proposed = [(n, inp, t, err) for n, inp, t, err in done if n.startswith("propose_")]
     if proposed:
         ok = [p for p in proposed if not p[3]]
-        lines = [f"- {n} {_label(inp)}: {'refused: ' + _first_line_of_reason(t) if err else _staged(t)}"
+        lines = [f"- {_label(n, inp)}: {'refused: ' + _first_line_of_reason(t) if err else 'proposed' + _flagged(t)}"
                  for n, inp, t, err in proposed]
         return Reply(text=f"Dream done: {len(ok)} of {len(proposed)} proposals staged for review.\n" + "\n".join(lines))
     if "read_events" not in called:

@@ -59,6 +59,10 @@ class Statement:
     citations: list[dict[str, Any]] = field(default_factory=list)
 
     @property
+    def tags(self) -> list[str]:
+        return ["preference" if self.kind == "preference" else "note"]
+
+    @property
     def memory_title(self) -> str:
         label = "Preference" if self.kind == "preference" or PREFERENCE.search(self.text) else "Note"
         return f"{label}: {self.text[:60]}"
@@ -195,7 +199,7 @@ def plan(found: list[Statement], known: list[dict[str, Any]]) -> list[tuple[str,
         if (st.kind == "update" and about) or other_way:
             target = (other_way or [about[0][1]])[0]
             changed.add(target["id"])
-            fields = {"title": st.memory_title, "text": st.memory_text(), "tags": ["from-user"], "provenance": st.citations}
+            fields = {"title": st.memory_title, "text": st.memory_text(), "tags": st.tags, "provenance": st.citations}
             if st.kind != "update" and target["status"] == "accepted":  # a correction of an accepted memory
                 calls.append(("propose_memory", {**fields, "supersedes": [target["id"]]}))
             else:
@@ -207,7 +211,7 @@ def plan(found: list[Statement], known: list[dict[str, Any]]) -> list[tuple[str,
             ids = [m["id"] for m in covered]
             changed.update(ids)
             calls.append(("propose_merge", {"memory_ids": ids, "title": st.memory_title, "text": st.memory_text(),
-                                            "tags": ["from-user"], "provenance": st.citations,
+                                            "tags": st.tags, "provenance": st.citations,
                                             "reason": f"one memory for {len(ids)} overlapping ones; {reason}"}))
             made.append((st, calls[-1][1]))
             continue
@@ -221,7 +225,7 @@ def plan(found: list[Statement], known: list[dict[str, Any]]) -> list[tuple[str,
             new.remove(earlier)  # changed or contradicted later in this chunk: the later statement wins
         new.append(st)
     for st in new:
-        calls.append(("propose_memory", {"title": st.memory_title, "text": st.memory_text(), "tags": ["from-user"],
+        calls.append(("propose_memory", {"title": st.memory_title, "text": st.memory_text(), "tags": st.tags,
                                          "provenance": st.citations[:5]}))
     return calls
 
