@@ -391,7 +391,8 @@ def markdown(r: dict[str, Any]) -> str:
         ("answers from a stale memory", str(r["stale_answers"]), "–"),
         ("secrets in the reader's answers", str(r["secret_leaks_in_answers"]), "–"),
     ]
-    kinds = ", ".join(f"{k} {v}" for k, v in sorted(r["kinds"].items()))
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(r["kinds"].items()) if k != "supersedes")
+    kinds += f"; {r['kinds'].get('supersedes', 0)} of the creates supersede"
     head = [f"{r['samples']} samples, {r['sessions']} sessions, {r['dreams']} dreams, {r['gold_facts']} gold facts "
             f"(+{r['secret_facts']} secrets), {r['proposals']} proposals ({kinds}); reviewer: "
             f"{r['reviews']['accepted']} accepted, {r['reviews']['rejected_stale']} rejected as stale; "
