@@ -1,12 +1,22 @@
 """`scripted:dream`: a deterministic, offline dream for demos and tests.
 
 It uses the same tools a real model would: it lists the sessions, reads their
-unread events, and proposes three kinds of memory, each citing the events
-that show it with a quote copied from them:
+unread events and the memories, and proposes, each citing the events that show
+it with a quote copied from them:
 
 - an error in a tool result and the code that worked right after it;
-- a preference the user stated ("always ...", "prefer ...", "never ...");
+- what the user stated: a preference ("always ...", "prefer ...", "never ..."),
+  a note ("remember ...", "note: ...", "fyi ..."), an update ("update: ...",
+  "... instead of ...");
 - the third-party libraries the sessions imported.
+
+A statement about what a memory already says changes that memory instead of
+adding one (dream_statements.py says how "about" is decided, lexically):
+an update is a `propose_edit` of it; a statement the other way round
+supersedes it (`propose_memory` with `supersedes`, or an edit of a proposal);
+one statement covering several memories merges them (`propose_merge`);
+"forget ..." / "no longer ..." retires it (`propose_retire`); a repeat or a
+paraphrase is left out. Within one chunk, the later statement wins.
 """
 
 from __future__ import annotations
@@ -17,11 +27,11 @@ import sys
 from typing import Any
 
 from ..brain.models.scripted import Reply, position
+from .dream_statements import parse_memories, plan, statements
 
 HEADER = re.compile(r'^== session (\S+) "(.*)": events', re.M)
 EVENT = re.compile(r"^#(\d+) (\S+)(?: (\S+))?( \[error\])?$")
 ERROR_LINE = re.compile(r"^(\w+(?:Error|Exception)): (.+)$", re.M)
-PREFERENCE = re.compile(r"\b(always|prefer|never)\b", re.I)
 IMPORT = re.compile(r"^\s*(?:import|from)\s+([A-Za-z_]\w*)", re.M)
 
 
@@ -75,15 +85,9 @@ def _cite(sid: str, seq: int, quote: str) -> dict[str, Any]:
 
 
 def find_facts(sid: str, title: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Memories worth proposing from one session's events."""
+    """Errors worth remembering from one session's events, each with the call that fixed it."""
     facts = []
     for i, e in enumerate(events):
-        if e["type"] == "user_message":
-            for sentence in re.split(r"(?<=[.!?])\s+|\n", e["body"]):
-                s = sentence.strip()
-                if PREFERENCE.search(s) and len(s) >= 12:
-                    facts.append({"title": f"Preference: {s[:60]}", "text": f'The user said: "{s}" (session "{title}").',
-                                  "tags": ["preference"], "provenance": [_cite(sid, e["seq"], s[:200])]})
         if e["type"] == "tool_result" and e["error"]:
             errors = ERROR_LINE.findall(e["body"])
             if not errors:
@@ -155,6 +159,20 @@ def _first_line_of_reason(text: str) -> str:
     return (lines[1:] or lines or ["(no reason given)"])[0].lstrip("- ")
 
 
+def _label(tool: str, inp: dict[str, Any]) -> str:
+    """What a proposal was about, in a few words, whatever its input held: a new memory's title, else the change."""
+    if tool == "propose_memory" and isinstance(inp.get("title"), str):
+        return inp["title"]
+    what = inp.get("memory_id") or inp.get("memory_ids") or inp.get("title") or "?"
+    return f"{tool.removeprefix('propose_')} of {str(what)[:80]}"
+
+
+def _flagged(text: str) -> str:
+    """The contradictions the tool flagged in a staged proposal's result, left for the reviewer."""
+    found = re.findall(r"^it contradicts memory (\S+)", text, re.M)
+    return f" (contradicts {', '.join(found)}: for the reviewer)" if found else ""
+
+
 def dream_script(request: dict[str, Any]) -> Reply:
     """Read the chunk's events (or list and read the unread ones), propose memories with citations, summarise.
 
@@ -170,11 +188,12 @@ def dream_script(request: dict[str, Any]) -> Reply:
                          tool_calls=[("read_memories", {}), *(("read_events", r) for r in chunk)])
         return Reply(text="Let me see which sessions have unread events, and what is remembered already.",
                      tool_calls=[("list_sessions", {}), ("read_memories", {})])
-    if "propose_memory" in called:
-        results = [(inp.get("title"), t, err) for n, inp, t, err in done if n == "propose_memory"]
-        ok = [r for r in results if not r[2]]
-        lines = [f"- {title}: {'refused: ' + _first_line_of_reason(t) if err else 'proposed'}" for title, t, err in results]
-        return Reply(text=f"Dream done: {len(ok)} of {len(results)} proposals staged for review.\n" + "\n".join(lines))
+    proposed = [(n, inp, t, err) for n, inp, t, err in done if n.startswith("propose_")]
+    if proposed:
+        ok = [p for p in proposed if not p[3]]
+        lines = [f"- {_label(n, inp)}: {'refused: ' + _first_line_of_reason(t) if err else 'proposed' + _flagged(t)}"
+                 for n, inp, t, err in proposed]
+        return Reply(text=f"Dream done: {len(ok)} of {len(proposed)} proposals staged for review.\n" + "\n".join(lines))
     if "read_events" not in called:
         listings = [t for n, _, t, err in done if n == "list_sessions" and not err]
         more = MORE.search(listings[-1]) if listings else None
@@ -187,10 +206,13 @@ def dream_script(request: dict[str, Any]) -> Reply:
                      tool_calls=[("read_events", {"session_id": sid, "limit": 200}) for sid in unread])
     known = "\n".join(t for n, _, t, err in done if n == "read_memories" and not err)
     reads = [parse_read(t) for n, _, t, err in done if n == "read_events" and not err]
+    said = [st for sid, title, evs in reads if sid for e in evs if e["type"] == "user_message"
+            for st in statements(sid, title, e["seq"], e["body"])]
+    calls = plan(said, parse_memories(known))
     facts = [f for sid, title, evs in reads if sid for f in find_facts(sid, title, evs)]
     libs = find_libraries(reads)
     facts += [libs] if libs else []
-    facts = [f for f in facts if f["title"] not in known]
-    if not facts:
+    calls += [("propose_memory", f) for f in facts if f["title"] not in known]
+    if not calls:
         return Reply(text=f"I read {len(reads)} session(s) and found nothing worth remembering.")
-    return Reply(text=f"Proposing {len(facts)} memories.", tool_calls=[("propose_memory", f) for f in facts])
+    return Reply(text=f"Proposing {len(calls)} change(s) to the memories.", tool_calls=calls)
