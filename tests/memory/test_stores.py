@@ -486,12 +486,17 @@ async def test_stores_through_the_rest_api(recorded, jp_fetch, jp_ws_fetch):
     assert (await call(jp_fetch, "GET", "memories", params={"store": "default"}))[1]["memories"] == []
     code, err = await call(jp_fetch, "GET", "memories", params={"store": "../x"})
     assert code == 400 and "store" in err["error"]
+    code, found = await call(jp_fetch, "GET", "recall", params={"q": "decimals duckdb pandas", "store": "team"})
+    assert code == 200 and found["memories"] == []  # nothing accepted yet
 
     # review keeps the store; a merge across stores is a 409 that changes nothing
     code, m = await call(jp_fetch, "PATCH", "memories", ids[0], body={"action": "accept", "title": "Two decimals <b>always</b>"})
     assert code == 200 and m["store"] == "team" and m["status"] == "accepted"
     code, merged = await call(jp_fetch, "PATCH", "memories", ids[1], body={"action": "merge", "with": [ids[2]], "text": "merged"})
     assert code == 200 and merged["store"] == "team"
+    code, found = await call(jp_fetch, "GET", "recall", params={"q": "decimals", "store": "team"})
+    assert code == 200 and [m["id"] for m in found["memories"]] == [ids[0]]
+    assert (await call(jp_fetch, "GET", "recall", params={"q": "decimals", "store": "default"}))[1]["memories"] == []
 
     # a session that mounts "team" read-only is told its accepted memory, and the log says what it mounted
     code, s = await call(jp_fetch, "POST", "sessions", body={

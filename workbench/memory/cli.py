@@ -325,7 +325,8 @@ def _print_memories(args: argparse.Namespace, rows: list[dict[str, Any]]) -> int
         return EXIT_OK
     if not rows:
         with_status = f" with status {args.status}" if args.status else ""
-        print(f"no memories{with_status}: start a dream with `workbench dream`", file=sys.stderr)
+        in_store = f" in store {args.store}" if getattr(args, "store", None) else ""
+        print(f"no memories{with_status}{in_store}: start a dream with `workbench dream`", file=sys.stderr)
         return EXIT_OK
     print(table([(m["id"], m.get("store", DEFAULT_STORE), m["status"], m["proposal"], m["version"], ",".join(m["tags"]), m["title"])
                  for m in rows], ("id", "store", "status", "kind", "v", "tags", "title"), (12, 12, 10, 7, 2, 20)))
@@ -382,7 +383,7 @@ def _print_memory(args: argparse.Namespace, m: dict[str, Any], quotes: dict[tupl
         print(json.dumps(m, ensure_ascii=False, indent=1))
         return EXIT_OK
     of = " of " + ", ".join(m["targets"]) if m["targets"] else ""
-    print(f"{m['id']}  {m['status']}  ({m['proposal']}{of})  tags: {', '.join(m['tags'])}")
+    print(f"{m['id']}  {m['status']}  ({m['proposal']}{of})  store: {m.get('store', DEFAULT_STORE)}  tags: {', '.join(m['tags'])}")
     print(f"title: {m['title']}\n\n{m['text']}\n\nprovenance:")
     if not m["provenance"]:
         print("  (none)")
