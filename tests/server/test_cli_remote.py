@@ -54,6 +54,8 @@ READS = [
     ("models",),
     ("memories",),
     ("memories", "--json", "--status", "accepted"),
+    ("memories", "--store", "default"),
+    ("memories", "--store", "nobody"),
 ]
 
 
@@ -103,6 +105,15 @@ def test_every_command_goes_through_the_server_that_holds_the_database(tmp_path)
         assert re.search(r"person:\w+ +accept", r.stdout) and "provenance:" in r.stdout
         r = wb(env, "memory", "nope")
         assert r.returncode == 2 and "no memory 'nope'" in r.stderr
+        # a store exported and imported through the server: the same file again adds nothing, another store refuses it
+        exported = tmp_path / "default.json"
+        r = wb(env, "memories", "export", "--store", "default", "-o", str(exported))
+        assert r.returncode == 0 and via in r.stderr and "exported store default" in r.stderr, r.stderr
+        assert {m["id"] for m in json.loads(exported.read_text())["memories"]} == {m["id"] for m in memories}
+        r = wb(env, "memories", "import", str(exported))
+        assert r.returncode == 0 and "imported 0 memories" in r.stdout and r.stdout.count("skipped") == len(memories), r.stderr
+        r = wb(env, "memories", "import", str(exported), "--store", "other")
+        assert r.returncode == 2 and "exists in store 'default'" in r.stderr and "Traceback" not in r.stderr
         r = wb(env, "memory", target, "--action", "redact")
         assert r.returncode == 2 and "Traceback" not in r.stderr
 

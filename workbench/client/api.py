@@ -68,11 +68,15 @@ class WorkbenchClient:
 
     # -- REST ----------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, body: Any = None, params: dict | None = None) -> Any:
+    def _call(self, method: str, path: str, body: Any = None, params: dict | None = None, content: bytes | None = None) -> Any:
         import httpx
 
         try:
-            r = self.http.request(method, self.api + path, json=body, params=params)
+            if content is not None:  # a file sent as it is (an import): the server reads and checks its bytes
+                r = self.http.request(method, self.api + path, content=content, params=params,
+                                      headers={"Content-Type": "application/json"})
+            else:
+                r = self.http.request(method, self.api + path, json=body, params=params)
         except httpx.HTTPError as e:
             raise ServerUnavailable(f"no workbench server answers at {self.url} ({type(e).__name__}): {HOW_TO_FIX}") from None
         if r.status_code == 404 and path == "/status":
@@ -306,10 +310,19 @@ class WorkbenchClient:
     # -- memory (the memory plugin's routes) -------------------------------------------
 
     def memories(self, *, status: str | None = None, tag: str | None = None, dream: str | None = None,
-                 search: str | None = None) -> list[dict[str, Any]]:
-        """Current memories, oldest first, filtered."""
-        params = {k: v for k, v in dict(status=status, tag=tag, dream=dream, search=search).items() if v is not None}
+                 search: str | None = None, store: str | None = None) -> list[dict[str, Any]]:
+        """Current memories, oldest first, filtered (store: only that store's)."""
+        params = {k: v for k, v in dict(status=status, tag=tag, dream=dream, search=search, store=store).items() if v is not None}
         return self._call("GET", "/memories", params=params)["memories"]
+
+    def export_memories(self, store: str = "default") -> dict[str, Any]:
+        """Store `store` as the export format: every memory with its whole history (docs/memory.md, "Stores")."""
+        return self._call("GET", "/memories/export", params={"store": store})
+
+    def import_memories(self, data: bytes, store: str | None = None, allow_secret: bool = False) -> dict[str, Any]:
+        """Import an export's bytes into `store` (default: the file's), all or nothing; the report."""
+        params = {k: v for k, v in dict(store=store, allow_secret="true" if allow_secret else None).items() if v is not None}
+        return self._call("POST", "/memories/import", params=params, content=data)
 
     def memory(self, memory_id: str) -> dict[str, Any]:
         """One memory with its history and redactions."""
@@ -336,9 +349,10 @@ class WorkbenchClient:
         return self._call("POST", f"/dreams/{dream_id}/cancel", {})
 
     def dream(self, sessions: list[str] | None = None, model: str | None = None,
-              instructions: str | None = None) -> str:
-        """Start a dream in the server; returns its id (follow it like any session)."""
-        body = {k: v for k, v in dict(sessions=sessions, model=model, instructions=instructions).items() if v is not None}
+              instructions: str | None = None, store: str | None = None) -> str:
+        """Start a dream in the server that proposes into `store` (default: dream_store); returns its id."""
+        body = {k: v for k, v in dict(sessions=sessions, model=model, instructions=instructions, store=store).items()
+                if v is not None}
         return self._call("POST", "/dreams", body)["dream_id"]
 
     # -- evals (the evals plugin's routes) ------------------------------------------------

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..errors import ConfigError
 from ..plugins import Command, CommandContext
 from ..render import one_line, table
-from .store import REVIEW_ACTIONS, STATUSES, os_user
+from .store import DEFAULT_STORE, REVIEW_ACTIONS, STATUSES, check_store, os_user
 
 if TYPE_CHECKING:  # the plugin imports this module for its commands
     from ..host import Host
@@ -41,7 +41,7 @@ def cmd_dream(args: argparse.Namespace, ctx: CommandContext) -> int:
         nonlocal dream_id
         try:
             store = plugin.require_store()
-            dream_id = await plugin.create_dream(args.sessions, args.model, args.instructions)
+            dream_id = await plugin.create_dream(args.sessions, args.model, args.instructions, args.store)
             print(f"dream {dream_id} (model {store.log.session(dream_id)['model']})", file=sys.stderr)
             await host.start()
             stop = ctx.follow(host, dream_id)
@@ -92,7 +92,7 @@ def remote_dream(args: argparse.Namespace, r: Any) -> int:
     from ..errors import UnknownMemory
 
     with r.answers():
-        dream_id = r.client.dream(args.sessions, args.model, args.instructions)
+        dream_id = r.client.dream(args.sessions, args.model, args.instructions, args.store)
         print(f"dream {dream_id} (model {r.client.session(dream_id)['model']})", file=sys.stderr)
     printer = Printer(dream_id)
     try:
@@ -136,8 +136,20 @@ def _follow_dream(r: Any, dream_id: str, printer: Any) -> None:
 
 
 def remote_memories(args: argparse.Namespace, r: Any) -> int:
+    from ..errors import UnknownMemory
+
+    _check_verb(args)
+    if args.verb == "export":
+        with r.answers(UnknownMemory):
+            doc = r.client.export_memories(args.store or DEFAULT_STORE)
+        return _write_export(args, doc)
+    if args.verb == "import":
+        data = _read_export(args.file)
+        with r.answers():
+            report = r.client.import_memories(data, args.store, allow_secret=args.allow_secret)
+        return _print_import(args, report)
     with r.answers():
-        rows = r.client.memories(status=args.status, tag=args.tag, dream=args.dream)
+        rows = r.client.memories(status=args.status, tag=args.tag, dream=args.dream, store=args.store)
     return _print_memories(args, rows)
 
 
@@ -211,12 +223,99 @@ def _print_dreams(args: argparse.Namespace, rows: list[dict[str, Any]]) -> int:
 
 
 def cmd_memories(args: argparse.Namespace, ctx: CommandContext) -> int:
+    from .transfer import export_store, import_store
+
+    _check_verb(args)
+    if args.verb == "import":
+        data = _read_export(args.file)  # before the database is opened: a bad file changes nothing
+        host = ctx.build_host(args, hands=False)
+        try:
+            report = import_store(memory_plugin(host).require_store(), data, os_user(), args.store,
+                                  allow_secret=args.allow_secret)
+        finally:
+            ctx.run(host.close)
+        return _print_import(args, report)
     host, plugin = _read_only(args, ctx)
     try:
-        rows = plugin.require_store().list(status=args.status, tag=args.tag, dream=args.dream)
+        if args.verb == "export":
+            doc = export_store(plugin.require_store(), args.store or DEFAULT_STORE, os_user())
+        else:
+            rows = plugin.require_store().list(status=args.status, tag=args.tag, dream=args.dream, store=args.store)
     finally:
         ctx.run(host.close)
+    if args.verb == "export":
+        return _write_export(args, doc)
     return _print_memories(args, rows)
+
+
+def _check_verb(args: argparse.Namespace) -> None:
+    """The options of `memories`, `memories export` and `memories import` go with their own verb only."""
+    if args.store is not None:
+        check_store(args.store)
+    if args.verb == "import" and not args.file:
+        raise ConfigError("`workbench memories import FILE`: name the export file to read")
+    if args.verb != "import" and args.file:
+        raise ConfigError(f"{args.file[:80]!r}: a file goes with `workbench memories import FILE` only")
+    if args.verb != "export" and args.output:
+        raise ConfigError("-o/--output goes with `workbench memories export` only")
+    if args.verb != "import" and args.allow_secret:
+        raise ConfigError("--allow-secret goes with `workbench memories import` only")
+    listing = [k for k in ("status", "tag", "dream") if getattr(args, k)]
+    if args.verb and listing:
+        raise ConfigError(f"--{listing[0]} filters the listing; `workbench memories {args.verb}` takes a whole store")
+
+
+def _read_export(path: str) -> bytes:
+    """An export file's bytes (at most the format's limit: a bigger one is refused before it is read)."""
+    from pathlib import Path
+
+    from .transfer import MAX_FILE_BYTES
+
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if not p.is_file():
+            raise ConfigError(f"{path[:200]!r} is not a file")
+        if size > MAX_FILE_BYTES:
+            raise ConfigError(f"{path[:200]!r} is {size:,} bytes; an export takes at most {MAX_FILE_BYTES:,}")
+        with p.open("rb") as f:
+            return f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"cannot read {path[:200]!r}: {e.strerror or e}") from None
+
+
+def _write_export(args: argparse.Namespace, doc: dict[str, Any]) -> int:
+    text = json.dumps(doc, ensure_ascii=False, indent=1) + "\n"
+    if not args.output or args.output == "-":
+        sys.stdout.write(text)
+    else:
+        import os
+        from pathlib import Path
+
+        out = Path(args.output)
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, out)  # whole or not at all: a reader never sees half an export
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise ConfigError(f"cannot write {args.output[:200]!r}: {e.strerror or e}") from None
+    print(f"exported store {doc['store']}: {len(doc['memories'])} memories, "
+          f"{sum(len(m['versions']) for m in doc['memories'])} versions, {len(doc['links'])} links"
+          + (f" to {args.output}" if args.output and args.output != "-" else ""), file=sys.stderr)
+    return EXIT_OK
+
+
+def _print_import(args: argparse.Namespace, report: dict[str, Any]) -> int:
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+        return EXIT_OK
+    print(f"imported {len(report['imported'])} memories ({report['versions']} versions, {report['links']} links) "
+          f"into store {report['store']} from store {report['source_store']}, as {report['actor']} "
+          f"(import {report['import_id']})")
+    for s in report["skipped"]:
+        print(f"  skipped {s['id']}: {s['why']}")
+    return EXIT_OK
 
 
 def _print_memories(args: argparse.Namespace, rows: list[dict[str, Any]]) -> int:
@@ -226,10 +325,11 @@ def _print_memories(args: argparse.Namespace, rows: list[dict[str, Any]]) -> int
         return EXIT_OK
     if not rows:
         with_status = f" with status {args.status}" if args.status else ""
-        print(f"no memories{with_status}: start a dream with `workbench dream`", file=sys.stderr)
+        in_store = f" in store {args.store}" if getattr(args, "store", None) else ""
+        print(f"no memories{with_status}{in_store}: start a dream with `workbench dream`", file=sys.stderr)
         return EXIT_OK
-    print(table([(m["id"], m["status"], m["proposal"], m["version"], ",".join(m["tags"]), m["title"]) for m in rows],
-                ("id", "status", "kind", "v", "tags", "title"), (12, 10, 7, 2, 20)))
+    print(table([(m["id"], m.get("store", DEFAULT_STORE), m["status"], m["proposal"], m["version"], ",".join(m["tags"]), m["title"])
+                 for m in rows], ("id", "store", "status", "kind", "v", "tags", "title"), (12, 12, 10, 7, 2, 20)))
     conflicting = [m for m in rows if m.get("conflicts")]
     if conflicting:
         print("\ncontradictions (side by side; resolve with `workbench memory OLD --action supersede --by NEW`):")
@@ -283,7 +383,7 @@ def _print_memory(args: argparse.Namespace, m: dict[str, Any], quotes: dict[tupl
         print(json.dumps(m, ensure_ascii=False, indent=1))
         return EXIT_OK
     of = " of " + ", ".join(m["targets"]) if m["targets"] else ""
-    print(f"{m['id']}  {m['status']}  ({m['proposal']}{of})  tags: {', '.join(m['tags'])}")
+    print(f"{m['id']}  {m['status']}  ({m['proposal']}{of})  store: {m.get('store', DEFAULT_STORE)}  tags: {', '.join(m['tags'])}")
     print(f"title: {m['title']}\n\n{m['text']}\n\nprovenance:")
     if not m["provenance"]:
         print("  (none)")
@@ -333,6 +433,7 @@ def _dream_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--sessions", nargs="+", metavar="ID", help="the sessions to read (default: every chat session)")
     r.add_argument("--model", help="the dream's model (default: dream_model, else the default model; scripted:dream runs offline)")
     r.add_argument("--instructions", help="what to look for (default: anything new worth remembering)")
+    r.add_argument("--store", metavar="NAME", help="the memory store its proposals go into (default: dream_store, 'default')")
 
 
 def _dreams_args(r: argparse.ArgumentParser) -> None:
@@ -341,6 +442,13 @@ def _dreams_args(r: argparse.ArgumentParser) -> None:
 
 
 def _memories_args(r: argparse.ArgumentParser) -> None:
+    r.add_argument("verb", nargs="?", choices=("export", "import"),
+                   help="export: write a store as JSON; import FILE: read one (default: list memories)")
+    r.add_argument("file", nargs="?", help="with import: the export file to read")
+    r.add_argument("--store", metavar="NAME", help="list: only this store's memories; export: the store to write "
+                                                   "(default: default); import: the store to import into (default: the file's)")
+    r.add_argument("-o", "--output", metavar="FILE", help="with export: write to FILE (default: standard output)")
+    r.add_argument("--allow-secret", action="store_true", help="with import: keep a title or text that looks like a secret")
     r.add_argument("--status", choices=STATUSES)
     r.add_argument("--tag")
     r.add_argument("--dream", metavar="ID", help="only what this dream proposed")
@@ -367,7 +475,8 @@ def _review_args(r: argparse.ArgumentParser) -> None:
 COMMANDS = (
     Command("dream", "run a dream: read sessions and propose memories for review", _dream_args, cmd_dream, remote=remote_dream),
     Command("dreams", "list dreams with their state; --cancel one", _dreams_args, cmd_dreams, remote=remote_dreams),
-    Command("memories", "list memories", _memories_args, cmd_memories, remote=remote_memories),
+    Command("memories", "list memories; export a store as JSON, import one", _memories_args, cmd_memories,
+            remote=remote_memories),
     Command("memory", "one memory: text, provenance and history; optionally review it", _memory_args, cmd_memory,
             remote=remote_memory),
     Command("review", "serve the memory review panel on 127.0.0.1", _review_args, cmd_review, remote=remote_review),

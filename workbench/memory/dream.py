@@ -28,6 +28,7 @@ from ..brain.models import default_model_name
 from ..errors import ConfigError, TurnBusy, WorkbenchError
 from ..log import Event
 from .events import normalize, render_event
+from .mounts import dream_mounts, dream_target
 from .store import MemorySettings, MemoryStore
 from .tools import DREAM_TOOL_NAMES, staged
 
@@ -98,6 +99,7 @@ def commit_dream(store: MemoryStore, dream_id: str) -> dict[str, Any]:
     """Commit the dream's latest chunk, if its turn ended normally: its proposals and read positions in one
     transaction (idempotent: a chunk already committed, or a dream that ended, is left as it is)."""
     actor = f"dream:{dream_id}"
+    target = dream_target(dream_config_full(store, dream_id))
 
     def _commit(tx: Any) -> dict[str, Any]:
         events = tx.events(dream_id)
@@ -110,8 +112,9 @@ def commit_dream(store: MemoryStore, dream_id: str) -> dict[str, Any]:
             return _summary(dream_id)  # cut off, or still running: nothing is recorded, the chunk repeats
         # read positions as committed now, in this transaction: another dream may have committed since
         # this chunk staged its proposals, and what it read is not proposed twice
-        marks = dict(tx.execute("SELECT session_id, max(last_seq) FROM dream_reads GROUP BY session_id").fetchall())
-        titles = {normalize(r[0]) for r in tx.execute("SELECT title FROM memories").fetchall()}
+        marks = dict(tx.execute("SELECT session_id, max(last_seq) FROM dream_reads WHERE store = ? GROUP BY session_id",
+                                [target]).fetchall())
+        titles = {normalize(r[0]) for r in tx.execute("SELECT title FROM memories WHERE store = ?", [target]).fetchall()}
         proposed, dropped = [], []
         for p in staged(seg):
             cited = [{"session_id": c["session_id"], "seq": c["seq"]} for c in p["provenance"]]
@@ -123,7 +126,8 @@ def commit_dream(store: MemoryStore, dream_id: str) -> dict[str, Any]:
                     continue
                 titles.add(normalize(p["title"]))
             store.tx_create(tx, title=p["title"], text=p["text"], tags=p["tags"], actor=actor, provenance=p["provenance"],
-                            proposal=p["proposal"], targets=p["targets"], dream_id=dream_id, note=p.get("note"), memory_id=p["memory_id"])
+                            proposal=p["proposal"], targets=p["targets"], dream_id=dream_id, note=p.get("note"), memory_id=p["memory_id"],
+                            store=target)
             tx.append(dream_id, "memory_proposed", {"memory_id": p["memory_id"], "action": p["proposal"], "title": p["title"],
                                                     "targets": p["targets"], "provenance": cited})
             proposed.append(p["memory_id"])
@@ -131,9 +135,10 @@ def commit_dream(store: MemoryStore, dream_id: str) -> dict[str, Any]:
         now = datetime.now(UTC).replace(tzinfo=None)
         for sid, seq in read.items():
             # a session split over two chunks of one dream is read in both
-            tx.execute("INSERT INTO dream_reads VALUES (?, ?, ?, ?) ON CONFLICT (dream_id, session_id) "
+            tx.execute("INSERT INTO dream_reads (dream_id, session_id, last_seq, ts, store) VALUES (?, ?, ?, ?, ?) "
+                       "ON CONFLICT (dream_id, session_id) "
                        "DO UPDATE SET last_seq = greatest(dream_reads.last_seq, excluded.last_seq), ts = excluded.ts",
-                       [dream_id, sid, seq, now])
+                       [dream_id, sid, seq, now, target])
         chunk = seg[0].seq if seg and seg[0].type == "dream_chunk" else 0
         payload: dict[str, Any] = {"sessions": read, "proposals": proposed, "chunk": chunk}
         if dropped:
@@ -162,10 +167,15 @@ def _offered(events: list[Event]) -> dict[str, int]:
     return out
 
 
-def dream_config(store: MemoryStore, dream_id: str) -> dict[str, Any]:
-    """The dream's own settings, frozen at its creation (`config.dream`: sessions, instructions)."""
+def dream_config_full(store: MemoryStore, dream_id: str) -> dict[str, Any]:
+    """The dream session's whole config, frozen at its creation."""
     first = store.log.events(dream_id, until=1)
-    return dict((first[0].payload.get("config") or {}).get("dream") or {}) if first else {}
+    return dict(first[0].payload.get("config") or {}) if first else {}
+
+
+def dream_config(store: MemoryStore, dream_id: str) -> dict[str, Any]:
+    """The dream's own settings, frozen at its creation (`config.dream`: sessions, instructions, store)."""
+    return dict(dream_config_full(store, dream_id).get("dream") or {})
 
 
 def next_chunk(store: MemoryStore, dream_id: str, events: list[Event] | None = None) -> list[dict[str, Any]]:
@@ -176,8 +186,9 @@ def next_chunk(store: MemoryStore, dream_id: str, events: list[Event] | None = N
         raise ConfigError(f"dream_order must be newest or oldest, not {settings.dream_order[:40]!r}")
     budget, most = max(settings.dream_chunk_chars, MIN_CHUNK_CHARS), max(settings.dream_chunk_sessions, 1)
     events = store.log.events(dream_id) if events is None else events
-    scope = dream_config(store, dream_id).get("sessions")
-    marks, given = store.bookmarks(), _offered(events)
+    config = dream_config_full(store, dream_id)
+    scope = (config.get("dream") or {}).get("sessions")
+    marks, given = store.bookmarks(dream_target(config)), _offered(events)
     ranges: list[dict[str, Any]] = []
     cursor = None
     while True:
@@ -204,9 +215,10 @@ def next_chunk(store: MemoryStore, dream_id: str, events: list[Event] | None = N
             return ranges
 
 
-def has_unread(store: MemoryStore) -> bool:
-    """Whether any chat session has events no dream has read (what a scheduled dream would read)."""
-    marks, cursor = store.bookmarks(), None
+def has_unread(store: MemoryStore, target: str | None = None) -> bool:
+    """Whether any chat session has events no dream into `target` (default: `dream_store`) has read (what a
+    scheduled dream would read)."""
+    marks, cursor = store.bookmarks(target or store.settings.dream_store), None
     while True:
         page = store.log.sessions_page(kind="chat", limit=500, cursor=cursor)
         if any(s["last_seq"] > marks.get(s["id"], 0) for s in page["sessions"]):
@@ -225,8 +237,11 @@ def chunk_text(ranges: list[dict[str, Any]], instructions: str | None) -> str:
 
 
 def create_dream(brain: Brain, store: MemoryStore, *, sessions: list[str] | None = None, model: str | None = None,
-                 title: str | None = None, instructions: str | None = None) -> str:
-    """Create a dream session (not yet run); returns its id."""
+                 title: str | None = None, instructions: str | None = None, target: str | None = None,
+                 read_only: list[str] | None = None) -> str:
+    """Create a dream session (not yet run) that proposes into store `target` (default: `dream_store`), mounting
+    the stores `read_only` names read-only (it reads them, never changes them); returns its id."""
+    mounts = dream_mounts(target or store.settings.dream_store, read_only)  # ConfigError on a bad name
     if sessions is not None:
         sessions = list(dict.fromkeys(sessions))
         for sid in sessions:
@@ -238,9 +253,11 @@ def create_dream(brain: Brain, store: MemoryStore, *, sessions: list[str] | None
     if store.settings.dream_order not in ORDERS:
         raise ConfigError(f"dream_order must be newest or oldest, not {store.settings.dream_order[:40]!r}")
     model = model or store.settings.dream_model or default_model_name()
-    title = title or ("dream over " + (", ".join(sessions) if sessions else "all sessions"))[:80]
+    into = f" into {mounts[0].store}" if mounts[0].store != "default" else ""
+    title = title or ("dream over " + (", ".join(sessions) if sessions else "all sessions"))[:80 - len(into)] + into
     # each chunk is a turn of its own, with a fresh context: a dream's requests stay within one chunk's size
-    config = {"dream": {"sessions": sessions, "instructions": instructions}, "context": "turn"}
+    config = {"dream": {"sessions": sessions, "instructions": instructions, "store": mounts[0].store}, "context": "turn",
+              "memory": {"stores": [{"name": m.store, "access": m.access} for m in mounts]}}
     s = brain.create_session(title=title, model=model, system=DREAM_SYSTEM, tools=list(DREAM_TOOL_NAMES), config=config,
                              kind="dream")
     return s["id"]
@@ -383,7 +400,8 @@ def dream_status(store: MemoryStore, dream_id: str, running: bool = False) -> di
     for e in events:
         if e.type == "dream_read":
             read.update(e.payload["sessions"])
-    return {"session": s, "state": "running" if running and state not in ("done", "cancelled") else state, "stop_reason": stop,
+    return {"session": s, "store": dream_target(dream_config_full(store, dream_id)),
+            "state": "running" if running and state not in ("done", "cancelled") else state, "stop_reason": stop,
             "chunks": sum(e.type == "dream_read" for e in events), "read": read, "proposals": store.list(dream=dream_id)}
 
 
@@ -395,7 +413,8 @@ def list_dreams(store: MemoryStore, running: Callable[[str], bool] = lambda _: F
                                                   "dream_cancelled"])
         state, stop = dream_state(events)
         out.append(dict(d, state="running" if running(d["id"]) and state not in ("done", "cancelled") else state, stop_reason=stop,
-                        chunks=sum(e.type == "dream_read" for e in events)))
+                        chunks=sum(e.type == "dream_read" for e in events),
+                        store=dream_target(dream_config_full(store, d["id"]))))
     return out
 
 

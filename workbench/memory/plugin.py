@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +33,9 @@ from .dream import (
     unfinished_dreams,
 )
 from .dream_script import dream_script
+from .mounts import check_memory_config, session_mounts, stores_of
 from .secretscan import SecretScanner
-from .store import MemorySettings, MemoryStore
+from .store import MemorySettings, MemoryStore, check_store
 from .tools import dream_tools, recall_tool
 
 log_ = logging.getLogger(__name__)
@@ -67,6 +68,9 @@ class MemoryPlugin(Plugin):
         from .cli import COMMANDS
 
         return COMMANDS
+
+    def config_checks(self) -> Mapping[str, Callable[[Any], None]]:
+        return {"memory": check_memory_config}  # the stores a session mounts (docs/memory.md, "Stores")
 
     def routes(self) -> Sequence[tuple[str, type]]:
         from .routes import ROUTES
@@ -121,16 +125,17 @@ class MemoryPlugin(Plugin):
             log_.warning("workbench: a dream did not run to its end: %s", e)
 
     def system_prompt(self, session: NewSession) -> PromptPart | None:
-        """Accepted memories join the frozen prompt of a new (non-dream) session, recorded with it:
-        ranked by relevance to its first message (else its title), then newest, within `inject_chars`."""
+        """Accepted memories of the stores it mounts join the frozen prompt of a new (non-dream) session, recorded
+        with it: ranked by relevance to its first message (else its title), then newest, within `inject_chars`."""
         if self.store is None or session.kind == "dream":
             return None
+        mounts = session_mounts(session.config, session.kind)  # ConfigError: the session is not created
         query, by = (session.message, "message") if session.message else (session.title, "title") if session.title else (None, "recency")
-        text, injected, left_out = self.store.injection(query)
+        text, injected, left_out = self.store.injection(query, stores_of(mounts))
         if not injected:
             return None
         return PromptPart(text, (("memories_injected", {"memories": injected, "text": text, "ranked_by": by,
-                                                        "left_out": left_out}),))
+                                                        "left_out": left_out, "stores": [m.to_json() for m in mounts]}),))
 
     async def startup(self) -> None:
         if self.store is None or self.store.log.read_only:
@@ -207,22 +212,25 @@ class MemoryPlugin(Plugin):
         return next((s["id"] for s in rows if s["kind"] == "dream"), None)
 
     async def create_dream(self, sessions: list[str] | None = None, model: str | None = None,
-                           instructions: str | None = None) -> str:
-        """Create a dream session (checked: its sessions exist and are chats, its model can be made)."""
-        store, brain = self.require_store(), self._host().brain
+                           instructions: str | None = None, store: str | None = None) -> str:
+        """Create a dream session that proposes into `store` (default: `dream_store`), checked: its sessions
+        exist and are chats, its store's name is valid, its model can be made."""
+        memories, brain = self.require_store(), self._host().brain
+        target = check_store(store or self.settings.dream_store)  # before anything is created
         model = self.dream_model(model)
         await asyncio.to_thread(self._host().models.check, model)
-        return await asyncio.to_thread(lambda: create_dream(brain, store, sessions=sessions, model=model, instructions=instructions))
+        return await asyncio.to_thread(lambda: create_dream(brain, memories, sessions=sessions, model=model,
+                                                            instructions=instructions, target=target))
 
     async def start_dream(self, sessions: list[str] | None = None, model: str | None = None,
-                          instructions: str | None = None) -> str:
+                          instructions: str | None = None, store: str | None = None) -> str:
         """Start a dream in the background (one at a time); each chunk is committed when its turn ends."""
         async with self._dreaming:  # two requests at once must not both pass the check below
             running = await self.running_dream()
             if running:
                 # two dreams over the same sessions would each propose the same facts
                 raise TurnBusy(f"dream {running} is still running; wait for it (GET /workbench/api/dreams/{running})")
-            dream_id = await self.create_dream(sessions, model, instructions)
+            dream_id = await self.create_dream(sessions, model, instructions, store)
             self._host().background(self._quietly(self._driver(dream_id)))  # registered now: a second start sees it
             return dream_id
 

@@ -18,12 +18,12 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field
 from tornado import web
 
-from ..errors import ConfigError, UnknownMemory, UnknownSession, WorkbenchError
+from ..errors import BodyTooLarge, ConfigError, UnknownMemory, UnknownSession, WorkbenchError
 from ..server import bodies
 from ..server.bodies import Body, Items, Text
 from ..server.handlers import WorkbenchHandler, api
 from ..server.routes import API
-from . import store as memory_store, tools as memory_tools
+from . import store as memory_store, tools as memory_tools, transfer as memory_transfer
 from .store import REVIEW_ACTIONS, STATUSES, person
 
 # limits of what a person or a client may write into a memory (docs/api.md, "Limits")
@@ -38,12 +38,21 @@ MAX_DREAM_SESSIONS = 1000  # the dream_max_sessions setting (default 20) applies
 MAX_SEARCH_CHARS = 1000
 MAX_RECALL_QUERY = memory_tools.MAX_RECALL_QUERY
 MAX_RECALL_RESULTS = memory_tools.MAX_RECALL_RESULTS
+MAX_IMPORT_BYTES = memory_transfer.MAX_FILE_BYTES  # the largest export a server takes
 
 Title = Text(MAX_MEMORY_TITLE_CHARS, blank=False)
 MemoryText = Text(MAX_MEMORY_TEXT_CHARS, blank=False)
 Tags = Items(Text(MAX_TAG_CHARS, blank=False), MAX_TAGS)
 Note = Text(MAX_NOTE_CHARS)
 Id = Text(bodies.MAX_ID_CHARS, blank=False)
+MAX_STORE_CHARS = 40
+
+
+def _store_name(name: str) -> str:
+    try:
+        return memory_store.check_store(name)
+    except ConfigError as e:
+        raise ValueError(str(e).removeprefix("store name ")) from None
 
 
 class _Review(Body):
@@ -116,27 +125,46 @@ def review_body(body: Any) -> tuple[str, dict[str, Any]]:
     return action, fields
 
 
+StoreName = Annotated[Text(MAX_STORE_CHARS, blank=False), AfterValidator(_store_name)]
+
+
 class DreamBody(Body):
     """`POST /dreams`."""
 
     sessions: Items(Id, MAX_DREAM_SESSIONS) | None = None
     model: Text(bodies.MAX_MODEL_CHARS, blank=False) | None = None
     instructions: Text(MAX_INSTRUCTIONS_CHARS, blank=False) | None = None
+    store: StoreName | None = None  # where its proposals go (default: dream_store)
 
 
 class MemoriesArgs(Body):
-    """`GET /memories?status=&tag=&dream=&search=`."""
+    """`GET /memories?status=&tag=&dream=&search=&store=`."""
 
     status: Literal[STATUSES] | None = None
     tag: Text(MAX_TAG_CHARS) | None = None
     dream: Text(bodies.MAX_ID_CHARS) | None = None
     search: Text(MAX_SEARCH_CHARS) | None = None
+    store: StoreName | None = None
+
+
+class ExportArgs(Body):
+    """`GET /memories/export?store=`."""
+
+    store: StoreName
+
+
+class ImportArgs(Body):
+    """`POST /memories/import?store=&allow_secret=`."""
+
+    store: StoreName | None = None
+    allow_secret: bodies.Flag | None = None
 
 
 class RecallArgs(Body):
-    """`GET /recall?q=&limit=`."""
+    """`GET /recall?q=&limit=&store=`."""
 
     q: Text(MAX_RECALL_QUERY, blank=False)
+    store: StoreName | None = None
     limit: Annotated[bodies.Digits, AfterValidator(lambda n: bodies._within(n, 1, MAX_RECALL_RESULTS))] | None = None
 
 
@@ -166,6 +194,35 @@ class MemoriesHandler(MemoryHandlerBase):
     async def get(self) -> None:
         q = self.query.model_dump()
         self.reply({"memories": await asyncio.to_thread(lambda: self.store.list(**q))})
+
+
+class MemoryExportHandler(MemoryHandlerBase):
+    """A store as the export format (docs/memory.md, "Export and import"); 404 when no memory is in it."""
+
+    args = ExportArgs
+
+    @web.authenticated
+    @api
+    async def get(self) -> None:
+        name, actor = self.query.store, self.actor()
+        self.reply(await asyncio.to_thread(memory_transfer.export_store, self.store, name, actor))
+
+
+class MemoryImportHandler(MemoryHandlerBase):
+    """An export, sent as the body, imported all or nothing; the report of what came in and what was skipped."""
+
+    args = ImportArgs
+    max_body = MAX_IMPORT_BYTES
+
+    @web.authenticated
+    @api
+    async def post(self) -> None:
+        if self._chunks is None:
+            raise BodyTooLarge(f"the body is {self._size:,} bytes; an export takes at most {self.max_body:,}")
+        data, q, actor = b"".join(self._chunks), self.query, self.actor()
+        report = await asyncio.to_thread(lambda: memory_transfer.import_store(self.store, data, actor, q.store,
+                                                              allow_secret=bodies.flag(q.allow_secret) or False))
+        self.reply(report)
 
 
 class MemoryHandler(MemoryHandlerBase):
@@ -204,8 +261,8 @@ class RecallHandler(MemoryHandlerBase):
 
         def find() -> list[dict[str, Any]]:
             limit = q.limit or self.store.settings.recall_results
-            return [dict(m, score=round(s, 4)) for m, s in memory_tools.rank(self.store.list(status="accepted", annotate=False), q.q)
-                    if s > 0][:limit]
+            accepted = self.store.list(status="accepted", store=q.store, annotate=False)
+            return [dict(m, score=round(s, 4)) for m, s in memory_tools.rank(accepted, q.q) if s > 0][:limit]
 
         self.reply({"memories": await asyncio.to_thread(find)})
 
@@ -226,7 +283,7 @@ class DreamsHandler(MemoryHandlerBase):
         b = bodies.parse(DreamBody, self.body())
         if b.model is not None:  # before the dream session is created: a refused model leaves nothing behind
             await asyncio.to_thread(bodies.check_model, self.runtime.host, b.model)
-        dream_id = await self.plugin.start_dream(b.sessions, b.model, b.instructions)
+        dream_id = await self.plugin.start_dream(b.sessions, b.model, b.instructions, b.store)
         self.reply({"dream_id": dream_id, "state": "running"}, 202)
 
 
@@ -258,6 +315,8 @@ class DreamCancelHandler(MemoryHandlerBase):
 
 ROUTES: tuple[tuple[str, type], ...] = (
     (f"{API}/memories", MemoriesHandler),
+    (f"{API}/memories/export", MemoryExportHandler),  # before memories/{id}: the first route that matches serves
+    (f"{API}/memories/import", MemoryImportHandler),
     (f"{API}/memories/{{id}}", MemoryHandler),
     (f"{API}/recall", RecallHandler),
     (f"{API}/dreams", DreamsHandler),

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -36,7 +37,8 @@ CREATE TABLE IF NOT EXISTS memory_items (
     created_by VARCHAR NOT NULL,
     proposal   VARCHAR NOT NULL,
     targets    VARCHAR[] NOT NULL,
-    dream_id   VARCHAR
+    dream_id   VARCHAR,
+    store      VARCHAR NOT NULL DEFAULT 'default'
 );
 CREATE TABLE IF NOT EXISTS memory_versions (
     memory_id  VARCHAR NOT NULL,
@@ -73,11 +75,26 @@ CREATE TABLE IF NOT EXISTS dream_reads (
     session_id VARCHAR NOT NULL,
     last_seq   BIGINT NOT NULL,
     ts         TIMESTAMP NOT NULL,
+    store      VARCHAR NOT NULL DEFAULT 'default',
     PRIMARY KEY (dream_id, session_id)
 );
+CREATE TABLE IF NOT EXISTS memory_imports (
+    id            VARCHAR PRIMARY KEY,
+    ts            TIMESTAMP NOT NULL,
+    actor         VARCHAR NOT NULL,
+    store         VARCHAR NOT NULL,
+    source_store  VARCHAR NOT NULL,
+    exported_at   VARCHAR,
+    exported_by   VARCHAR,
+    memories      VARCHAR[] NOT NULL,
+    skipped       JSON NOT NULL
+);
+-- databases from before stores: their memories and dreams' reads are in the store "default"
+ALTER TABLE memory_items ADD COLUMN IF NOT EXISTS store VARCHAR DEFAULT 'default';
+ALTER TABLE dream_reads ADD COLUMN IF NOT EXISTS store VARCHAR DEFAULT 'default';
 CREATE OR REPLACE VIEW memories AS
 SELECT i.id, v.title, v.text, v.tags, v.status, v.version, i.proposal, i.targets, i.dream_id,
-       i.created_at, i.created_by, v.ts AS updated_at, v.actor AS updated_by, v.provenance
+       i.created_at, i.created_by, v.ts AS updated_at, v.actor AS updated_by, v.provenance, i.store
 FROM memory_items i JOIN memory_versions v ON v.memory_id = i.id
 QUALIFY row_number() OVER (PARTITION BY i.id ORDER BY v.version DESC) = 1;
 """
@@ -90,6 +107,8 @@ MIN_SCRUB = 8  # shorter texts (a title like "pandas") are not scrubbed from the
 MIN_SCRUB_LINE = 16  # each line of a text this long is scrubbed too (renderings indent or split a text)
 LIVE = ("accepted", "proposed")  # the statuses of memories that are, or may become, what sessions are told
 ACTOR = re.compile(r"^(api|auto-accept|(dream|person|api):\S.{0,200})$")
+DEFAULT_STORE = "default"  # where every memory of a database from before stores is, and what a session mounts by default
+STORE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 
 
 @dataclass
@@ -107,6 +126,7 @@ class MemorySettings:
     dream_order: str = "newest"  # which unread sessions a dream reads first: newest or oldest
     dream_chunk_chars: int = 60_000  # at most this many characters of events a dream reads per chunk (one turn)
     dream_chunk_sessions: int = 20  # at most this many sessions per chunk
+    dream_store: str = DEFAULT_STORE  # the store a dream writes its proposals into unless it names one
 
 
 def _now() -> datetime:
@@ -135,6 +155,22 @@ def check_actor(actor: str) -> str:
     if not isinstance(actor, str) or not ACTOR.match(actor):
         raise ConfigError(f"actor {actor!r} must be 'api', 'person:<name>', 'dream:<session id>' or 'api:<name>'")
     return actor
+
+
+def check_store(name: Any) -> str:
+    """A store's name: 1 to 40 characters of a-z, 0-9, `_` and `-`, starting with a letter or digit."""
+    if not isinstance(name, str) or not STORE_NAME.match(name):
+        shown = repr(name[:60]) if isinstance(name, str) else f"a {type(name).__name__}"
+        raise ConfigError(f"store name {shown} is not valid: 1 to 40 characters of a-z, 0-9, '_' and '-', "
+                          "starting with a letter or digit (e.g. 'default', 'team-data')")
+    return name
+
+
+def _store_names(store: str | Sequence[str] | None) -> builtins.list[str] | None:
+    if store is None:
+        return None
+    names = builtins.list(store) if isinstance(store, (builtins.list, tuple)) else [store]
+    return [check_store(n) for n in names]
 
 
 def person(name: Any) -> str:
@@ -208,7 +244,7 @@ def _version_row(r: tuple) -> dict[str, Any]:
 
 
 MEMORY_COLS = ("id, title, text, tags, status, version, proposal, targets, dream_id, "
-               "created_at, created_by, updated_at, updated_by, provenance")
+               "created_at, created_by, updated_at, updated_by, provenance, store")
 
 
 def _memory_row(r: tuple) -> dict[str, Any]:
@@ -216,6 +252,7 @@ def _memory_row(r: tuple) -> dict[str, Any]:
         "id": r[0], "title": r[1], "text": r[2], "tags": list(r[3]), "status": r[4], "version": r[5],
         "proposal": r[6], "targets": list(r[7]), "dream_id": r[8], "created_at": _iso(r[9]),
         "created_by": r[10], "updated_at": _iso(r[11]), "updated_by": r[12], "provenance": json.loads(r[13]),
+        "store": r[14],
     }
 
 
@@ -228,6 +265,13 @@ class MemoryStore:
         self.scanner = scanner or SecretScanner()  # what a memory may not hold: vault values, likely secrets
         if not log.read_only:
             log.write(lambda tx: tx.execute(SCHEMA)).result()
+        self._legacy: bool | None = None  # a read-only file from before stores (no `store` column): all in "default"
+
+    def _legacy_file(self, cur: Any) -> bool:
+        if self._legacy is None:
+            self._legacy = bool(self.log.read_only) and not one_row(
+                cur, "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'memory_items' AND column_name = 'store'")[0]
+        return self._legacy
 
     # -- reading ---------------------------------------------------------------
 
@@ -236,15 +280,28 @@ class MemoryStore:
         try:
             if not one_row(cur, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'memory_items'")[0]:
                 return []  # a read-only log that never held a memory
+            if self._legacy_file(cur):  # read as if migrated: every memory and every dream's read in "default"
+                if "memory_imports" in sql:
+                    return []
+                for table in ("memories", "memory_items", "dream_reads"):
+                    sql = sql.replace(f"FROM {table} ", f"FROM (SELECT *, '{DEFAULT_STORE}' AS store FROM {table}) {table} ")
             return cur.execute(sql, params or []).fetchall()
         finally:
             cur.close()
 
     def list(self, *, status: str | None = None, tag: str | None = None, dream: str | None = None,
-             search: str | None = None, annotate: bool = True) -> list[dict[str, Any]]:
-        """Current memories, oldest first, filtered by status, tag, dream and text; `annotate`: with
-        `superseded_by` and `conflicts` (what a reviewer needs; the prompt and the tools do without)."""
-        where, params = [], []
+             search: str | None = None, store: str | Sequence[str] | None = None,
+             annotate: bool = True) -> list[dict[str, Any]]:
+        """Current memories, oldest first, filtered by status, tag, dream, text and store (a name or several);
+        `annotate`: with `superseded_by` and `conflicts` (what a reviewer needs; the prompt and the tools do without)."""
+        where: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        names = _store_names(store)
+        if names is not None:
+            if not names:
+                return []
+            where.append(f"store IN ({', '.join('?' * len(names))})")
+            params += names
         if status:
             if status not in STATUSES:
                 raise ConfigError(f"unknown status {status!r}; one of {', '.join(STATUSES)}")
@@ -271,7 +328,10 @@ class MemoryStore:
         for old, new in self._rows("SELECT memory_id, by_id FROM memory_links ORDER BY ts"):
             links.setdefault(old, []).append(new)
         live = [m for m in self._current_rows() if m["status"] in LIVE]
-        found = contradictions_among([m for m in rows if m["status"] in LIVE], live)
+        found: dict[str, Any] = {}
+        for name in {m["store"] for m in rows}:  # a store is a scope of its own: memories of two stores never conflict
+            found.update(contradictions_among([m for m in rows if m["status"] in LIVE and m["store"] == name],
+                                              [m for m in live if m["store"] == name]))
         for m in rows:
             m["superseded_by"] = links.get(m["id"], [])
             m["conflicts"] = found.get(m["id"], [])
@@ -316,13 +376,19 @@ class MemoryStore:
         ]
         m.update(self.links(memory_id))
         m["current"] = self.current(memory_id)
-        live = [x for x in self._current_rows() if x["status"] in LIVE]
+        live = [x for x in self._current_rows() if x["status"] in LIVE and x["store"] == m["store"]]
         m["conflicts"] = contradictions(m, live) if m["status"] in LIVE else []
+        m["imports"] = [
+            {"id": r[0], "ts": _iso(r[1]), "actor": r[2], "source_store": r[3], "exported_at": r[4], "exported_by": r[5]}
+            for r in self._rows("SELECT id, ts, actor, source_store, exported_at, exported_by FROM memory_imports "
+                                "WHERE list_contains(memories, ?) ORDER BY ts", [memory_id])]
         return m
 
-    def bookmarks(self) -> dict[str, int]:
-        """For each session, the last seq any finished dream has read."""
-        return dict(self._rows("SELECT session_id, max(last_seq) FROM dream_reads GROUP BY session_id"))
+    def bookmarks(self, store: str = DEFAULT_STORE) -> dict[str, int]:
+        """For each session, the last seq any finished dream into `store` has read (dreams into other stores
+        read for theirs: a session read for one store is still unread for another)."""
+        return dict(self._rows("SELECT session_id, max(last_seq) FROM dream_reads WHERE store = ? GROUP BY session_id",
+                               [check_store(store)]))
 
     def dreams(self) -> builtins.list[dict[str, Any]]:
         """Dream sessions, oldest first, with how many memories each proposed."""
@@ -337,19 +403,22 @@ class MemoryStore:
         """A slice of a session's events as JSON (what the review panels show as context)."""
         return [e.to_json() for e in self.log.events(session_id, after=after, until=until)]
 
-    def prompt_memories(self, query: str | None = None) -> tuple[str, builtins.list[dict[str, Any]]]:
+    def prompt_memories(self, query: str | None = None,
+                        stores: Sequence[str] = (DEFAULT_STORE,)) -> tuple[str, builtins.list[dict[str, Any]]]:
         """The memory preamble for a new session's system prompt, and what it holds (see `injection`)."""
-        text, used, _ = self.injection(query)
+        text, used, _ = self.injection(query, stores)
         return text, used
 
-    def injection(self, query: str | None = None) -> tuple[str, builtins.list[dict[str, Any]], int]:
+    def injection(self, query: str | None = None,
+                  stores: Sequence[str] = (DEFAULT_STORE,)) -> tuple[str, builtins.list[dict[str, Any]], int]:
         """The memory preamble for a new session's system prompt, what it holds and how many did not fit.
 
         Accepted memories only (a superseded, retired or rejected one never), ranked by BM25
         relevance to `query` (the session's first message, else its title), then newest; each
         with its date and the sessions it came from. Under `inject_chars`, the best go first.
+        Only memories of `stores` (the session's mounts) are candidates.
         """
-        accepted = self.list(status="accepted", annotate=False)
+        accepted = self.list(status="accepted", store=builtins.list(stores), annotate=False)
         if not accepted or not self.settings.inject:
             return "", [], 0
         head = ("# Memories\n\nAccepted memories from earlier sessions, reviewed by a person, most relevant first; "
@@ -373,23 +442,30 @@ class MemoryStore:
 
     def create(self, *, title: str, text: str, actor: str, provenance: builtins.list[dict[str, Any]],
                tags: builtins.list[str] | None = None, status: str = "proposed", proposal: str = "create",
-               targets: builtins.list[str] | None = None, dream_id: str | None = None, note: str | None = None) -> str:
-        """Add a memory (a proposal unless status says otherwise); returns its id."""
+               targets: builtins.list[str] | None = None, dream_id: str | None = None, note: str | None = None,
+               store: str = DEFAULT_STORE) -> str:
+        """Add a memory to `store` (a proposal unless status says otherwise); returns its id."""
         return self.log.write(lambda tx: self.tx_create(
             tx, title=title, text=text, actor=actor, provenance=provenance, tags=tags, status=status,
-            proposal=proposal, targets=targets, dream_id=dream_id, note=note)).result()
+            proposal=proposal, targets=targets, dream_id=dream_id, note=note, store=store)).result()
 
     def tx_create(self, tx: Any, *, title: str, text: str, actor: str, provenance: builtins.list[dict[str, Any]],
                   tags: builtins.list[str] | None = None, status: str = "proposed", proposal: str = "create",
                   targets: builtins.list[str] | None = None, dream_id: str | None = None, note: str | None = None,
-                  memory_id: str | None = None) -> str:
+                  memory_id: str | None = None, store: str = DEFAULT_STORE) -> str:
         """`create` inside a transaction the caller owns (a dream commits many at once)."""
         check_actor(actor)
+        check_store(store)
         if proposal not in PROPOSALS or status not in STATUSES:
             raise ConfigError(f"bad proposal {proposal!r} or status {status!r}")
+        for target in targets or []:  # a store holds its whole chain: nothing in it replaces a memory of another store
+            other = self._current(tx, target)["store"]
+            if other != store:
+                raise MemoryConflict(f"memory {target} is in store {other!r}, not {store!r}: a memory replaces only "
+                                     "memories of its own store")
         memory_id = memory_id or "m" + uuid.uuid4().hex[:10]
-        tx.execute("INSERT INTO memory_items VALUES (?, ?, ?, ?, ?, ?)",
-                   [memory_id, _now(), actor, proposal, list(targets or []), dream_id])
+        tx.execute("INSERT INTO memory_items (id, created_at, created_by, proposal, targets, dream_id, store) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?)", [memory_id, _now(), actor, proposal, list(targets or []), dream_id, store])
         action = "propose" if status == "proposed" else ("merge" if proposal == "merge" else "create")
         self._version(tx, memory_id, 1, actor, action, _text(title, "title"), _text(text, "text"),
                       _tags(tags), status, provenance, note)
@@ -501,13 +577,16 @@ class MemoryStore:
         for p in parts:
             if p["status"] not in ("accepted", "proposed"):
                 raise MemoryConflict(f"memory {p['id']} is {p['status']}; only accepted or proposed memories can be merged")
+            if p["store"] != parts[0]["store"]:
+                raise MemoryConflict(f"memory {p['id']} is in store {p['store']!r}, {memory_id} in {parts[0]['store']!r}: "
+                                     "only memories of one store can be merged")
         edits = self._edits(kw)
         provenance = [c for p in parts for c in p["provenance"]]
         new_id = self.tx_create(
             tx, title=edits["title"] or parts[0]["title"], text=edits["text"] or "\n\n".join(p["text"] for p in parts),
             tags=edits["tags"] if edits["tags"] is not None else sorted({t for p in parts for t in p["tags"]}),
             actor=actor, provenance=provenance, status="accepted", proposal="merge",
-            targets=[p["id"] for p in parts], note=note)
+            targets=[p["id"] for p in parts], note=note, store=parts[0]["store"])
         for p in parts:
             self._change(tx, p, actor, "merge", status="superseded", note=f"merged into {new_id}")
             self._link(tx, p["id"], new_id, actor, "merge")
@@ -528,6 +607,9 @@ class MemoryStore:
         if newer["status"] != "accepted":
             raise MemoryConflict(f"memory {by} is {newer['status']}; only an accepted memory can supersede another "
                                  "(accept it first)")
+        if newer["store"] != m["store"]:
+            raise MemoryConflict(f"memory {by} is in store {newer['store']!r}, {memory_id} in {m['store']!r}: "
+                                 "a memory is superseded only by one of its own store")
         self._change(tx, m, actor, "supersede", status="superseded", note=note or reason or f"superseded by {by}")
         self._link(tx, memory_id, by, actor, "supersede")
         return memory_id

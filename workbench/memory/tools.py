@@ -22,6 +22,7 @@ from ..brain.tools import Tool, ToolContext, ToolOutput
 from ..errors import WorkbenchError
 from ..log import Event
 from .events import check_citations, normalize, render_event
+from .mounts import Mount, dream_target, session_mounts, stores_of
 from .relevance import contradictions, rank
 from .store import LIVE, MemoryStore, field_problems, stamp
 
@@ -42,6 +43,14 @@ def _out(text: str, error: bool = False, **details: Any) -> ToolOutput:
 def dream_scope(ctx: ToolContext) -> list[str] | None:
     """The session ids this dream was asked to read (None: every non-dream session)."""
     return ((ctx.log.events(ctx.session_id, until=1)[0].payload.get("config") or {}).get("dream") or {}).get("sessions")
+
+
+def stores(ctx: ToolContext | None) -> tuple[str, tuple[Mount, ...]]:
+    """(the store this session writes into, the stores it mounts), from its frozen config (no session: the default)."""
+    if ctx is None:
+        return session_mounts(None, "chat")[0].store, session_mounts(None, "chat")
+    config = ctx.log.events(ctx.session_id, until=1)[0].payload.get("config") or {}
+    return dream_target(config), session_mounts(config, ctx.log.session(ctx.session_id)["kind"])
 
 
 def _chunk_range(ctx: ToolContext, sid: str) -> dict[str, Any] | None | Literal[False]:
@@ -85,7 +94,7 @@ def list_sessions(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> 
         def tags(s: dict) -> list[str]:
             return ((ctx.log.events(s["id"], until=1)[0].payload.get("config") or {}).get("tags")) or []
         rows = [s for s in rows if tag in tags(s)]
-    marks = store.bookmarks()
+    marks = store.bookmarks(stores(ctx)[0])
     lines = []
     for s in rows:
         read = marks.get(s["id"], 0)
@@ -106,7 +115,7 @@ def read_events(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> To
     if chunk is False:
         return _out(f"session {sid} is not in this chunk; read the ranges this chunk's message names "
                     "(a later chunk reads the rest)", True)
-    marks = store.bookmarks()
+    marks = store.bookmarks(stores(ctx)[0])
     after = inp.get("after", chunk["after"] if chunk else marks.get(sid, 0))
     until, search = inp.get("until"), inp.get("search")
     limit = inp.get("limit") or 50
@@ -135,13 +144,17 @@ def read_events(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> To
 def read_memories(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     if any(inp.get(k) is not None and not isinstance(inp.get(k), str) for k in ("status", "tag", "search")):
         return _out("status, tag and search must be strings", True)
-    rows = store.list(status=inp.get("status"), tag=inp.get("tag"), search=inp.get("search"))
+    target, mounts = stores(ctx)
+    rows = store.list(status=inp.get("status"), tag=inp.get("tag"), search=inp.get("search"), store=stores_of(mounts))
     if not rows:
         return _out("no memories match")
+    access = {m.store: m.access for m in mounts}
     blocks: list[str] = []
     size = 0
     for m in reversed(rows):  # newest first, within a budget: a dream's context holds a chunk, not every memory
-        block = f"[{m['id']}] ({m['status']}) {m['title']}\n  tags: {', '.join(m['tags'])}\n  " + m["text"].replace("\n", "\n  ")
+        where = "" if m["store"] == target else f", store {m['store']}, {access[m['store']].replace('_', '-')}"
+        block = (f"[{m['id']}] ({m['status']}{where}) {m['title']}\n  tags: {', '.join(m['tags'])}\n  "
+                 + m["text"].replace("\n", "\n  "))
         if size + len(block) > MAX_MEMORIES_CHARS and blocks:
             blocks.append(f"({len(rows) - len(blocks)} older memories not shown: filter with search, tag or status)")
             break
@@ -150,9 +163,11 @@ def read_memories(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> 
     return _out("\n\n".join(blocks))
 
 
-def _duplicate(store: MemoryStore, pending: list[dict[str, Any]], title: str, text: str, skip: set[str]) -> str | None:
-    """Why this looks like a memory that exists or is staged, or None."""
-    candidates = [(m["id"], m["status"], m["title"], m["text"]) for m in store.list(annotate=False) if m["id"] not in skip]
+def _duplicate(store: MemoryStore, pending: list[dict[str, Any]], title: str, text: str, skip: set[str],
+               target: str) -> str | None:
+    """Why this looks like a memory that exists in the target store or is staged, or None."""
+    candidates = [(m["id"], m["status"], m["title"], m["text"]) for m in store.list(store=target, annotate=False)
+                  if m["id"] not in skip]
     candidates += [(p["memory_id"], "staged in this dream", p["title"], p["text"]) for p in pending]
     for mid, status, t, x in candidates:
         if normalize(t) == normalize(title) or difflib.SequenceMatcher(None, normalize(x), normalize(text)).ratio() >= DUPLICATE_RATIO:
@@ -163,6 +178,12 @@ def _duplicate(store: MemoryStore, pending: list[dict[str, Any]], title: str, te
 
 def _propose(kind: str, store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     scope = dream_scope(ctx)
+    target, mounts = stores(ctx)
+    access = {m.store: m.access for m in mounts}
+    if access.get(target) != "read_write":
+        how = "mounts it read-only" if target in access else "does not mount it"
+        return _out(f"not proposed:\n- this session writes into store {target!r}, and {how}: "
+                    "no memory can be proposed here", True)
     pending = staged(ctx.log.events(ctx.session_id))
     named = (inp.get("memory_ids") if kind == "merge" else [inp.get("memory_id")] if kind != "create"
              else inp.get("supersedes") or [])
@@ -178,8 +199,13 @@ def _propose(kind: str, store: MemoryStore, inp: dict[str, Any], ctx: ToolContex
                 m = store.get(t)
             except Exception:
                 m = None
-        if m is None:
+        if m is None or m["store"] not in access:  # a store not mounted is not there for this session
             problems.append(f"there is no memory {t!r}; read_memories shows the ids")
+            continue
+        if m["store"] != target:
+            problems.append(f"memory {t} is in store {m['store']!r}, which this session mounts "
+                            f"{access[m['store']].replace('_', '-')}: it cannot be changed here (proposals go into "
+                            f"store {target!r}); propose_memory a new memory instead")
             continue
         current[t] = m
         if m["status"] not in ("accepted", "proposed"):
@@ -210,10 +236,10 @@ def _propose(kind: str, store: MemoryStore, inp: dict[str, Any], ctx: ToolContex
     problems += check_citations(ctx.log, provenance, scope=scope, required=kind in ("create", "edit"))
     if not problems and kind == "create":
         assert isinstance(title, str) and isinstance(text, str), "checked above"
-        dup = _duplicate(store, pending, title, text, skip=set(current))
+        dup = _duplicate(store, pending, title, text, skip=set(current), target=target)
         if dup:
             problems.append(dup)
-        marks = store.bookmarks()
+        marks = store.bookmarks(target)
         if all(c["seq"] <= marks.get(c["session_id"], 0) for c in provenance or []):
             problems.append("every cited event was read by an earlier dream, whose proposals were already made; "
                             "propose memories only from events after read_until (list_sessions shows it)")
@@ -224,11 +250,12 @@ def _propose(kind: str, store: MemoryStore, inp: dict[str, Any], ctx: ToolContex
     if kind == "merge":
         provenance = [c for t in targets for c in current[t]["provenance"]] + provenance
     # a contradiction with a live memory the proposal does not replace: the reviewer sees both side by side
-    live = [m for m in store.list(annotate=False) if m["status"] in LIVE and m["id"] not in current]
+    live = [m for m in store.list(store=target, annotate=False) if m["status"] in LIVE and m["id"] not in current]
     conflicts = contradictions({"id": "", "title": title.strip(), "text": text.strip()}, live) if kind != "retire" else []
     proposal = {
         "memory_id": "m" + uuid.uuid4().hex[:10], "proposal": kind, "title": title.strip(), "text": text.strip(),
         "tags": inp.get("tags") or [], "provenance": provenance, "targets": list(targets), "note": inp.get("reason"),
+        "store": target,
     }
     what = {"create": "new memory", "edit": f"edit of {targets[0] if targets else ''}",
             "merge": f"merge of {', '.join(targets)}", "retire": f"retirement of {targets[0] if targets else ''}"}[kind]
@@ -239,7 +266,7 @@ def _propose(kind: str, store: MemoryStore, inp: dict[str, Any], ctx: ToolContex
     return _out(f"staged {proposal['memory_id']} ({what}): it is proposed for review when this chunk ends{warn}", proposal=proposal)
 
 
-def recall(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+def recall(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext | None) -> ToolOutput:
     """Accepted memories ranked by relevance to a query (BM25), with their ids, dates and sources; bounded."""
     query, limit = inp.get("query"), inp.get("limit", store.settings.recall_results)
     if not isinstance(query, str) or not query.strip():
@@ -248,7 +275,8 @@ def recall(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOut
         return _out(f"query is {len(query):,} characters; a recall query takes at most {MAX_RECALL_QUERY:,}", True)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RECALL_RESULTS:
         return _out(f"limit must be an integer from 1 to {MAX_RECALL_RESULTS}", True)
-    found = [(m, s) for m, s in rank(store.list(status="accepted", annotate=False), query) if s > 0][:limit]
+    mounted = stores_of(stores(ctx)[1])  # only what the session mounts, read-only or read-write
+    found = [(m, s) for m, s in rank(store.list(status="accepted", store=mounted, annotate=False), query) if s > 0][:limit]
     if not found:
         return _out("no accepted memory matches; try other words (memories are searched by title, text and tags)",
                     recalled=[])
@@ -257,7 +285,8 @@ def recall(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOut
         body, cut = m["text"][:MAX_RECALL_TEXT], len(m["text"]) - MAX_RECALL_TEXT
         body += f" [... {cut:,} more characters]" if cut > 0 else ""
         blocks.append(f"[{m['id']}] {m['title']} ({stamp(m)}; score {score:.2f})\n  " + body.replace("\n", "\n  "))
-    return _out("\n\n".join(blocks), recalled=[{"id": m["id"], "version": m["version"], "score": round(s, 4)} for m, s in found])
+    return _out("\n\n".join(blocks), recalled=[{"id": m["id"], "store": m["store"], "version": m["version"], "score": round(s, 4)}
+                                              for m, s in found])
 
 
 def propose_memory(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
