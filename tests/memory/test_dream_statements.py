@@ -139,7 +139,7 @@ def test_real_dreams_edit_supersede_merge_and_retire_what_later_sessions_change(
         accept_all(store)
         now = store.list(status="accepted")
         assert len(now) == 3, [m["title"] for m in now]
-        text, _, _ = store.injection("staging database port, pandas plots, Friday deploys")
+        text, _, _, _ = store.injection("staging database port, pandas plots, Friday deploys")
         assert "5433" in text and "5432" not in text and "Friday" not in text and "I prefer pandas" not in text
         assert "polars for dataframes and duckdb" in text
     finally:

@@ -90,6 +90,37 @@ def test_a_superseding_correction_is_the_only_one_in_a_new_sessions_prompt_with_
     assert injected["ranked_by"] == "message" and injected["left_out"] == 0
 
 
+def test_an_unresolved_contradiction_tells_a_new_session_only_the_newer_memory(fresh):
+    """Two accepted memories that contradict each other and that no review resolved: a new session is told
+    the newer one only (the later decision), and its log says which was held back, by which and why.
+    Accepting a change of the older one makes it the newer; superseding resolves the pair."""
+    host = fresh()
+    store = host.plugin("memory").store
+    old = accepted(store, "Prefer pandas", "Prefer pandas for data frames.", EVIDENCE)
+    new = accepted(store, "Never use pandas", "Never use pandas: the project moved to polars.", CORRECTION)
+    other = accepted(store, "Plots", "Label both axes of every plot.")
+
+    system, injected = prompt_of(host, message="Load the sales csv with pandas")
+    assert "Never use pandas" in system and "Prefer pandas" not in system and "Label both axes" in system
+    assert sorted(m["id"] for m in injected["memories"]) == sorted([new["id"], other["id"]])
+    [held] = injected["held_back"]
+    assert (held["id"], held["by"], held["title"]) == (old["id"], new["id"], "Prefer pandas") and "never" in held["why"]
+
+    # the older one edited and accepted again: now it is the later decision
+    edited = store.create(title="Prefer pandas", text="Prefer pandas for data frames, again.", actor="dream:d2",
+                          provenance=list(EVIDENCE), proposal="edit", targets=[old["id"]])
+    store.review(edited, "accept", "person:ann")
+    system, injected = prompt_of(host, message="Load the sales csv with pandas")
+    assert "Prefer pandas" in system and "Never use pandas" not in system, system
+    assert [h["id"] for h in injected["held_back"]] == [new["id"]]
+
+    # a person resolves it: nothing is held back, the superseded one is never told
+    live = [m for m in store.list(status="accepted") if m["title"] == "Prefer pandas"][0]
+    store.review(live["id"], "supersede", "person:bob", by=new["id"])
+    system, injected = prompt_of(host, message="Load the sales csv with pandas")
+    assert "Never use pandas" in system and "Prefer pandas" not in system and injected["held_back"] == []
+
+
 def test_supersede_refuses_what_cannot_be_a_chain_and_writes_nothing(fresh):
     store = fresh().plugin("memory").store
     a = accepted(store, "Use tabs", "Indent with tabs.")

@@ -131,11 +131,12 @@ class MemoryPlugin(Plugin):
             return None
         mounts = session_mounts(session.config, session.kind)  # ConfigError: the session is not created
         query, by = (session.message, "message") if session.message else (session.title, "title") if session.title else (None, "recency")
-        text, injected, left_out = self.store.injection(query, stores_of(mounts))
+        text, injected, left_out, held = self.store.injection(query, stores_of(mounts))
         if not injected:
             return None
         return PromptPart(text, (("memories_injected", {"memories": injected, "text": text, "ranked_by": by,
-                                                        "left_out": left_out, "stores": [m.to_json() for m in mounts]}),))
+                                                        "left_out": left_out, "held_back": held,
+                                                        "stores": [m.to_json() for m in mounts]}),))
 
     async def startup(self) -> None:
         if self.store is None or self.store.log.read_only:

@@ -142,6 +142,24 @@ def sessions_of(m: dict[str, Any], shown: int = 3) -> builtins.list[str]:
     return builtins.list(dict.fromkeys(c["session_id"] for c in m["provenance"] if isinstance(c, dict) and "session_id" in c))[:shown]
 
 
+def held_back(accepted: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The accepted memories a newer accepted memory of the same store contradicts, by id: each with the
+    newer one's id (`by`) and why they conflict (the detector's one line)."""
+    out: dict[str, dict[str, Any]] = {}
+    groups: dict[str, builtins.list[dict[str, Any]]] = {}
+    for m in accepted:
+        groups.setdefault(m.get("store") or DEFAULT_STORE, []).append(m)
+    for rows in groups.values():
+        by_id = {m["id"]: m for m in rows}
+        for mid, found in contradictions_among(rows, rows).items():
+            for c in found:
+                older, newer = sorted((by_id[mid], by_id[c["id"]]), key=lambda x: (str(x["updated_at"]), x["id"]))
+                if older["id"] not in out:
+                    out[older["id"]] = {"id": older["id"], "version": older["version"], "title": older["title"],
+                                        "by": newer["id"], "why": c["why"]}
+    return out
+
+
 def stamp(m: dict[str, Any]) -> str:
     """`accepted 2026-11-30 by person:ann, from sessions a, b`: when and where from, compactly, for a prompt or a listing."""
     sources = sessions_of(m)
@@ -406,21 +424,27 @@ class MemoryStore:
     def prompt_memories(self, query: str | None = None,
                         stores: Sequence[str] = (DEFAULT_STORE,)) -> tuple[str, builtins.list[dict[str, Any]]]:
         """The memory preamble for a new session's system prompt, and what it holds (see `injection`)."""
-        text, used, _ = self.injection(query, stores)
+        text, used, _, _ = self.injection(query, stores)
         return text, used
 
-    def injection(self, query: str | None = None,
-                  stores: Sequence[str] = (DEFAULT_STORE,)) -> tuple[str, builtins.list[dict[str, Any]], int]:
-        """The memory preamble for a new session's system prompt, what it holds and how many did not fit.
+    def injection(self, query: str | None = None, stores: Sequence[str] = (DEFAULT_STORE,)
+                  ) -> tuple[str, builtins.list[dict[str, Any]], int, builtins.list[dict[str, Any]]]:
+        """The memory preamble for a new session's system prompt, what it holds, how many did not fit,
+        and the accepted memories held back by a newer one that contradicts them.
 
         Accepted memories only (a superseded, retired or rejected one never), ranked by BM25
         relevance to `query` (the session's first message, else its title), then newest; each
         with its date and the sessions it came from. Under `inject_chars`, the best go first.
-        Only memories of `stores` (the session's mounts) are candidates.
+        Only memories of `stores` (the session's mounts) are candidates. Of two accepted memories of
+        one store that contradict each other (relevance.contradiction) and that no review resolved,
+        only the newer (last accepted or changed) is told: the later decision stands until a person
+        supersedes or retires one of them.
         """
         accepted = self.list(status="accepted", store=builtins.list(stores), annotate=False)
         if not accepted or not self.settings.inject:
-            return "", [], 0
+            return "", [], 0, []
+        held = held_back(accepted)
+        accepted = [m for m in accepted if m["id"] not in held]
         head = ("# Memories\n\nAccepted memories from earlier sessions, reviewed by a person, most relevant first; "
                 "each says when it was last accepted or changed and which sessions it came from. They may be out "
                 "of date: check them against what you see.\n")
@@ -435,8 +459,8 @@ class MemoryStore:
             used.append({"id": m["id"], "version": m["version"], "title": m["title"], "updated_at": m["updated_at"],
                          "sessions": sessions_of(m), "score": round(score, 4), "why": "relevant" if score > 0 else "recent"})
         if not used:
-            return "", [], left
-        return "".join(parts).strip(), used, left
+            return "", [], left, builtins.list(held.values())
+        return "".join(parts).strip(), used, left, builtins.list(held.values())
 
     # -- writing (each on the log's writer thread, in one transaction) ------------
 
