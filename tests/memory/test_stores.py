@@ -299,6 +299,33 @@ def test_export_then_import_keeps_every_version_and_its_provenance(brain, store,
         other.close()
 
 
+def test_an_import_for_review_brings_accepted_memories_in_as_proposals(log, tmp_path):
+    """`review`: what was accepted elsewhere is a proposal here, its history kept and the importer's
+    version on top; a session that mounts the store is told it only once a person accepts it."""
+    store = MemoryStore(log)
+    kept = store.review(remember(store, *POLARS, name="team", status="proposed", actor="dream:d1"), "accept", "person:ann")
+    rejected = store.review(remember(store, "Use tabs", "Indent with tabs.", name="team", status="proposed",
+                                     actor="dream:d1"), "reject", "person:ann")
+    doc = json.dumps(export_store(store, "team", "person:ann")).encode()
+
+    other = DuckDBLog(tmp_path / "other.duckdb")
+    try:
+        there = MemoryStore(other)
+        report = import_store(there, doc, "person:carol", into="lab", review=True)
+        assert report["to_review"] == [kept["id"]] and sorted(report["imported"]) == sorted([kept["id"], rejected["id"]])
+        came = there.get(kept["id"])
+        assert came["status"] == "proposed" and came["store"] == "lab"
+        assert [v["action"] for v in came["history"]] == [v["action"] for v in kept["history"]] + ["propose"]
+        top = came["history"][-1]
+        assert top["actor"] == "person:carol" and "for review" in top["note"] and came["text"] == kept["text"]
+        assert there.get(rejected["id"])["status"] == "rejected"  # only what was accepted is put up for review
+        assert there.injection("polars dataframes", ["lab"])[1] == []  # told to no session yet
+        there.review(kept["id"], "accept", "person:carol")
+        assert [m["id"] for m in there.injection("polars dataframes", ["lab"])[1]] == [kept["id"]]
+    finally:
+        other.close()
+
+
 def test_a_redacted_memory_comes_in_redacted_whatever_the_file_says(log):
     store = MemoryStore(log)
     doc = {"format": FORMAT, "format_version": 1, "store": "default", "links": [], "memories": [{
@@ -495,7 +522,9 @@ async def test_stores_through_the_rest_api(recorded, jp_fetch, jp_ws_fetch):
     code, merged = await call(jp_fetch, "PATCH", "memories", ids[1], body={"action": "merge", "with": [ids[2]], "text": "merged"})
     assert code == 200 and merged["store"] == "team"
     code, found = await call(jp_fetch, "GET", "recall", params={"q": "decimals", "store": "team"})
-    assert code == 200 and [m["id"] for m in found["memories"]] == [ids[0]]
+    live = {m["id"] for m in (await call(jp_fetch, "GET", "memories", params={"store": "team", "status": "accepted"}))[1]["memories"]}
+    found_ids = [m["id"] for m in found["memories"]]  # the accepted memory, and the merge if it says "decimals" too
+    assert code == 200 and ids[0] in found_ids and set(found_ids) <= live and merged["id"] in live, (found_ids, live)
     assert (await call(jp_fetch, "GET", "recall", params={"q": "decimals", "store": "default"}))[1]["memories"] == []
 
     # a session that mounts "team" read-only is told its accepted memory, and the log says what it mounted
@@ -541,8 +570,17 @@ async def test_stores_through_the_rest_api(recorded, jp_fetch, jp_ws_fetch):
         assert code == 400 and "export" in err["error"], (data[:40], err)
     code, err = await post_import(b" " * (MAX_FILE_BYTES + 1))
     assert code == 413
-    code, report = await post_import(mutated(lambda d: None), store="imported")
-    assert code == 200 and report["store"] == "imported"
+    for bad in ("maybe", "1e9", ""):
+        code, err = await post_import(mutated(lambda d: None), store="imported", review=bad)
+        assert code == 400 and "review" in err["error"], (bad, err)
+    def accepted_there(d):
+        d["memories"][0]["versions"].append({**d["memories"][0]["versions"][0], "version": 2, "action": "accept",
+                                             "status": "accepted", "actor": "person:ann", "ts": "2026-11-02T10:00:00+00:00"})
+
+    code, report = await post_import(mutated(accepted_there), store="imported", review="true")
+    assert code == 200 and report["store"] == "imported" and report["to_review"] == report["imported"]
+    code, got = await call(jp_fetch, "GET", "memories", report["imported"][0])
+    assert got["status"] == "proposed" and got["history"][-1]["action"] == "propose"  # accepted in the file
     code, got = await call(jp_fetch, "GET", "memories", report["imported"][0])
     assert got["title"] == "<script>alert(1)</script>" and got["imports"][0]["id"] == report["import_id"]
     after = (await call(jp_fetch, "GET", "memories"))[1]["memories"]
@@ -586,6 +624,14 @@ def test_stores_from_the_command_line(recorded, db_path, tmp_path):
     assert [m["provenance"] for m in copied] == [m["provenance"] for m in team]
     r = wb("memories", "import", str(out), "--store", "copy", *other)
     assert r.returncode == 0 and "imported 0 memories" in r.stdout and r.stdout.count("skipped") == len(team)
+    # accepted in the file, a proposal here with --review
+    assert wb("memory", team[0]["id"], "--action", "accept", *db).returncode == 0
+    reviewed, third = tmp_path / "reviewed.json", ["--db", str(tmp_path / "third.duckdb")]
+    assert wb("memories", "export", "--store", "team", "-o", str(reviewed), *db).returncode == 0
+    r = wb("memories", "import", str(reviewed), "--review", *third)
+    assert r.returncode == 0 and "1 accepted in the file came in as proposals" in r.stdout, (r.stdout, r.stderr)
+    came = {m["id"]: m for m in (json.loads(line) for line in wb("memories", "--json", *third).stdout.splitlines())}
+    assert came[team[0]["id"]]["status"] == "proposed" and {m["status"] for m in came.values()} == {"proposed"}
 
     bad = tmp_path / "bad.json"
     bad.write_bytes(b'{"format": "workbench-memory-store", "format_version": 1, "store": "x", "memories": [[[[]]]], "links": []}')
@@ -595,7 +641,8 @@ def test_stores_from_the_command_line(recorded, db_path, tmp_path):
                        (("export", "--store", "Bad Name"), "store name 'Bad Name' is not valid"),
                        (("--store", "team", "-o", str(tmp_path / "x.json")), "-o/--output goes with"),
                        (("export", "--store", "team", "--status", "accepted"), "--status filters the listing"),
-                       (("export", "--store", "nobody"), "no memory is in store 'nobody'")):
+                       (("export", "--store", "nobody"), "no memory is in store 'nobody'"),
+                       (("export", "--store", "team", "--review"), "--review goes with")):
         r = wb("memories", *args, *other)
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (args, r.returncode, r.stderr)
     assert [json.loads(line)["id"] for line in wb("memories", "--json", *other).stdout.splitlines()] == [m["id"] for m in copied]

@@ -319,9 +319,12 @@ class WorkbenchClient:
         """Store `store` as the export format: every memory with its whole history (docs/memory.md, "Stores")."""
         return self._call("GET", "/memories/export", params={"store": store})
 
-    def import_memories(self, data: bytes, store: str | None = None, allow_secret: bool = False) -> dict[str, Any]:
-        """Import an export's bytes into `store` (default: the file's), all or nothing; the report."""
-        params = {k: v for k, v in dict(store=store, allow_secret="true" if allow_secret else None).items() if v is not None}
+    def import_memories(self, data: bytes, store: str | None = None, allow_secret: bool = False,
+                        review: bool = False) -> dict[str, Any]:
+        """Import an export's bytes into `store` (default: the file's), all or nothing; the report. `review`:
+        accepted memories come in as proposals for a person to accept here."""
+        params = {k: v for k, v in dict(store=store, allow_secret="true" if allow_secret else None,
+                                        review="true" if review else None).items() if v is not None}
         return self._call("POST", "/memories/import", params=params, content=data)
 
     def memory(self, memory_id: str) -> dict[str, Any]:

@@ -146,7 +146,7 @@ def remote_memories(args: argparse.Namespace, r: Any) -> int:
     if args.verb == "import":
         data = _read_export(args.file)
         with r.answers():
-            report = r.client.import_memories(data, args.store, allow_secret=args.allow_secret)
+            report = r.client.import_memories(data, args.store, allow_secret=args.allow_secret, review=args.review)
         return _print_import(args, report)
     with r.answers():
         rows = r.client.memories(status=args.status, tag=args.tag, dream=args.dream, store=args.store)
@@ -231,7 +231,7 @@ def cmd_memories(args: argparse.Namespace, ctx: CommandContext) -> int:
         host = ctx.build_host(args, hands=False)
         try:
             report = import_store(memory_plugin(host).require_store(), data, os_user(), args.store,
-                                  allow_secret=args.allow_secret)
+                                  allow_secret=args.allow_secret, review=args.review)
         finally:
             ctx.run(host.close)
         return _print_import(args, report)
@@ -260,6 +260,8 @@ def _check_verb(args: argparse.Namespace) -> None:
         raise ConfigError("-o/--output goes with `workbench memories export` only")
     if args.verb != "import" and args.allow_secret:
         raise ConfigError("--allow-secret goes with `workbench memories import` only")
+    if args.verb != "import" and args.review:
+        raise ConfigError("--review goes with `workbench memories import` only")
     listing = [k for k in ("status", "tag", "dream") if getattr(args, k)]
     if args.verb and listing:
         raise ConfigError(f"--{listing[0]} filters the listing; `workbench memories {args.verb}` takes a whole store")
@@ -315,6 +317,9 @@ def _print_import(args: argparse.Namespace, report: dict[str, Any]) -> int:
           f"(import {report['import_id']})")
     for s in report["skipped"]:
         print(f"  skipped {s['id']}: {s['why']}")
+    if report.get("to_review"):
+        print(f"  {len(report['to_review'])} accepted in the file came in as proposals: review them "
+              f"(`workbench memories --store {report['store']} --status proposed`)")
     return EXIT_OK
 
 
@@ -449,6 +454,8 @@ def _memories_args(r: argparse.ArgumentParser) -> None:
                                                    "(default: default); import: the store to import into (default: the file's)")
     r.add_argument("-o", "--output", metavar="FILE", help="with export: write to FILE (default: standard output)")
     r.add_argument("--allow-secret", action="store_true", help="with import: keep a title or text that looks like a secret")
+    r.add_argument("--review", action="store_true", help="with import: accepted memories come in as proposals, "
+                                                         "told to no session until a person accepts them here")
     r.add_argument("--status", choices=STATUSES)
     r.add_argument("--tag")
     r.add_argument("--dream", metavar="ID", help="only what this dream proposed")

@@ -154,10 +154,11 @@ class ExportArgs(Body):
 
 
 class ImportArgs(Body):
-    """`POST /memories/import?store=&allow_secret=`."""
+    """`POST /memories/import?store=&allow_secret=&review=`."""
 
     store: StoreName | None = None
     allow_secret: bodies.Flag | None = None
+    review: bodies.Flag | None = None
 
 
 class RecallArgs(Body):
@@ -220,8 +221,9 @@ class MemoryImportHandler(MemoryHandlerBase):
         if self._chunks is None:
             raise BodyTooLarge(f"the body is {self._size:,} bytes; an export takes at most {self.max_body:,}")
         data, q, actor = b"".join(self._chunks), self.query, self.actor()
-        report = await asyncio.to_thread(lambda: memory_transfer.import_store(self.store, data, actor, q.store,
-                                                              allow_secret=bodies.flag(q.allow_secret) or False))
+        report = await asyncio.to_thread(lambda: memory_transfer.import_store(
+            self.store, data, actor, q.store, allow_secret=bodies.flag(q.allow_secret) or False,
+            review=bodies.flag(q.review) or False))
         self.reply(report)
 
 

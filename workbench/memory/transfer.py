@@ -324,12 +324,14 @@ def _redact(m: dict[str, Any]) -> None:
 
 
 def import_store(store: MemoryStore, data: bytes, actor: str, into: str | None = None,
-                 allow_secret: bool = False) -> dict[str, Any]:
+                 allow_secret: bool = False, review: bool = False) -> dict[str, Any]:
     """Import an export into store `into` (default: the store it was exported from), all or nothing.
 
     A memory whose id the target store holds is skipped (listed in `skipped`); an id another store
     holds refuses the whole file (MemoryConflict). A title or text that looks like a secret refuses
-    it too unless `allow_secret`. The import is recorded in `memory_imports` with its actor."""
+    it too unless `allow_secret`. With `review`, an imported memory that was accepted comes in as a
+    proposal (a version of the importer's on top of its history), so no session is told it before a
+    person accepts it here. The import is recorded in `memory_imports` with its actor."""
     doc = parse_export(data)
     target = check_store(into or doc["store"])
     if not allow_secret:
@@ -353,6 +355,7 @@ def import_store(store: MemoryStore, data: bytes, actor: str, into: str | None =
                                  f"({len(elsewhere)} such id(s)); a memory is in one store: import into that store instead")
         skipped = [{"id": i, "why": f"a memory with this id is in store {target!r} already"} for i in ids if i in present]
         fresh = [m for m in doc["memories"] if m["id"] not in present]
+        to_review: list[str] = []
         for m in fresh:
             tx.execute("INSERT INTO memory_items (id, created_at, created_by, proposal, targets, dream_id, store) "
                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -365,6 +368,14 @@ def import_store(store: MemoryStore, data: bytes, actor: str, into: str | None =
             for r in m["redactions"]:
                 tx.execute("INSERT INTO memory_redactions VALUES (?, ?, ?, ?, ?, ?)",
                            [m["id"], r["version"], r["ts"], r["actor"], r["reason"], r["versions"]])
+            last = m["versions"][-1]
+            if review and last["status"] == "accepted":
+                tx.execute("INSERT INTO memory_versions (memory_id, version, ts, actor, action, title, text, tags, status, "
+                           "provenance, note) VALUES (?, ?, ?, ?, 'propose', ?, ?, ?, 'proposed', ?, ?)",
+                           [m["id"], last["version"] + 1, _now(), actor, last["title"], last["text"], last["tags"],
+                            json.dumps(last["provenance"]),
+                            f"imported from store {doc['store']!r} for review (it was accepted there)"])
+                to_review.append(m["id"])
         new = {m["id"] for m in fresh}
         links = [x for x in doc["links"] if x["memory_id"] in new and x["by_id"] in new]
         for x in links:
@@ -374,7 +385,7 @@ def import_store(store: MemoryStore, data: bytes, actor: str, into: str | None =
                    [import_id, _now(), actor, target, doc["store"], doc["exported_at"], doc["exported_by"],
                     [m["id"] for m in fresh], json.dumps(skipped)])
         return {"import_id": import_id, "store": target, "source_store": doc["store"], "actor": actor,
-                "imported": [m["id"] for m in fresh], "skipped": skipped,
+                "imported": [m["id"] for m in fresh], "skipped": skipped, "to_review": to_review,
                 "versions": sum(len(m["versions"]) for m in fresh), "links": len(links)}
 
     check_actor(actor)
