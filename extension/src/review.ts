@@ -35,6 +35,17 @@ const LABELS: Record<Action, string> = {
 export class ReviewPanel extends Widget {
   private status: (typeof STATUSES)[number] = 'proposed';
   private search = '';
+  private store = ''; // '' = every store
+  private stores = new Set<string>(); // every store a listing has shown
+  private storeSelect = h('select', {
+    class: 'jp-wb-review-store jp-mod-styled',
+    'aria-label': 'Show memories of this store',
+    hidden: true, // shown once memories of a second store are seen
+    onchange: () => {
+      this.store = this.storeSelect.value;
+      void this.refresh(true);
+    }
+  }) as HTMLSelectElement;
   private shown = ''; // the fingerprint of what is drawn
   private timer = 0;
   private busy = false;
@@ -78,6 +89,7 @@ export class ReviewPanel extends Widget {
         { class: 'jp-wb-review-head' },
         h('h2', {}, 'Memory review'),
         select,
+        this.storeSelect,
         search,
         this.info
       ),
@@ -117,8 +129,12 @@ export class ReviewPanel extends Widget {
       if (this.search.trim()) {
         params.set('search', this.search.trim());
       }
+      if (this.store) {
+        params.set('store', this.store);
+      }
       const body = await this.api.request<{ memories: IMemory[] }>(`memories?${params.toString()}`);
       const memories = (body.memories || []).slice().reverse(); // newest first
+      this.noteStores(memories);
       const print = JSON.stringify(memories.map(m => [m.id, m.status, m.version, m.updated_at]));
       const editing = this.list.querySelector('.jp-wb-review-editor');
       if ((force || print !== this.shown) && !editing) {
@@ -136,6 +152,25 @@ export class ReviewPanel extends Widget {
         void this.refresh(true);
       }
     }
+  }
+
+  /** The store filter lists every store seen so far; it shows once there are two. */
+  private noteStores(memories: IMemory[]): void {
+    const before = this.stores.size;
+    for (const m of memories) {
+      if (typeof m.store === 'string' && m.store) {
+        this.stores.add(m.store);
+      }
+    }
+    if (this.stores.size !== before || !this.storeSelect.options.length) {
+      const names = Array.from(this.stores).sort();
+      this.storeSelect.replaceChildren(
+        h('option', { value: '' }, 'all stores'),
+        ...names.map(n => h('option', { value: n }, n))
+      );
+      this.storeSelect.value = this.store;
+    }
+    this.storeSelect.hidden = this.stores.size < 2 && !this.store;
   }
 
   private draw(memories: IMemory[]): void {
@@ -175,13 +210,17 @@ export class ReviewPanel extends Widget {
         class: 'jp-wb-review-card',
         role: 'listitem',
         'data-memory-id': m.id,
-        'data-status': m.status || ''
+        'data-status': m.status || '',
+        'data-store': m.store || ''
       },
       h(
         'div',
         { class: 'jp-wb-review-title' },
         h('span', { class: `jp-wb-chip jp-wb-chip-${m.status || 'unknown'}` }, m.status || '?'),
         h('h3', {}, m.title || m.id),
+        m.store &&
+          this.stores.size > 1 &&
+          h('span', { class: 'jp-wb-chip jp-wb-chip-store', title: 'the store it is in' }, m.store),
         h(
           'span',
           { class: 'jp-wb-meta' },

@@ -192,3 +192,39 @@ def test_review_panel_in_the_main_area_light_and_dark_updates_live(page, lab: Ju
     page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
     page.locator("body[data-jp-theme-light='true']").wait_for(state="attached")
     assert page.blocked == [], page.blocked
+
+
+def test_the_review_panel_filters_by_store_and_names_each_ones_store(page, lab: JupyterProcess):
+    """Memories of two stores: the panel offers a store filter (hidden while there is one store), names the
+    store on each card, and the filter shows only that store's memories."""
+    mine = dream_a_proposal(lab, "Always label both axes of a plot.")
+    export = {"format": "workbench-memory-store", "format_version": 1, "store": "team",
+              "exported_at": "2026-11-30T10:00:00+00:00", "exported_by": "person:ann", "links": [], "memories": [{
+                  "id": "m00000000aa", "created_at": "2026-11-01T10:00:00+00:00", "created_by": "person:ann",
+                  "proposal": "create", "targets": [], "dream_id": None, "redactions": [],
+                  "versions": [{"version": 1, "ts": "2026-11-01T10:00:00+00:00", "actor": "person:ann", "action": "propose",
+                                "title": "Team rule: <b>polars</b>", "text": "Prefer polars for dataframes.", "tags": [],
+                                "status": "proposed", "provenance": [], "note": None}]}]}
+    page.goto(f"{lab.url}/lab?reset&token={lab.token}")
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand('workbench:open-review')",
+                           timeout=60_000)
+    page.evaluate("window.jupyterapp.commands.execute('workbench:open-review')")
+    review = page.locator("#jp-main-dock-panel #jp-workbench-review")
+    review.locator(f'.jp-wb-review-card[data-memory-id="{mine}"]').wait_for(timeout=30_000)
+    stores = review.locator("select.jp-wb-review-store")
+    if lab_api(lab, "GET", "memories?store=team")["memories"] == []:  # the only store yet: no filter to offer
+        assert stores.is_hidden()
+    r = httpx.post(f"{lab.url}/workbench/api/memories/import", content=json.dumps(export).encode(),
+                   headers=lab.headers, timeout=30)
+    assert r.status_code == 200, r.text
+    team = review.locator('.jp-wb-review-card[data-memory-id="m00000000aa"]')
+    team.wait_for(timeout=30_000)  # the panel's poll brings it
+    stores.wait_for(state="visible")
+    assert team.locator(".jp-wb-chip-store").inner_text() == "team"
+    assert team.locator("h3").inner_text() == "Team rule: <b>polars</b>"  # a title is text
+    stores.select_option("team")
+    review.locator(f'.jp-wb-review-card[data-memory-id="{mine}"]').wait_for(state="detached")
+    assert review.locator(".jp-wb-review-card").count() == 1 and team.get_attribute("data-store") == "team"
+    stores.select_option("")
+    review.locator(f'.jp-wb-review-card[data-memory-id="{mine}"]').wait_for()
+    assert page.blocked == [], page.blocked
