@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest_asyncio
@@ -49,7 +50,14 @@ class Running:
         self.path = str(listener.path)
 
     async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        return await asyncio.open_unix_connection(self.path)
+        if len(os.fsencode(self.path)) <= 107:
+            return await asyncio.open_unix_connection(self.path)
+        # a path over the kernel's limit (a deep temporary directory): through the directory's descriptor
+        fd = os.open(Path(self.path).parent, os.O_PATH | os.O_DIRECTORY)
+        try:
+            return await asyncio.open_unix_connection(f"/proc/self/fd/{fd}/{Path(self.path).name}")
+        finally:
+            os.close(fd)
 
     async def send(self, raw: bytes) -> bytes:
         """One request on a fresh connection; the whole reply."""
@@ -70,7 +78,8 @@ async def start_proxy(tmp_path: Path):
     """start(egress_config, vault=None, **settings) -> Running; every listener is closed afterwards."""
     running: list[Running] = []
 
-    async def start(config: dict | None = None, vault: Vault | None = None, **settings) -> Running:
+    async def start(config: dict | None = None, vault: Vault | None = None, where: Path | None = None,
+                    **settings) -> Running:
         events: list = []
 
         async def sink(type: str, payload: dict) -> None:
@@ -78,7 +87,7 @@ async def start_proxy(tmp_path: Path):
 
         s = EgressSettings(**settings)
         proxy = EgressProxy(EgressPolicy.from_config(config, s), vault, sink, s)
-        listener = await proxy.listen(tmp_path / f"egress-{len(running)}.sock")
+        listener = await proxy.listen((where or tmp_path) / f"egress-{len(running)}.sock")
         running.append(Running(proxy, listener, events))
         return running[-1]
 

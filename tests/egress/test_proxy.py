@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -179,3 +180,18 @@ async def test_closing_with_connections_open_ends_them_quietly(start_proxy, capl
     assert run.proxy.open == 0
     await asyncio.sleep(0.1)  # asyncio reports a handler's end on the next turns of the loop
     assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+
+
+@pytest.mark.asyncio
+async def test_a_socket_path_over_the_kernels_limit_still_serves(start_proxy, echo, tmp_path):
+    """A session's run directory deep in a long TMPDIR: its socket's path is over the 107 bytes a Unix socket
+    address holds, and the proxy listens there all the same (and removes it when closed)."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    run = await start_proxy({"allow": [f"127.0.0.1:{echo.port}"]}, where=deep)
+    assert len(run.path) > 107 and Path(run.path).is_socket()
+    reply = (await run.send(f"CONNECT 127.0.0.1:{echo.port} HTTP/1.1\r\n\r\n".encode())).decode()
+    assert reply.startswith("HTTP/1.1 403 ") and "loopback" in reply, reply
+    await run.listener.close()
+    assert not Path(run.path).exists()
+

@@ -108,7 +108,7 @@ class EgressProxy:
 
         # a backlog of the cap: a flood then waits in the operating system's listen queue, not as sockets accepted here
         backlog = self.settings.egress_max_connections
-        listener.server = await asyncio.start_unix_server(handle, path=str(path), limit=MAX_HEAD, backlog=backlog)
+        listener.server = await _unix_server(handle, Path(path), limit=MAX_HEAD, backlog=backlog)
         os.chmod(path, 0o600)
         if uid is not None:
             os.chown(path, uid, gid if gid is not None else uid)
@@ -339,3 +339,19 @@ def _clean(text: str | None, limit: int) -> str | None:
         return None
     text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[: limit + 1])
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+SUN_PATH_MAX = 107  # bytes of a socket's path (sockaddr_un.sun_path, NUL-terminated, on Linux)
+
+
+async def _unix_server(handle: Any, path: Path, **kw: Any) -> asyncio.AbstractServer:
+    """A Unix socket server at `path`, however long its directory's name: a path over the kernel's limit
+    (a deep TMPDIR) is bound through /proc/self/fd of the directory, a short path to the same place."""
+    if len(os.fsencode(path)) <= SUN_PATH_MAX:
+        return await asyncio.start_unix_server(handle, path=str(path), **kw)
+    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        return await asyncio.start_unix_server(handle, path=f"/proc/self/fd/{fd}/{path.name}", **kw)
+    finally:
+        os.close(fd)
+
