@@ -67,7 +67,9 @@ def test_ten_thousand_hostile_requests_get_no_5xx_and_leave_a_consistent_log(ser
     dreams = set(pool.dreams)
     wrong = {s: (user_messages[s], tally.messages[s]) for s in untouched
              if (user_messages[s] < tally.messages[s] if s in dreams else user_messages[s] != tally.messages[s])}
-    assert not wrong, f"user messages (in the log, promised) differ: {dict(list(wrong.items())[:5])}"
+    assert not wrong, (f"user messages (in the log, promised) differ: {dict(list(wrong.items())[:5])}\n"
+                       f"the 202s: {[a for a in tally.accepted if a[0] in wrong][:10]}\n"
+                       + "\n".join(describe(client, s, last=60) for s in list(wrong)[:2]))
     terminate(server)
     assert not first_traceback(server.log_tail(50_000_000)), first_traceback(server.log_tail(50_000_000))
 

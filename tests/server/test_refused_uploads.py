@@ -28,6 +28,10 @@ def test_a_big_body_refused_before_it_is_read_gets_its_answer_on_a_connection_th
         (f"{API}/sessions/{sid}/files?path=a.txt", b"z" * (MiB // 2)),  # under it
         (f"{API}/query", json.dumps({"sql": "SELECT 1", "params": ["p" * MiB]}).encode()),
     ]
+    not_utf8 = [  # an id in the path that is not UTF-8: refused before the body is read (the fuzzer, seed 267685845)
+        (f"{API}/sessions/%C3%28/messages", json.dumps({"text": "y" * (12 * MiB)}).encode()),
+        (f"{API}/sessions/%FF/files?path=a.txt", b"z" * (3 * MiB)),
+    ]
 
     async def go() -> None:
         raw = RawClient("127.0.0.1", server.port, server.token, timeout=120)
@@ -39,6 +43,11 @@ def test_a_big_body_refused_before_it_is_read_gets_its_answer_on_a_connection_th
                     error = json.loads(resp.body)["error"]
                     assert isinstance(error, str) and error, resp.body[:200]
                     assert raw.writer is not None, "the server closed the connection"  # kept alive: it read the body
+            for target, body in not_utf8:
+                sep = "&" if "?" in target else "?"
+                resp = await raw.send(Request("POST", f"{target}{sep}token={server.token}", body))
+                assert resp.status == 400 and "unicode" in json.loads(resp.body)["error"].lower(), (target, resp.body[:200])
+                assert raw.writer is not None, "the server closed the connection"
             ok = await raw.send(Request("GET", f"{API}/status"))  # the same connection still answers
             assert ok.status == 200
         finally:

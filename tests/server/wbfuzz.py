@@ -723,6 +723,7 @@ class Tally:
     dropped: int = 0  # requests with no response because the server was killed (fault injection only)
     by_route: Counter = field(default_factory=Counter)  # (route, status) -> requests
     messages: Counter = field(default_factory=Counter)  # session id -> user messages promised (a dream's: 1)
+    accepted: list = field(default_factory=list)  # (session id, seq, request target) of each 202 to a message
     # 2xx answers to writes of routes note_success does not understand (generic ones: a future delete, fork,
     # eval run...): what they may have changed is not counted; the checks leave out only the sessions they name
     opaque: list[str] = field(default_factory=list)
@@ -735,6 +736,7 @@ class Tally:
         for f in ("statuses", "routes", "by_route", "messages"):
             getattr(self, f).update(getattr(other, f))
         self.failures += other.failures
+        self.accepted += other.accepted
         self.opaque += other.opaque
         self.touched |= other.touched
         self.announced |= other.announced
@@ -779,6 +781,7 @@ def note_success(req: Request, resp: Response, pool: Pool, tally: Tally) -> None
     elif req.method == "POST" and parts[:1] == ["sessions"] and parts[2:] == ["messages"] and resp.status == 202:
         tally.messages_accepted += 1
         tally.messages[unquote(parts[1])] += 1
+        tally.accepted.append((unquote(parts[1]), data.get("seq"), data.get("session_id"), req.target[:200]))
     elif req.method == "POST" and parts[:1] == ["sessions"] and parts[2:] == ["interrupt"] and data.get("interrupted") is True:
         tally.interrupts_true += 1
     elif req.method == "PATCH" and parts[:1] == ["memories"] and data.get("id") and data["id"] not in pool.memories:

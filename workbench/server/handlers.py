@@ -106,10 +106,27 @@ class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
     what = "session"
     query: Any = None
 
+    _bad_path: web.HTTPError | None = None
+    _prepared = False
+
+    def decode_argument(self, value: bytes, name: str | None = None) -> str:
+        # An id in the path that is not UTF-8: tornado refuses it before prepare, so before the body is read,
+        # and a client still sending a big body would get a reset, not the answer. Refused in prepare instead.
+        try:
+            return super().decode_argument(value, name)
+        except web.HTTPError as e:
+            if self._prepared:  # a query argument, decoded by the handler: refused as it is
+                raise
+            self._bad_path = e
+            return value.decode("utf-8", "replace")
+
     async def prepare(self) -> None:  # type: ignore[override]
+        self._prepared = True
         self._chunks: list[bytes] | None = []
         self._size = 0
         try:
+            if self._bad_path is not None:
+                raise self._bad_path
             await super().prepare()
         except web.HTTPError as e:
             # Jupyter refused the request before its body was read (e.g. XSRF, with a token in the URL):
