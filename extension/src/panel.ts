@@ -767,6 +767,12 @@ export function sessionTree(sessions: ISession[]): ITreeRow[] {
       kids.set(s.parent_id, list);
     }
   }
+  // oldest child first whatever order the listing came in (a poll's merge may move a busy child up):
+  // by creation time, then id, as the server orders them
+  const key = (s: ISession): string => `${String((s as any).created_at ?? '')}\u0000${s.id}`;
+  for (const list of kids.values()) {
+    list.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
+  }
   const rows: ITreeRow[] = [];
   const seen = new Set<string>();
   const visit = (s: ISession, depth: number): void => {
