@@ -9,6 +9,7 @@ import json
 import duckdb
 import pytest
 
+from wbforget import call
 from wbmemory import build_host
 
 from workbench.brain.tools import ToolContext
@@ -470,17 +471,6 @@ def test_built_host_uses_the_dream_store_setting(tmp_path, recorded, db_path):
 # -- through the server (a real in-process Jupyter server) ---------------------------------------------------
 
 
-async def call(jp_fetch, method, *path, body=None, params=None):
-    from tornado.httpclient import HTTPClientError
-
-    kw = {"method": method, "params": params}
-    if body is not None:
-        kw["body"] = json.dumps(body)
-    try:
-        r = await jp_fetch("workbench", "api", *path, **kw)
-        return r.code, json.loads(r.body or b"null")
-    except HTTPClientError as e:
-        return e.code, json.loads(e.response.body) if e.response is not None and e.response.body else None
 
 
 async def dream_to_the_end(jp_fetch, jp_ws_fetch, body):
