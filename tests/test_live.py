@@ -10,23 +10,12 @@ import time
 
 import pytest
 import pytest_asyncio
-from wbsupport import WORKBENCH, cli_env
+from wbsupport import LOOP, WORKBENCH, cli_env, ticks
 
 from workbench.brain import Brain
 
 pytestmark = pytest.mark.slow
 
-LOOP = "```python\nimport time\nfor i in range({n}):\n    print(f'tick {{i}} {{time.time():.3f}}', flush=True)\n    time.sleep({dt})\n```"
-
-
-def printed_at(text: str) -> dict[int, float]:
-    """{i: the kernel's time.time()} of each whole `tick i t` line in text."""
-    out = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[0] == "tick":
-            out[int(parts[1])] = float(parts[2])
-    return out
 
 
 @pytest_asyncio.fixture
@@ -46,18 +35,18 @@ async def test_output_arrives_while_the_call_runs_and_is_never_logged(brain, log
     done = [m for _, m in got if m["state"] == "done"]
     assert len(done) == 1 and done[0]["hands"] in ("idle", "busy")
     first = next((t, m) for t, m in running if "tick 0" in m["text"])
-    lag = first[0] - printed_at(first[1]["text"])[0]
+    lag = first[0] - ticks(first[1]["text"])[0]
     assert lag < 5.0, f"the first line arrived {lag:.1f} s after it was printed"
     end = got[-1][0]
     assert end - first[0] > 4.0, "the first line came well before the call ended, not with its result"
     assert all(m["hands"] == "busy" for _, m in running if m["text"]), "the hands are busy while the call runs"
     text = "".join(m["text"] for _, m in got)
-    assert sorted(printed_at(text)) == list(range(8))
+    assert sorted(ticks(text)) == list(range(8))
     assert any(m["elapsed_s"] >= 7 for _, m in running) or done[0]["elapsed_s"] >= 7
     # the committed tool_result is the only record
     events = log.events(sid)
     result = next(e for e in events if e.type == "tool_result")
-    assert sorted(printed_at(result.payload["observation"]["stdout"])) == list(range(8))
+    assert sorted(ticks(result.payload["observation"]["stdout"])) == list(range(8))
     assert {e.type for e in events} <= {"session_created", "user_message", "model_request", "assistant_turn", "tool_started",
                                         "tool_result", "turn_ended", "hands_started"}
     line0 = next(line for line in result.payload["observation"]["stdout"].splitlines() if line.startswith("tick 0 "))

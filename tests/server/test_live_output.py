@@ -8,21 +8,11 @@ import time
 
 import psutil
 from wbsrv import read_until, turn_ended
+from wbsupport import LOOP, ticks
 
 from workbench.brain import live
 from workbench.client import WorkbenchClient
 
-LOOP = "```python\nimport time\nfor i in range({n}):\n    print(f'tick {{i}} {{time.time():.3f}}', flush=True)\n    time.sleep({dt})\n```"
-
-
-def ticks(text: str) -> dict[int, float]:
-    """{i: the kernel's time.time()} of each whole `tick i t` line."""
-    out = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[0] == "tick":
-            out[int(parts[1])] = float(parts[2])
-    return out
 
 
 async def read_output_until(ws, stop) -> list[tuple[float, dict]]:
