@@ -68,14 +68,21 @@ def ws_root(tmp_path):
         assert mounts_under(root) == []
 
 
+@pytest.fixture
+def launcher(ws_root):
+    """A sandbox launcher whose workspaces are 32 MiB images under ws_root, each with a sandbox uid of its own."""
+    return SandboxLauncher(workspaces=quota.WorkspaceSettings(workspace_mb=32, workspace_root=str(ws_root)))
+
+
 @pytest_asyncio.fixture
-async def hands_in():
-    """hands_in(workspace) -> sandboxed hands working in it; all stopped and checked gone."""
+async def hands_in(launcher):
+    """hands_in(workspace) -> sandboxed hands whose session workspace it is; all stopped and checked gone."""
     made: list[tuple[KernelHands, str]] = []
 
     async def make(ws: quota.Workspace) -> KernelHands:
         mark = "wbmark" + uuid.uuid4().hex
-        hands = KernelHands(HandsConfig(workdir=str(ws.path), env={"WB_TEST_MARK": mark}), launcher=SandboxLauncher())
+        hands = KernelHands(HandsConfig(env={"WB_TEST_MARK": mark}), launcher=launcher)
+        hands.place.workspace, hands.place.workdir = ws, ws.path  # as if its first kernel had made it
         made.append((hands, mark))
         return hands
 
@@ -106,8 +113,8 @@ def fill(name, mb):
 
 @root_only
 @pytest.mark.asyncio
-async def test_kernel_writes_past_the_quota_fail_and_nobody_else_notices(ws_root, hands_in):
-    a, b = quota.create(ws_root, 32, OWNER, label="a"), quota.create(ws_root, 32, OWNER, label="b")
+async def test_kernel_writes_past_the_quota_fail_and_nobody_else_notices(ws_root, launcher, hands_in):
+    a, b = launcher.workspace("a"), launcher.workspace("b")
     assert a.enforced and b.enforced and "32 MiB" in a.how
     ka, kb = await hands_in(a), await hands_in(b)
     out = json.loads(await run(ka, WRITE + "print(json.dumps(fill('big', 64)))"))
@@ -127,8 +134,8 @@ async def test_kernel_writes_past_the_quota_fail_and_nobody_else_notices(ws_root
 
 @root_only
 @pytest.mark.asyncio
-async def test_the_workspace_outlives_kernel_deaths_and_goes_with_destroy(ws_root, hands_in):
-    ws = quota.create(ws_root, 32, OWNER)
+async def test_the_workspace_outlives_kernel_deaths_and_goes_with_destroy(ws_root, launcher, hands_in):
+    ws = launcher.workspace("")
     hands = await hands_in(ws)
     await run(hands, "open('notes.txt', 'w').write('kept')")
     obs = await hands.execute("import os; os._exit(1)", timeout=30)
@@ -136,7 +143,7 @@ async def test_the_workspace_outlives_kernel_deaths_and_goes_with_destroy(ws_roo
     assert (await run(hands, "print(open('notes.txt').read())")).strip() == "kept"  # a fresh kernel, same workspace
     assert hands.generation == 2
     assert (ws.path / "notes.txt").read_text() == "kept"
-    await hands.shutdown()
+    await hands.close()
     assert mounts_under(ws_root) == [str(ws.path)]  # the session's, not the kernel's: it stays until destroyed
     image = ws.image
     ws.destroy()
