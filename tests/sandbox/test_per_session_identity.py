@@ -27,7 +27,7 @@ from workbench.hands.identity import Identities, NoIdentity, _uids_in_use
 
 from .conftest import needs_sandbox, no_process_left, run
 
-pytestmark = [needs_sandbox, pytest.mark.isolation]
+pytestmark = needs_sandbox
 ROOT = os.geteuid() == 0
 MAX_PROCESSES = 40
 

@@ -34,15 +34,16 @@ host's to delete: `destroy` and `reap` only unmount it, and `keep` mounts it aga
 from __future__ import annotations
 
 import atexit
-import contextlib
 import json
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import psutil
@@ -263,7 +264,7 @@ def _run(*argv: str, env: dict[str, str] | None = None) -> None:
         raise OSError(f"{argv[0]} failed: {why}")
 
 
-PACKAGES = {"fuse2fs": "fuse2fs", "fusermount3": "fuse3"}
+PACKAGES = MappingProxyType({"fuse2fs": "fuse2fs", "fusermount3": "fuse3"})  # the Debian package of a tool
 
 
 def _mount_image(ws: Workspace, owner: tuple[int, int], fresh: bool) -> str:
@@ -297,17 +298,11 @@ def _fuse_mount(ws: Workspace) -> None:
     fusermount = shutil.which("fusermount3", path=SBIN)
     if fusermount is None:
         raise OSError("fusermount3 is not installed (Debian: fuse3)")
-    # fuse2fs is built with libfuse 2, which runs `fusermount`: fusermount3 speaks its protocol
-    shim = ws.root / ".bin"
-    with contextlib.suppress(FileExistsError):
-        shim.mkdir(mode=0o700)
-    link = shim / "fusermount"
-    if not link.is_symlink() or os.readlink(link) != fusermount:
-        link.unlink(missing_ok=True)
-        with contextlib.suppress(FileExistsError):
-            link.symlink_to(fusermount)
-    _run("fuse2fs", str(ws.image), str(ws.path), "-o", "fsname=workbench,nosuid,nodev,noatime",
-         env={"PATH": f"{shim}:{SBIN}"})
+    # fuse2fs is built with libfuse 2, which mounts by running `fusermount`: fusermount3 speaks its protocol
+    with tempfile.TemporaryDirectory(prefix="workbench-fuse-") as shim:
+        os.symlink(fusermount, os.path.join(shim, "fusermount"))
+        _run("fuse2fs", str(ws.image), str(ws.path), "-o", "fsname=workbench,nosuid,nodev,noatime",
+             env={"PATH": f"{shim}:{SBIN}"})
 
 
 def _mounted(path: Path) -> bool:
