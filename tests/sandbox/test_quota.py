@@ -335,7 +335,7 @@ async def test_a_killed_kernels_replacement_works_in_the_same_workspace(sessions
     workspace = hands.place.workdir
     obs = await hands.execute("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", timeout=30)
     assert not obs.ok and obs.error["ename"] == "KernelDied"
-    assert (await run(hands, "import os; print(open('notes.txt').read(), os.getcwd())")).split() == ["kept", str(workspace)]
+    assert (await run(hands, "import os; print(open('notes.txt').read(), os.getcwd())")).split() == ["kept", "/workspace"]
     started = [p for t, p in events if t == "hands_started"]
     assert [s["pooled"] for s in started] == [bool(pool_size), False]  # a replacement boots around the workspace
     assert all(s["limits"]["workspace"].startswith("32 MiB") for s in started)
@@ -374,10 +374,11 @@ async def main():
                            workspaces=quota.WorkspaceSettings(workspace_mb=32, workspace_root=sys.argv[2]))
     await factory.start()
     hands = factory("doomed", {}, None)
-    obs = await hands.execute("open('left.txt', 'w').write('x'); import os; print(os.getcwd())")
+    obs = await hands.execute("open('left.txt', 'w').write('x')")
+    assert obs.ok, obs.text()
     while factory.pool.status()["ready"] < 1:  # and the refilled pool kernel, with a workspace of its own
         await asyncio.sleep(0.05)
-    print(json.dumps({"workdir": obs.stdout.strip()}), flush=True)
+    print(json.dumps({"workdir": str(await hands.workspace())}), flush=True)
     await asyncio.sleep(3600)
 
 asyncio.run(main())

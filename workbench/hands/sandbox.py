@@ -2,7 +2,7 @@
 
 The kernel runs in new network, PID, IPC and UTS namespaces and sees only
 read-only /usr, its Python environment, a curated /etc, its own run
-directory (connection file, ZMQ sockets, the proxy socket) and workspace,
+directory (connection file, ZMQ sockets, the proxy socket) and workspace (at /workspace),
 and empty tmpfs /tmp, /dev/shm and $HOME: never the Jupyter runtime directory, the
 session database, the server's config or key files, or anyone's home.
 
@@ -53,6 +53,9 @@ from .seccomp import SeccompFilter, SeccompSettings, prepare
 
 PROXY_PORT = 3128
 HOME = "/home/sandbox"
+# where the session's workspace is inside: a fixed path, so the kernel learns nothing of where it is on the host
+# (a workspace root under a home directory would name the host's user)
+WORKSPACE = "/workspace"
 # What Python, ssl, locale, time zones and fonts read from /etc; nothing else of the host's /etc.
 ETC = (
     "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl/certs", "ssl/openssl.cnf", "ca-certificates",
@@ -338,7 +341,8 @@ def bwrap_argv(
     # bwrap would create missing parents with mode 0700, closed to a dropped uid
     made = {Path(p) for p in ("/", "/usr", "/etc", "/tmp", "/home", HOME, "/proc", "/dev")}
     trees = python_trees(settings.sandbox_python)
-    for target in [*trees, run_dir, workdir]:
+    # the run directory keeps its host path: the connection file names its sockets by it
+    for target in [*trees, run_dir]:
         for parent in reversed(target.parents):
             if parent not in made:
                 args += ["--perms", "0755", "--dir", str(parent)]
@@ -346,7 +350,7 @@ def bwrap_argv(
         made.add(target)
         mode = "--ro-bind" if target in trees else "--bind"
         args += [mode, str(target), str(target)]
-    args += ["--chdir", str(workdir), "--clearenv"]
+    args += ["--bind", str(workdir), WORKSPACE, "--chdir", WORKSPACE, "--clearenv"]
     python = settings.sandbox_python or sys.executable
     setenv = {k: v for k, v in env.items() if k not in OWN_ENV}
     setenv.update(
