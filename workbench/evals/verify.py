@@ -147,17 +147,17 @@ def read_verdict(out: str, nonce: str) -> dict[str, Any] | None:
     return None
 
 
-async def python_verdict(hands_factory: Any, task: Task, answer: str, workspace: Path, check_dir: Path, label: str,
-                         owner: tuple[int, int] | None = None) -> Verdict:
+async def python_verdict(hands_factory: Any, task: Task, answer: str, workspace: Path, check_dir: Path, label: str) -> Verdict:
     """Run the task's check in fresh hands over a copy of `workspace` made in `check_dir`."""
     t0 = time.perf_counter()
-    notes = await asyncio.to_thread(copy_workspace, workspace, check_dir / "workspace", owner=owner)
-    if owner is not None:
-        os.chown(check_dir, *owner)
     nonce = "WBVERDICT-" + secrets.token_hex(16)
     config = {"hands": {"workdir": str(check_dir), "timeout": float(task.verifier.timeout)}}
     hands = hands_factory(label, config, None, None)
     try:
+        owner = hands.workspace_owner()  # the verifier's sandbox uid (its hands lease one)
+        notes = await asyncio.to_thread(copy_workspace, workspace, check_dir / "workspace", owner=owner)
+        if owner is not None:
+            os.chown(check_dir, *owner)
         obs = await hands.execute(harness_code(task.verifier.code, answer, nonce), timeout=task.verifier.timeout)
     finally:
         await hands.shutdown()

@@ -154,9 +154,12 @@ class GatewayLauncher:
         raise NoWorkspace(f"this session's kernels run on a {self.name} whose files are not on this machine; "
                           "files cannot be copied into its workspace")
 
-    def owner(self) -> tuple[int, int] | None:
+    def owner(self, place: Place) -> tuple[int, int] | None:
         """Nothing of a gateway's kernels is written from here."""
         return None
+
+    async def release(self, place: Place) -> None:
+        """Nothing is held per session."""
 
     def fits(self, place: Place) -> bool:
         """A pooled gateway kernel was started without the session's variables: only for sessions with none."""

@@ -45,6 +45,7 @@ class HandsConfig:
     max_image_bytes: int = 1024 * 1024  # one image, decoded; a bigger one is downscaled (or dropped) with a note
     startup_timeout: float = 60.0
     workdir: str | None = None  # the kernel's working directory (default: a workspace of the session's own)
+    keep_dir: str | None = None  # where the session's workspace is kept across shutdowns and restarts (evals)
     env: dict[str, str] = field(default_factory=dict)  # extra variables for the kernel
     replay: bool = False  # re-run replayable calls in a fresh kernel after a death
 
@@ -101,7 +102,7 @@ class KernelHands:
         self.place = Place(
             workdir=Path(self.config.workdir) if self.config.workdir else None, env=dict(self.config.env),
             startup_timeout=self.config.startup_timeout, egress=(session_config or {}).get("egress"), sink=on_event,
-            session=session_id,
+            session=session_id, keep=Path(self.config.keep_dir) if self.config.keep_dir else None,
         )
         self.kernel: Kernel | None = None
         self.generation = 0
@@ -224,8 +225,8 @@ class KernelHands:
         return place.workdir
 
     def workspace_owner(self) -> tuple[int, int] | None:
-        """Who the workspace's files are for when not this process's user (the sandbox's kernel user)."""
-        return self.launcher.owner()
+        """Who the workspace's files are for when not this process's user (the session's sandbox uid)."""
+        return self.launcher.owner(self.place)
 
     # -- the hot spare ----------------------------------------------------
 
@@ -311,6 +312,7 @@ class KernelHands:
         if self.place.workspace is not None:  # the session's workspace goes with its hands
             workspace, self.place.workspace, self.place.workdir = self.place.workspace, None, None
             await asyncio.to_thread(workspace.destroy)
+        await self.launcher.release(self.place)
         if had:
             await self._emit("hands_stopped", {"generation": self.generation, "reason": "shutdown"})
 

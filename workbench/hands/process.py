@@ -270,12 +270,14 @@ async def start_process(spec: KernelSpec, *, launcher: str, env: dict[str, str],
                         workspace: Workspace | None = None, limits: Limits | None, registry: Any,
                         startup_timeout: float, owner: tuple[int, int] | None = None, supervise: bool = False,
                         signal_codes: bool = False, closers: list[Callable[[], Awaitable[None]]] | None = None,
-                        held: dict[str, Any] | None = None, max_message: int = MAX_MESSAGE) -> ProcessKernel:
+                        held: dict[str, Any] | None = None, max_message: int = MAX_MESSAGE,
+                        processes_by: str = "") -> ProcessKernel:
     """Start a kernel from `spec` in `run_dir` and wait until it is ready; `closers` run when it is killed.
 
     From the call on, the kernel owns `run_dir` (and `workspace`, a pooled kernel's own, at `workdir`):
     a start that fails removes them, and raises RuntimeError with the kernel's last words. Its
-    iopub messages over `max_message` bytes are refused (`channel.IOPub`).
+    iopub messages over `max_message` bytes are refused (`channel.IOPub`). `processes_by` says how the kernel's
+    processes are counted when no cgroup does it (limits.apply).
     """
     t0 = time.perf_counter()
     kid = uuid.uuid4().hex[:12]
@@ -284,7 +286,7 @@ async def start_process(spec: KernelSpec, *, launcher: str, env: dict[str, str],
     km.connection_file, km.ip = str(run_dir / "kernel.json"), str(run_dir / "kernel-ipc")
     km.output, km.owner, km.supervised, km.signal_codes = OutputTail(), owner, supervise, signal_codes
     km.wrap = lambda argv: launch.command(argv, parent=os.getpid(), supervise=supervise, limits=limits, cgroup=kid,
-                                          report=str(report))
+                                          report=str(report), processes_by=processes_by)
     kernel = ProcessKernel(km, launcher=launcher, kid=kid, run_dir=run_dir, workdir=workdir, workspace=workspace,
                            registry=registry, closers=list(closers or []), held=dict(held or {}))
     try:
