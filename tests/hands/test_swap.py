@@ -5,7 +5,7 @@ symbolic link to a directory outside the workspace (and a regular file with a li
 with `renameat2(RENAME_EXCHANGE)`: whoever looks at a name and then opens it by path reads the
 other one. Every copier and reader of `workbench.hands.files` (and the one verifier built on it) runs
 against it many times, and the secret never appears in anything they produce. A new copier is one
-more entry in COPIERS. While the agent's processes are frozen for a copy, the daemon holds still.
+more entry in COPIERS.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pytest
 import pytest_asyncio
 
 from workbench.errors import WorkbenchError
+from workbench.evals.verify import listing, python_verdict
 from workbench.hands import freeze, limits
 from workbench.hands.factory import HandsFactory, HandsSettings
 from workbench.hands.files import copy_tree, list_files, open_file, read_files, write_file
@@ -116,6 +117,10 @@ def listed(ws: Path, scratch: Path) -> str:
     return json.dumps(list_files(ws, 1000))
 
 
+def graders_listing(ws: Path, scratch: Path) -> str:
+    return listing(ws)
+
+
 def read(ws: Path, scratch: Path) -> str:
     try:
         return repr(read_files(ws, ["a/innocent.txt", "f.txt"], 1 << 20))
@@ -142,7 +147,7 @@ def written(ws: Path, scratch: Path) -> str:
 
 
 COPIERS: dict[str, Callable[[Path, Path], str]] = {
-    "copy_tree": copied, "list_files": listed, "read_files": read,
+    "copy_tree": copied, "list_files": listed, "rubric listing": graders_listing, "read_files": read,
     "open_file": opened, "write_file": written,
 }
 ITERATIONS, SWAPS = 300, 2000  # each copier runs at least this often, while the daemon swaps at least this often
@@ -196,6 +201,28 @@ async def test_no_copier_of_the_workspace_module_follows_a_swapped_link(factory,
             assert time.monotonic() < deadline, f"{runs} runs while the daemon swapped {count(ws) - first} times"
             secret.absent_from(await asyncio.to_thread(copier, ws, scratch), name)
             runs += 1
+    finally:
+        await agent.shutdown()
+
+
+async def test_the_one_verifier_copies_a_frozen_workspace_and_leaks_nothing(factory, tmp_path):
+    secret = Secret(tmp_path)
+    agent = factory("agent", {}, None, None)
+    # the check reports every file it sees: any secret that reached the copy would be in the verdict
+    check = ("import os\nseen = []\nfor top, dirs, files in os.walk('.'):\n    for n in dirs + files:\n"
+             "        p = os.path.join(top, n)\n        seen.append(p)\n"
+             "        if os.path.isfile(p):\n            seen.append(open(p, errors='replace').read())\n"
+             "explanation = repr(sorted(seen))\npassed = 'a/innocent.txt' in explanation or 'b/innocent.txt' in explanation")
+    try:
+        ws = await swapping_agent(agent, secret)
+        for _ in range(3):
+            before = count(ws)
+            v = await python_verdict(factory, agent, check, "answer", label="check", timeout=120)
+            secret.absent_from(json.dumps(v.to_json()), "the verifier")
+            assert v.passed and "innocent" in v.explanation, v
+            assert sum("a symbolic link" in n for n in v.details["copy_notes"]) == 2, v.details
+            await until(lambda before=before: count(ws) > before, "the daemon goes on after the copy")
+        assert (await agent.execute("x + 1")).result == "42"  # the kernel's state survived the freezes
     finally:
         await agent.shutdown()
 
