@@ -148,12 +148,14 @@ async def test_files_are_copied_from_the_parent_workspace_and_links_out_of_it_ar
     secret.write_text("do not pass me")
     make = ("import os\nos.makedirs('data', exist_ok=True)\nopen('data/nums.csv', 'w').write('1,2,3\\n')\n"
             f"os.symlink({str(secret)!r}, 'link.txt')\nos.symlink('/etc', 'etcdir')\nprint('made')")
-    good = {"tasks": [{**worker("print(open('data/nums.csv').read().strip())"), "files": ["data/nums.csv"]}]}
+    # the child owns what it was given: it may change it
+    good = {"tasks": [{**worker("open('data/nums.csv', 'a').write('4\\n')\nprint(open('data/nums.csv').read().strip())"),
+                       "files": ["data/nums.csv"]}]}
     linked = {"tasks": [{**worker("print(1)"), "files": ["link.txt"]}]}
     through = {"tasks": [{**worker("print(1)"), "files": ["etcdir/hostname"]}]}
     missing = {"tasks": [{**worker("print(1)"), "files": ["nope.txt"]}]}
     _, results = await parent(host, ask(good, linked, through, missing, code=make))
-    assert results[0]["children"][0]["answer"] == "Final answer: 1,2,3"
+    assert results[0]["children"][0]["answer"] == "Final answer: 1,2,3\n4"
     assert all(r["is_error"] for r in results[1:])
     assert "cannot read 'link.txt'" in results[1]["content"][0]["text"]
     assert "cannot read 'etcdir/hostname'" in results[2]["content"][0]["text"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import io
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,8 +21,9 @@ from ..brain.request import turn_state
 from ..brain.tools import ToolOutput
 from ..errors import TurnBusy, WorkbenchError
 from ..evals.verify import python_verdict
+from ..hands.files import write_file
+from ..hands.kernel import KernelHands
 from ..log import Event
-from .files import placing_code
 from .spec import ChildSpec
 
 CHILD_SYSTEM = (
@@ -184,9 +186,12 @@ class Delegation:
         if gone:
             raise PlacingFailed(f"its files are gone from the parent's workspace ({', '.join(gone)[:200]})")
         hands = await self.brain.hands(cid)
-        obs = await hands.execute(placing_code({p: self.files[p] for p in spec.files}), timeout=120)
-        if not obs.ok:
-            raise PlacingFailed(f"could not place its files: {obs.text()[:300]}")
+        if not isinstance(hands, KernelHands):
+            raise PlacingFailed("its hands run no code here, so it has no workspace for files")
+        root = await hands.workspace(create=True)
+        assert root is not None, "workspace(create=True) makes one or raises"
+        for p in spec.files:
+            await asyncio.to_thread(write_file, root, p, io.BytesIO(self.files[p]), hands.workspace_owner())
 
     async def _wait(self, cid: str, task: asyncio.Task) -> None:
         """Wait for the child's turn; interrupt it when it passes a limit."""
@@ -262,7 +267,7 @@ class Delegation:
 
 
 class PlacingFailed(Exception):
-    """The child's files could not be written into its workspace (its kernel said why)."""
+    """The child's files could not be written into its workspace (the message says why)."""
 
 
 def depth_of(created: Event | None) -> int:

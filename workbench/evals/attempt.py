@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import os
 import shutil
 import time
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..brain.request import turn_state
+from ..hands.files import write_file
 from .tasks import Task
 from .verify import Verdict, python_verdict, rubric_verdict
 
@@ -91,13 +93,11 @@ class Attempt:
         if self.dir.exists():  # a run that died before its session was created
             shutil.rmtree(self.dir)
         self.workspace.mkdir(parents=True)
-        for name, data in s.task.files.items():
-            path = self.workspace / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
         if self.owner is not None:
-            for p in [self.dir, *self.dir.rglob("*")]:
-                os.lchown(p, *self.owner)
+            for p in (self.dir, self.workspace):
+                os.chown(p, *self.owner)
+        for name, data in s.task.files.items():
+            write_file(self.workspace, name, io.BytesIO(data), self.owner)
         config = {"eval": {"run": s.run, "task": s.task.id, "model": s.model, "epoch": s.epoch},
                   "hands": {"workdir": str(self.workspace)}}
         started = {"run": s.run, "task": s.task.id, "model": s.model, "epoch": s.epoch, "digest": s.task.digest(),
