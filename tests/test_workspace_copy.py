@@ -4,7 +4,9 @@ with what an agent may leave in a workspace: links, FIFOs, huge or deep trees, n
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +91,45 @@ def test_files_for_a_child_are_read_without_following_links_and_within_their_lim
     with pytest.raises(FileRefused, match=refused) as e:
         read_files(src, paths, 10)
     assert "secret" not in str(e.value)
+
+
+def as_nobody(fn, where: Path):
+    """fn() in the directory `where`, as an unprivileged uid: as root, in a forked child that drops to nobody (root
+    reads any file); it starts in `where`, so the directories above need not be open to nobody (the caller
+    restores its working directory: monkeypatch.chdir)."""
+    os.chdir(where)
+    if os.geteuid() != 0:
+        return fn()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setresgid(65534, 65534, 65534)
+            os.setresuid(65534, 65534, 65534)
+            os.write(w, json.dumps(fn()).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    return json.loads(out)
+
+
+def test_an_entry_the_copy_cannot_open_is_left_out_with_a_note(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # restored after the test
+    tmp_path.chmod(0o777)
+    src = tmp_path / "src"
+    (src / "shut").mkdir(parents=True)
+    (src / "ok.txt").write_text("ok")
+    (src / "locked.txt").write_text("x")
+    src.chmod(0o755)
+    (src / "ok.txt").chmod(0o644)
+    (src / "locked.txt").chmod(0)
+    (src / "shut").chmod(0)
+    notes = as_nobody(lambda: copy_tree(Path("src"), Path("dst"), limit_bytes=1000, max_entries=100), tmp_path)
+    assert sorted(notes) == ["locked.txt: left out (Permission denied)", "shut: left out (Permission denied)"]
+    assert (tmp_path / "dst" / "ok.txt").read_text() == "ok"
+    (src / "shut").chmod(0o755)  # for pytest's clean-up

@@ -342,6 +342,8 @@ class Walk:
         except OSError as e:
             if e.errno in (errno.ELOOP, errno.ENOTDIR):
                 self.note(path, "left out (it changed into a link or another kind of file while it was read)")
+            elif e.errno != errno.ENOENT:  # gone meanwhile: nothing to say
+                self.note(path, f"left out ({e.strerror or e})")
             return None
         opened = os.fstat(fd)
         if stat.S_IFMT(opened.st_mode) != stat.S_IFMT(st.st_mode):
