@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..brain.tools import Tool, ToolContext, ToolOutput
 from ..config import from_env
 from ..errors import WorkbenchError
+from ..hands.files import FileRefused, read_files
+from ..hands.kernel import KernelHands
 from ..plugins import Plugin
-from .files import FileRefused, read_files
 from .run import Delegation, depth_of
 from .script import delegate_script, worker_script
 from .spec import BadInput, parse
@@ -145,9 +145,7 @@ class DelegatePlugin(Plugin):
         if not wanted:
             return {}
         hands = await ctx.hands()
-        place = getattr(hands, "place", None)
-        workdir = getattr(place, "workdir", None)
-        root = Path(workdir) if workdir is not None else None
+        root = await hands.workspace() if isinstance(hands, KernelHands) else None
         limit = int(self.settings.max_file_mb * 1024 * 1024)
         files = await asyncio.to_thread(read_files, root, wanted, limit * len(specs))
         for sp in specs:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,7 +80,6 @@ class Attempt:
         self.workspace = self.dir / "work"  # where the hands mount the kept workspace (hands/quota.py)
         self.grader_model = grader_model
         self.price = price or (lambda model, i, o: 0.0)
-        self._checks = 0
 
     async def _append(self, type: str, payload: dict[str, Any]) -> None:
         sid = self.spec.id
@@ -188,9 +186,5 @@ class Attempt:
         if task.verifier.kind == "rubric":
             name = task.verifier.model or self.grader_model or self.spec.model
             return await rubric_verdict(host.brain.model(name), task, answer, self.workspace)
-        self._checks += 1
-        check_dir = self.dir / f"check-{time.monotonic_ns()}"
-        try:
-            return await python_verdict(host.hands, task, answer, self.workspace, check_dir, f"{self.spec.id}-check")
-        finally:
-            await asyncio.to_thread(shutil.rmtree, check_dir, True)
+        return await python_verdict(host.hands, await host.brain.hands(self.spec.id), task.verifier.code, answer,
+                                    label=f"{self.spec.id}-check", timeout=task.verifier.timeout)

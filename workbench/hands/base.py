@@ -233,6 +233,15 @@ class Kernel(Protocol):
         """Interrupt the running cell; a kernel that is gone is left for death() to report."""
         ...
 
+    async def freeze(self) -> list[str]:
+        """Stop every process of the kernel (its code, and what that code left running) until `thaw`, so
+        that nothing changes its workspace meanwhile; returns notes on what could not be stopped."""
+        ...
+
+    async def thaw(self) -> None:
+        """Let what `freeze` stopped go on, its state intact."""
+        ...
+
     async def kill(self) -> None:
         """Stop the kernel now and free everything it held; safe to call twice."""
         ...

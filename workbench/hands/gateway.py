@@ -424,6 +424,14 @@ class GatewayKernel:
         except GatewayError:
             pass  # gone already: death() says so at the next look
 
+    async def freeze(self) -> list[str]:
+        """A gateway's kernel cannot be stopped from here (its processes, and its workspace, are on the gateway's machine)."""
+        return ["the kernel runs on a gateway: its processes cannot be stopped from here (its workspace is not on "
+                "this machine either)"]
+
+    async def thaw(self) -> None:
+        """Nothing was stopped."""
+
     async def kill(self) -> None:
         """Close the websocket and delete the kernel on the gateway; safe to call twice."""
         if self.stopped:

@@ -14,9 +14,10 @@ execute loop and the settle loop included, is written here once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -227,6 +228,22 @@ class KernelHands:
     def workspace_owner(self) -> tuple[int, int] | None:
         """Who the workspace's files are for when not this process's user (the session's sandbox uid)."""
         return self.launcher.owner(self.place)
+
+    @contextlib.asynccontextmanager
+    async def frozen(self) -> AsyncIterator[list[str]]:
+        """The session's kernel and every process it left running stopped for the block (its workspace holds
+        still while it is copied), then continued with their state intact; yields notes on what was not stopped.
+
+        No call runs meanwhile (the block holds the call lock), and kernels lost earlier are gone first."""
+        async with self._lock:
+            await self._freed()
+            kernel = self.kernel
+            notes = await kernel.freeze() if kernel is not None else []
+            try:
+                yield notes
+            finally:
+                if kernel is not None:
+                    await asyncio.shield(kernel.thaw())
 
     # -- the hot spare ----------------------------------------------------
 

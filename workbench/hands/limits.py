@@ -162,6 +162,17 @@ def cleanup(cgroup: str, timeout: float = 2.0) -> None:
             pass
 
 
+def members(cgroup: str) -> list[int]:
+    """The pids in a kernel's cgroups (none when it has none)."""
+    pids: set[int] = set()
+    for group in _group_dirs(cgroup).values():
+        try:
+            pids.update(int(p) for p in (group / "cgroup.procs").read_text().split())
+        except (OSError, ValueError):
+            continue
+    return sorted(pids)
+
+
 def oom_killed(cgroup: str) -> bool:
     """Whether the kernel's memory cgroup has OOM-killed a process."""
     group = _group_dirs(cgroup).get("memory")

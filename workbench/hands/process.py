@@ -28,7 +28,7 @@ from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.provisioning import LocalProvisioner
 
-from . import launch, limits as _limits
+from . import freeze, launch, limits as _limits
 from .base import Death, Dropped, Workspace
 from .channel import MAX_MESSAGE, HandsKernelClient, IOPub
 from .limits import Limits
@@ -137,6 +137,7 @@ class ProcessKernel:
         self.stopped = False
         self._replied: dict[str, float] = {}  # msg_id -> when its execute_reply came (looked for after a loss)
         self._reply_content: dict[str, dict[str, Any]] = {}  # replies read while looking for the end of a call
+        self._frozen: freeze.Stopped | None = None
 
     @property
     def pid(self) -> int | None:
@@ -234,6 +235,22 @@ class ProcessKernel:
             await self.km.interrupt_kernel()
         except (RuntimeError, OSError):
             pass  # no kernel any more: death() says so at the next look
+
+    async def freeze(self) -> list[str]:
+        """Stop (SIGSTOP) every process of the kernel: those under its process, those in its cgroups (freeze.py);
+        a supervising launch wrapper stays running. Notes on what could not be stopped."""
+        pid = self.pid
+        if pid is None or self.stopped or self._frozen is not None:
+            return []
+        self._frozen = await asyncio.to_thread(freeze.stop, pid, keep_root=self.km.supervised,
+                                               members=lambda: _limits.members(self.kid))
+        return self._frozen.notes
+
+    async def thaw(self) -> None:
+        """Let the processes `freeze` stopped go on (SIGCONT)."""
+        frozen, self._frozen = self._frozen, None
+        if frozen is not None:
+            await asyncio.to_thread(frozen.cont)
 
     async def kill(self) -> None:
         """Stop the kernel now and free everything it held; safe to call twice."""
