@@ -140,6 +140,7 @@ async def test_interrupting_the_parent_interrupts_its_children(host):
         assert by == f"parent {sid} interrupted"
         answered_once(host.log, k)
     answered_once(host.log, sid)
+    assert host.plugin("delegate").running == set()  # the interrupted call gave its reservation back
 
 
 @pytest.mark.asyncio
@@ -161,6 +162,7 @@ async def test_files_are_copied_from_the_parent_workspace_and_links_out_of_it_ar
     assert "cannot read 'etcdir/hostname'" in results[2]["content"][0]["text"]
     assert "cannot read 'nope.txt'" in results[3]["content"][0]["text"]
     assert "do not pass me" not in json.dumps([r["content"] for r in results])
+    assert host.plugin("delegate").running == set()  # refused calls gave their reservations back
 
 
 @pytest.mark.asyncio
@@ -227,3 +229,29 @@ async def test_a_child_cannot_pass_its_check_with_a_module_of_its_own(host):
     fooled, honest = (c["check"] for c in result["children"])
     assert not fooled["passed"] and fooled["explanation"] == "wrong mean", fooled
     assert honest["passed"] and honest["score"] == 1.0, honest
+
+
+@pytest.mark.asyncio
+async def test_concurrent_delegate_calls_never_start_more_children_than_max_running(tmp_path):
+    """Three delegate calls with files in one response, at most 2 children running: exactly 2 ever run, the third
+    call is refused. Each call reads its (big) file after passing the cap's check: a call that counted its children
+    only once it had read their files let all three through (issue 22)."""
+    from workbench.hands.factory import HandsFactory, HandsSettings
+
+    plugin = DelegatePlugin(settings=DelegateSettings(max_running=2))
+    factory = HandsFactory(HandsSettings(backend="local", pool_size=0, registry_dir=str(tmp_path / "kernels")))
+    h = Host.build(tmp_path / "log.duckdb", hands=factory, plugins=[plugin])
+    await h.start()
+    try:
+        make = "import os\nfor i in range(3):\n    open(f'big{i}.bin', 'wb').write(os.urandom(12 << 20))\nprint('made')"
+        calls = [{"tasks": [{**worker(f"import os; print(os.path.getsize('big{i}.bin'))"), "files": [f"big{i}.bin"]}]}
+                 for i in range(3)]
+        sid, results = await parent(h, ask(*calls, code=make))
+        children = [s["id"] for s in h.log.sessions() if s["parent_id"] == sid]
+        refused = [r for r in results if r["is_error"]]
+        assert len(children) == 2, f"{len(children)} children started with max_running 2"
+        assert len(refused) == 1 and "at most 2 may" in refused[0]["content"][0]["text"]
+        assert sorted(c["answer"] for r in results if not r["is_error"] for c in r["children"]) == [f"Final answer: {12 << 20}"] * 2
+        assert plugin.running == set()  # every reservation was given back
+    finally:
+        await h.close()

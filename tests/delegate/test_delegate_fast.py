@@ -235,6 +235,24 @@ async def test_bad_calls_are_tool_errors_and_the_turn_goes_on():
 
 
 @pytest.mark.asyncio
+async def test_concurrent_calls_at_the_running_cap_start_no_more_children_than_it_allows():
+    h = host(max_running=2)
+    await h.start()
+    try:
+        sid = h.brain.create_session(model="scripted:delegate", tools=["delegate"])["id"]
+        assert await h.brain.run_turn(sid, ask(*({"tasks": [worker(f"say {i}")]} for i in range(3)))) == "end_turn"
+        results = [e.payload for e in h.log.events(sid, types=["tool_result"])]
+        assert [r["is_error"] for r in results].count(True) == 1
+        assert len([s for s in h.log.sessions() if s["parent_id"] == sid]) == 2
+        assert h.plugin("delegate").running == set()
+        # the reservations were given back: the next call may use the whole cap again
+        assert await h.brain.run_turn(sid, ask({"tasks": [worker("a"), worker("b")]})) == "end_turn"
+        assert not h.log.events(sid, types=["tool_result"])[-1].payload["is_error"]
+    finally:
+        await h.close()
+
+
+@pytest.mark.asyncio
 async def test_nesting_is_capped():
     h = host(max_depth=2)
     await h.start()

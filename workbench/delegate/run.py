@@ -81,11 +81,10 @@ class Delegation:
     """One delegate call: its parent, its children, and the host's brain they run in."""
 
     def __init__(self, host: Any, parent_id: str, tool_use_id: str, specs: list[ChildSpec], depth: int,
-                 files: dict[str, bytes], running: set[str], max_answer: int, max_copy: int = 16 * 1024 * 1024):
+                 files: dict[str, bytes], max_answer: int, max_copy: int = 16 * 1024 * 1024):
         self.host, self.brain = host, host.brain
         self.parent_id, self.tool_use_id = parent_id, tool_use_id
         self.specs, self.depth, self.files = specs, depth, files
-        self.running = running  # the host's running children: the plugin counts them against max_running
         self.max_answer = max_answer
         self.max_copy = max_copy  # bytes of a child's workspace copied for its check
         self.ids = [child_id(parent_id, tool_use_id, i) for i in range(len(specs))]
@@ -102,7 +101,6 @@ class Delegation:
                     loop.call_soon_threadsafe(self.watches[e.session_id].feed, e)
 
         unsubscribe = self.brain.log.subscribe(on_commit)
-        self.running.update(self.ids)
         tasks = [asyncio.ensure_future(self._child(i)) for i in range(len(self.specs))]
         try:
             outcomes = await asyncio.gather(*tasks)
@@ -114,7 +112,6 @@ class Delegation:
             raise
         finally:
             unsubscribe()
-            self.running.difference_update(self.ids)
         return self._output(outcomes)
 
     async def _interrupt_all(self, why: str) -> None:

@@ -45,6 +45,9 @@ class Observation:
     generation: int | None = None
     duration_ms: float | None = None
     notes: list[str] = field(default_factory=list)  # e.g. what was replayed
+    # what the model reads of it (content_blocks): characters of text in all, images (None: not bounded); not stored
+    text_limit: int | None = None
+    max_images: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -91,8 +94,9 @@ class Observation:
         return outputs
 
     def content_blocks(self) -> list[dict[str, Any]]:
-        """tool_result content: text and image blocks in the order of the outputs (see render.py)."""
-        return blocks(self.all_outputs(), self.notes, self.truncated)
+        """tool_result content: text and image blocks in the order of the outputs, within the observation's
+        text_limit and max_images (see render.py)."""
+        return blocks(self.all_outputs(), self.notes, self.truncated, self.text_limit, self.max_images)
 
     def text(self) -> str:
         """The observation as plain text (its text blocks; images as a mark)."""

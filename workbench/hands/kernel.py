@@ -44,6 +44,7 @@ class HandsConfig:
     max_displays: int = 20  # displays kept per call; later ones are dropped with a note
     max_observation_bytes: int = 4 * 1024 * 1024  # all of a call's output together, as the log stores it
     max_image_bytes: int = 1024 * 1024  # one image, decoded; a bigger one is downscaled (or dropped) with a note
+    max_images: int = 20  # images the model is shown of one call (the first ones); the others with a note
     startup_timeout: float = 60.0
     workdir: str | None = None  # the kernel's working directory (default: a workspace of the session's own)
     keep_dir: str | None = None  # where the session's workspace is kept across shutdowns and restarts (evals)
@@ -52,7 +53,8 @@ class HandsConfig:
 
     def budget(self) -> Budget:
         """What one call's observation may hold."""
-        return Budget(self.output_limit, self.max_displays, self.max_observation_bytes, self.max_image_bytes)
+        return Budget(self.output_limit, self.max_displays, self.max_observation_bytes, self.max_image_bytes,
+                      self.max_images)
 
 
 class Deadline:
@@ -562,7 +564,8 @@ class KernelHands:
         await self._record_death(death, "call")
         partial = col.done()
         return failure(death_note(death.how), ename="KernelDied", generation=gen, stdout=partial.stdout,
-                       stderr=partial.stderr, outputs=partial.outputs)
+                       stderr=partial.stderr, outputs=partial.outputs, text_limit=partial.text_limit,
+                       max_images=partial.max_images)
 
     async def _replace_stuck(self, timeout: float, col: Collector) -> Observation:
         gen = self.generation
@@ -571,4 +574,5 @@ class KernelHands:
         await self._lose()
         partial = col.done()
         return failure(stuck_note(timeout, self.config.interrupt_grace), ename="KernelTimeout", generation=gen,
-                       stdout=partial.stdout, stderr=partial.stderr, outputs=partial.outputs)
+                       stdout=partial.stdout, stderr=partial.stderr, outputs=partial.outputs,
+                       text_limit=partial.text_limit, max_images=partial.max_images)
