@@ -11,9 +11,9 @@ import pytest
 from PIL import Image
 
 from workbench.hands.base import Observation
-from workbench.hands.fold import Fold, overwrite
-from workbench.hands.images import svg_png
-from workbench.hands.render import blocks, html_text
+from workbench.hands.observing.fold import Fold, overwrite
+from workbench.hands.observing.images import svg_png
+from workbench.hands.observing.render import blocks, html_text
 
 
 def texts(fold: Fold) -> list[str]:
@@ -82,7 +82,7 @@ def test_a_new_display_with_a_shown_id_updates_the_earlier_ones_and_clears_are_r
 async def test_an_update_reaches_only_a_display_still_shown():
     """A later call's update of a display an earlier call cleared is shown nowhere, as in a notebook; one of a
     display still shown reads as an updated display; a new kernel starts with none shown."""
-    from workbench.hands.collect import Budget, Collector
+    from workbench.hands.observing.collect import Budget, Collector
 
     shown: set[str] = set()
     first = Collector(Budget(), 1, shown)

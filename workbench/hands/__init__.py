@@ -6,7 +6,7 @@ Launcher, Kernel) are in `workbench.hands.base`.
 
 from .base import Death, EventSink, Hands, Kernel, Launcher, Observation, Place, failure
 from .kernel import HandsConfig, KernelHands
-from .local import LocalLauncher, kernel_env
+from .launching.local import LocalLauncher, kernel_env
 
 __all__ = [
     "Death", "EventSink", "Hands", "HandsConfig", "Kernel", "KernelHands", "Launcher", "LocalLauncher", "Observation",

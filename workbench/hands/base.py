@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from .render import blocks
+from .observing.render import blocks
 
 # A sink for hands events (`hands_started`, `hands_died`, ...): the brain
 # passes one in so that hands never import the log or the brain.

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from .base import Death, Dropped, EventSink, Kernel, Launcher, Observation, Place, failure
-from .collect import TIMED_OUT, Budget, Collector, death_note, packages_code, replay, setup_code, stuck_note
-from .live import OutputSink, forward
+from .observing.collect import TIMED_OUT, Budget, Collector, death_note, packages_code, replay, setup_code, stuck_note
+from .observing.live import OutputSink, forward
 
 REPLY_WAIT = 2.0  # seconds to wait for an execute reply after the idle status (it is normally there already)
 POLL = 0.03  # seconds between looks at the kernel (alive? past the deadline?) while a call runs
@@ -97,7 +97,7 @@ class KernelHands:
     def __init__(self, config: HandsConfig | None = None, *, launcher: Launcher | None = None, pool: Any = None,
                  on_event: EventSink | None = None, replay: ReplaySource | None = None,
                  session_config: dict[str, Any] | None = None, session_id: str = "", spare: bool = False):
-        from .local import LocalLauncher
+        from .launching.local import LocalLauncher
 
         self.config = config or HandsConfig()
         self.launcher: Launcher = launcher if launcher is not None else LocalLauncher()

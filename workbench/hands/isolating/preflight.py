@@ -18,11 +18,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, WorkbenchError
-from .base import EventSink, Observation, failure
-from .files import NoWorkspace
+from ...errors import ConfigError, WorkbenchError
+from ..base import EventSink, Observation, failure
+from ..files import NoWorkspace
+from ..launching.sandbox import SandboxSettings, base_args, inside_args, setpriv_args
 from .identity import Identities
-from .sandbox import SandboxSettings, base_args, inside_args, setpriv_args
 from .seccomp import SeccompFilter
 
 log = logging.getLogger("workbench.hands")

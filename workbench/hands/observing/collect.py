@@ -21,8 +21,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from ..base import Observation
 from . import clean, images
-from .base import Observation
 from .fold import Fold, Other, Rich
 from .kernel_cap import DROPPED_MIME
 from .render import IMAGE_TYPES
@@ -297,7 +297,7 @@ def packages_code() -> str:
     """The code a kernel runs once it serves a session, in the session's working directory: `%pip` (kernel_pip.py)."""
     from pathlib import Path
 
-    source = Path(__file__).with_name("kernel_pip.py").read_text()
+    source = (Path(__file__).parent.parent / "launching" / "kernel_pip.py").read_text()
     return "def _workbench_pip():\n" + "".join(f"    {line}\n" for line in source.splitlines()) + \
         "    install()\n_workbench_pip()\ndel _workbench_pip\n"
 

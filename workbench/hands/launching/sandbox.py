@@ -40,16 +40,16 @@ from typing import Any
 
 from jupyter_client.kernelspec import KernelSpec
 
-from ..config import from_env
-from ..egress import EgressPolicy, EgressProxy, EgressSettings, Vault
-from . import quota
-from .base import Kernel, Place
-from .identity import Identities, Identity, Shares
-from .limits import Limits
+from ...config import from_env
+from ...egress import EgressPolicy, EgressProxy, EgressSettings, Vault
+from ..base import Kernel, Place
+from ..isolating import quota
+from ..isolating.identity import Identities, Identity, Shares
+from ..isolating.limits import Limits
+from ..isolating.quota import WorkspaceSettings
+from ..isolating.seccomp import SeccompFilter, SeccompSettings, prepare
 from .local import kernel_env
 from .process import MAX_MESSAGE, ProcessKernel, start_process
-from .quota import WorkspaceSettings
-from .seccomp import SeccompFilter, SeccompSettings, prepare
 
 PROXY_PORT = 3128
 HOME = "/home/sandbox"
