@@ -106,9 +106,9 @@ def settings_classes(plugins: Iterable[Plugin] = ()) -> list[type]:
     """Every config class whose fields docs/settings.md documents: the core's and the plugins'."""
     from .egress import EgressSettings
     from .hands.files import FilesSettings
+    from .hands.isolating.bubblewrap import SandboxSettings
     from .hands.isolating.quota import WorkspaceSettings
     from .hands.isolating.seccomp import SeccompSettings
-    from .hands.launching.sandbox import SandboxSettings
 
     classes: list[type] = [HostSettings, LogSettings, BrainSettings, HandsConfig, HandsSettings, SandboxSettings,
                            SeccompSettings, WorkspaceSettings, EgressSettings, FilesSettings]

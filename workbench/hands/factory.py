@@ -25,6 +25,7 @@ from ..egress import EgressSettings, Vault
 from ..errors import ConfigError
 from .base import EventSink, Hands, Launcher
 from .isolating import quota
+from .isolating.bubblewrap import SandboxSettings
 from .isolating.limits import Limits
 from .isolating.preflight import Preflight, RefusedHands, announce, preflight
 from .isolating.quota import WorkspaceSettings
@@ -34,7 +35,7 @@ from .launching.gateway import GatewayLauncher
 from .launching.local import LocalLauncher
 from .launching.pool import KernelPool
 from .launching.reaper import KernelRegistry, default_registry_dir
-from .launching.sandbox import SandboxLauncher, SandboxSettings
+from .launching.sandbox import SandboxLauncher
 
 log = logging.getLogger("workbench.hands")
 

@@ -21,7 +21,7 @@ from typing import Any
 from ...errors import ConfigError, WorkbenchError
 from ..base import EventSink, Observation, failure
 from ..files import NoWorkspace
-from ..launching.sandbox import SandboxSettings, base_args, inside_args, setpriv_args
+from .bubblewrap import SandboxSettings, base_args, inside_args, setpriv_args
 from .identity import Identities
 from .seccomp import SeccompFilter
 
