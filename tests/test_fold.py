@@ -10,7 +10,7 @@ import re
 import pytest
 from PIL import Image
 
-from workbench.hands.base import Observation
+from workbench.hands import Observation
 from workbench.hands.observing.fold import Fold, overwrite
 from workbench.hands.observing.images import svg_png
 from workbench.hands.observing.render import blocks, html_text

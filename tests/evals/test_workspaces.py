@@ -14,7 +14,7 @@ import pytest
 
 from workbench.evals import Task, TaskLimits, Verifier
 from workbench.hands.factory import HandsSettings
-from workbench.hands.isolating.preflight import preflight
+from workbench.hands.isolating import preflight
 from workbench.host import Host
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio, pytest.mark.isolation,

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from workbench.hands.isolating.preflight import preflight
+from workbench.hands.isolating import preflight
 from workbench.log import DuckDBLog
 from workbench.testing import JupyterProcess
 

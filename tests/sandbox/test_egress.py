@@ -14,7 +14,7 @@ import pytest_asyncio
 from workbench.egress import EgressPolicy, EgressProxy, EgressSettings, Vault
 from workbench.errors import ConfigError, VaultUnsafe
 from workbench.hands import HandsConfig, KernelHands
-from workbench.hands.launching.sandbox import SandboxLauncher
+from workbench.hands.launching import SandboxLauncher
 
 from .conftest import needs_sandbox, no_process_left, run
 

@@ -28,7 +28,7 @@ from workbench.errors import ConfigError
 from workbench.hands import KernelHands
 from workbench.hands.factory import HandsFactory, HandsSettings
 from workbench.hands.isolating.bubblewrap import base_args
-from workbench.hands.launching.sandbox import SandboxLauncher
+from workbench.hands.launching import SandboxLauncher
 from workbench.hands.isolating.seccomp import (
     CLONE_NEW, DENIED, SeccompFilter, SeccompSettings, SeccompUnavailable, compile_filter, prepare,
 )

@@ -15,8 +15,8 @@ from workbench.brain import Brain
 from workbench.brain.models import ScriptedModel
 from workbench.brain.models.scripted import Reply
 from workbench.hands.factory import HandsFactory, HandsSettings
-from workbench.hands.isolating.preflight import preflight
-from workbench.hands.isolating.bubblewrap import SandboxSettings
+from workbench.hands.isolating import preflight
+from workbench.hands.isolating import SandboxSettings
 
 from wbsupport import WORKBENCH, cli_env
 from .conftest import all_gone, needs_sandbox, tree

@@ -19,7 +19,7 @@ import pytest_asyncio
 from workbench.errors import ConfigError
 from workbench.hands import HandsConfig, KernelHands
 from workbench.hands.isolating import quota
-from workbench.hands.launching.sandbox import SandboxLauncher
+from workbench.hands.launching import SandboxLauncher
 
 from .conftest import needs_sandbox, no_process_left, run
 
@@ -388,7 +388,7 @@ asyncio.run(main())
 @quota_here
 @pytest.mark.asyncio
 async def test_a_sigkilled_hosts_workspaces_go_at_the_next_hosts_start(sessions, ws_root, tmp_path):
-    from workbench.hands.launching.reaper import reap_orphans
+    from workbench.hands.launching import reap_orphans
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(quota.__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
     host = subprocess.Popen([sys.executable, "-c", SANDBOX_HOST, str(tmp_path / "reg"), str(ws_root)],

@@ -222,7 +222,7 @@ async def test_names_on_disk_that_are_not_utf8_are_listed_readably_and_refused_c
 
 async def test_hands_whose_files_are_elsewhere_have_no_workspace_here():
     from workbench.hands.files import NoWorkspace
-    from workbench.hands.launching.gateway import GatewayLauncher
+    from workbench.hands.launching import GatewayLauncher
     from workbench.hands.kernel import KernelHands
 
     # a gateway's launcher (nothing is asked of the gateway: no kernel starts)

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError, WorkbenchError
-from ..base import EventSink, Observation, failure
+from ..base import EventSink
 from ..files import NoWorkspace
+from ..observing import Observation, failure
 from .bubblewrap import SandboxSettings, base_args, inside_args, setpriv_args
 from .identity import Identities
 from .seccomp import SeccompFilter
