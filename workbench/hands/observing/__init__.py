@@ -13,7 +13,7 @@ imports another part of the hands: observing is the hands' ground floor (tests/t
 
 from .collect import TIMED_OUT, Budget, Collector, death_note, setup_code, stuck_note
 from .live import OutputSink
-from .observation import Observation, failure
+from .observation import Observation, failure, result_content
 
-__all__ = ["TIMED_OUT", "Budget", "Collector", "Observation", "OutputSink", "death_note", "failure", "setup_code",
-           "stuck_note"]
+__all__ = ["TIMED_OUT", "Budget", "Collector", "Observation", "OutputSink", "death_note", "failure", "result_content",
+           "setup_code", "stuck_note"]

@@ -25,7 +25,7 @@ from . import clean, images
 from .fold import Fold, Other, Rich
 from .kernel_cap import DROPPED_MIME
 from .live import OutputSink, forward
-from .observation import Observation
+from .observation import Observation, text_by_kind
 
 MAX_NOTES = 12  # notes about dropped or repaired output per call; then one that says there were more
 MAX_MIME_CHARS = 255  # the longest MIME type name kept
@@ -250,11 +250,7 @@ class Collector:
         # not those this call cleared
         self.shown |= {i.display_id for i in f.items if isinstance(i, Rich) and i.display_id} | (self.displayed - f.cleared_ids)
         obs.outputs = f.outputs()
-        streams = [o for o in obs.outputs if o["output_type"] == "stream"]
-        obs.stdout = "".join(o["text"] for o in streams if o["name"] == "stdout")
-        obs.stderr = "".join(o["text"] for o in streams if o["name"] == "stderr")
-        results = [o["data"].get("text/plain") for o in obs.outputs if o["output_type"] == "execute_result"]
-        obs.result = "\n".join(r for r in results if isinstance(r, str)) if results else None
+        obs.stdout, obs.stderr, obs.result = text_by_kind(obs.outputs)
         notes = f.notes()
         for kind, n in f.over_count.items():
             what = "display(s)" if kind == "display_data" else "result(s)"
@@ -274,7 +270,9 @@ class Collector:
         """Rich outputs from the last, then tracebacks, until the whole observation is within max_observation_bytes."""
         f = self.fold
 
-        def total() -> int:  # the outputs, and the text of streams and results beside them
+        # the outputs, and the text of streams and results once more: the log stored that beside them before it
+        # stored the outputs once, and a call keeps what it kept then
+        def total() -> int:
             outs = f.outputs()
             return clean.size(outs) + sum(clean.size(o["text"]) for o in outs if o["output_type"] == "stream") + sum(
                 clean.size(o["data"].get("text/plain", "")) for o in outs if o["output_type"] == "execute_result")
