@@ -291,3 +291,39 @@ def test_the_face_check_catches_a_reach_inside_a_room():
         "workbench.brain.intruder:5: imports workbench.hands.launching.local, inside a room: import it from "
         "workbench.hands.launching",
     ]
+
+
+HANDS_IMPLEMENTATIONS = ("KernelHands", "RefusedHands")
+
+
+def hands_probes(mods: dict[str, tuple[Path, ast.Module]]) -> list[str]:
+    """Where a package outside the hands asks what a session's hands are instead of using the `Hands` protocol: an
+    isinstance on an implementation, or a getattr/hasattr probe of hands for a feature they may lack."""
+    problems = []
+    for name, (_, tree) in sorted(mods.items()):
+        if name == HANDS or name.startswith(HANDS + "."):
+            continue
+        for call in ast.walk(tree):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.args):
+                continue
+            probe = call.func.id in ("getattr", "hasattr") and "hands" in ast.unparse(call.args[0])
+            downcast = call.func.id == "isinstance" and len(call.args) > 1 and any(
+                impl in ast.unparse(call.args[1]) for impl in HANDS_IMPLEMENTATIONS)
+            if probe or downcast:
+                problems.append(f"{name}:{call.lineno}: {ast.unparse(call)}")
+    return problems
+
+
+def test_hands_are_used_through_their_protocol():
+    """The workspace, its owner and freezing are in the `Hands` protocol, which every implementation subclasses."""
+    assert hands_probes(modules()) == []
+
+
+def test_the_protocol_check_catches_a_probe_and_a_downcast():
+    source = ("if isinstance(hands, KernelHands):\n    pass\n"
+              "vault = getattr(host.hands, 'vault', None)\n"
+              "ok = isinstance(hands, Hands) and getattr(log, 'path', None)\n")
+    mods = {"workbench.delegate.intruder": (PKG / "delegate" / "intruder.py", ast.parse(source)),
+            "workbench.hands.factory": (PKG / "hands" / "factory.py", ast.parse(source))}  # the hands' own: theirs
+    assert hands_probes(mods) == ["workbench.delegate.intruder:1: isinstance(hands, KernelHands)",
+                                  "workbench.delegate.intruder:3: getattr(host.hands, 'vault', None)"]

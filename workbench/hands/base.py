@@ -1,8 +1,10 @@
 """The protocols of the hands, in one place (the Observation they return is observing's).
 
     Hands     what the brain calls: execute(code, timeout) -> Observation, restart,
-              interrupt, shutdown, status. One implementation runs kernels
-              (kernel.KernelHands); isolating.RefusedHands runs nothing.
+              interrupt, shutdown, status; and what the workspace module needs: the
+              session's workspace and its owner, and the kernel frozen while it is
+              copied. One implementation runs kernels (kernel.KernelHands);
+              isolating.RefusedHands runs nothing. Both subclass it, so mypy checks them.
     Launcher  how kernels of one kind start: local, sandbox, gateway (and whatever comes
               next). The hands, the pool and the factory call only its four methods.
     Kernel    one started, ready kernel: the channel the one execute loop talks through,
@@ -16,6 +18,7 @@ a dead kernel) are observations for the model, never exceptions in the brain.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -35,7 +38,7 @@ class Hands(Protocol):
                       on_output: Callable[[str, str], None] | None = None) -> Observation:
         """Run code; a dead kernel or a timeout is an Observation with `error` set.
 
-        `on_output(kind, text)`, if given, hears the output while the call runs (hands/live.py)."""
+        `on_output(kind, text)`, if given, hears the output while the call runs (observing/live.py)."""
         ...
 
     async def restart(self) -> None:
@@ -66,6 +69,12 @@ class Hands(Protocol):
 
     def workspace_owner(self) -> tuple[int, int] | None:
         """The uid:gid the workspace's files are for when not this process's (the session's sandbox uid)."""
+        ...
+
+    def frozen(self) -> AbstractAsyncContextManager[list[str]]:
+        """Every process of the session's kernel stopped for the block, so that its workspace holds still while it
+        is copied (no call runs meanwhile), then let go on with its state intact; yields notes on what was not
+        stopped. Without a kernel there is nothing to stop."""
         ...
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .base import Death, Dropped, EventSink, Kernel, Launcher, Place
+from .base import Death, Dropped, EventSink, Hands, Kernel, Launcher, Place
 from .launching.pip import packages_code
 from .observing import TIMED_OUT, Budget, Collector, Observation, OutputSink, death_note, failure, setup_code, stuck_note
 from .replay import replay
@@ -90,7 +90,7 @@ class Call:
     on_output: OutputSink | None = None  # hears the call's output as it arrives (observing/live.py)
 
 
-class KernelHands:
+class KernelHands(Hands):
     """Hands on Jupyter kernels of one launcher: lazy, watched, replaceable."""
 
     start_failed = "the kernel could not start"  # the start of a failed call's message for the model
