@@ -7,7 +7,7 @@ watcher each piece as it comes, live.py) and folds them as JupyterLab's output a
 (render.py: text and image blocks within `output_limit` characters and `max_images` images), so
 the record is enough to read it again, the same, at any later time.
 
-Floors, from the ground: clean; fold; images; render; observation; live; collect. Nothing here
+Floors, from the ground: clean and images; fold and live; render; observation; collect. Nothing here
 imports another part of the hands: observing is the hands' ground floor (tests/test_structure.py).
 """
 
