@@ -63,6 +63,7 @@ SLOW_MODULES = ("test_brain.py", "test_cli.py", "test_cli_manage.py", "test_benc
 # The sandbox, quota, identity and escape tests: CI runs them a second time as an unprivileged user
 # (scripts/unprivileged.sh -m isolation), since a researcher's server is not root and CI's is.
 ISOLATION_DIRS = ("sandbox",)
+ISOLATION_MODULES = ("test_swap.py", "test_workspace_copy.py", "test_descriptors.py", "test_workspaces.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -70,7 +71,7 @@ def pytest_collection_modifyitems(config, items):
         rel = Path(str(item.fspath)).relative_to(REPO / "tests")
         if rel.parts[0] in SLOW_DIRS or rel.name in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
-        if rel.parts[0] in ISOLATION_DIRS:
+        if rel.parts[0] in ISOLATION_DIRS or rel.name in ISOLATION_MODULES:
             item.add_marker(pytest.mark.isolation)
 
 

@@ -17,7 +17,7 @@ from workbench.hands.factory import HandsSettings
 from workbench.hands.preflight import preflight
 from workbench.host import Host
 
-pytestmark = [pytest.mark.slow, pytest.mark.asyncio, pytest.mark.isolation,
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio,
               pytest.mark.skipif(not preflight().ok, reason="no working bubblewrap here")]
 
 FILL = Task(
