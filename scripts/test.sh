@@ -22,4 +22,7 @@ PY=${PYTHON:-python3}
   echo "scripts/test.sh: ruff check workbench failed (above); many are fixed by .venv/bin/ruff check --fix workbench" >&2; exit 1; }
 .venv/bin/python -m mypy workbench || {
   echo "scripts/test.sh: mypy workbench failed: the type errors are listed above" >&2; exit 1; }
-exec .venv/bin/python -m pytest "$@"
+# several worker processes, each test file whole in one of them (its module fixtures, servers and browser shared
+# as written): most tests wait on kernels, servers and subprocesses, so more workers than cores finish sooner
+# (WORKBENCH_TEST_WORKERS=N for another number, 0 for one process)
+exec .venv/bin/python -m pytest -n "${WORKBENCH_TEST_WORKERS:-3}" --dist loadfile "$@"
