@@ -28,6 +28,7 @@ fi
 .venv/bin/python -m mypy workbench || {
   echo "scripts/test.sh: mypy workbench failed: the type errors are listed above" >&2; exit 1; }
 # several worker processes, each test file whole in one of them (its module fixtures, servers and browser shared
-# as written): most tests wait on kernels, servers and subprocesses, so more workers than cores finish sooner
-# (WORKBENCH_TEST_WORKERS=N for another number, 0 for one process)
-exec .venv/bin/python -m pytest -n "${WORKBENCH_TEST_WORKERS:-3}" --dist loadfile "$@"
+# as written), in the order the suite's conftest gives (the longest first; xdist would start the files with the
+# most tests first): most tests wait on kernels, servers and subprocesses, so more workers than cores finish
+# sooner (WORKBENCH_TEST_WORKERS=N for another number, 0 for one process)
+exec .venv/bin/python -m pytest -n "${WORKBENCH_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder "$@"
