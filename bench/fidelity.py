@@ -244,7 +244,7 @@ async def hands_run(sources: list[str], resources: Path | None, backend: str) ->
 
 def intended(obs: dict[str, Any], reference: str, model: str) -> str:
     """Why a difference is one docs/fidelity.md lists as intended, or ""."""
-    if any("truncated" in n or "dropped" in n for n in obs.get("truncated") or []):
+    if any("truncated" in n or "dropped" in n for n in obs.get("truncated") or []) or "characters cut here: " in model:
         return "output cap"
     return ""
 

@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 need=""
-for pkg in bubblewrap socat chromium libcairo2; do dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"; done
+for pkg in bubblewrap socat fuse2fs fuse3 chromium libcairo2; do dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"; done
 # Node.js (20.19 or newer) builds the JupyterLab extension during pip install; keep a newer one if present
 command -v node >/dev/null 2>&1 || need="$need nodejs npm"
 if [ -n "$need" ]; then
@@ -31,4 +31,10 @@ fi
 # as written), in the order the suite's conftest gives (the longest first; xdist would start the files with the
 # most tests first): most tests wait on kernels, servers and subprocesses, so more workers than cores finish
 # sooner (WORKBENCH_TEST_WORKERS=N for another number, 0 for one process)
-exec .venv/bin/python -m pytest -n "${WORKBENCH_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder "$@"
+workers=(-n "${WORKBENCH_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder)
+.venv/bin/python -m pytest "${workers[@]}" "$@"
+# CI runs as root; a researcher's server does not. The whole suite's sandbox, quota, identity and escape tests
+# run again as an ordinary user (scripts/unprivileged.sh), where the sandbox has no uid of its own to give
+if [ "$(id -u)" = 0 ] && [ $# -eq 0 ]; then
+  bash scripts/unprivileged.sh -m isolation "${workers[@]}"
+fi

@@ -60,6 +60,9 @@ def fake_api():
 
 SLOW_DIRS = ("hands", "sandbox", "server", "ui", "memory", "fidelity")
 SLOW_MODULES = ("test_brain.py", "test_cli.py", "test_cli_manage.py", "test_bench_quick.py", "test_leakcheck.py")
+# The sandbox, quota, identity and escape tests: CI runs them a second time as an unprivileged user
+# (scripts/unprivileged.sh -m isolation), since a researcher's server is not root and CI's is.
+ISOLATION_DIRS = ("sandbox",)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -67,6 +70,8 @@ def pytest_collection_modifyitems(config, items):
         rel = Path(str(item.fspath)).relative_to(REPO / "tests")
         if rel.parts[0] in SLOW_DIRS or rel.name in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+        if rel.parts[0] in ISOLATION_DIRS:
+            item.add_marker(pytest.mark.isolation)
     # The files of the longest tests (those given a timeout above the default: minutes each) run first, so that in
     # several worker processes (scripts/test.sh: a file whole in one worker, in this order) none of them starts
     # last and runs on alone while the other workers idle

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import io
+import random
+import re
 
 import pytest
 from PIL import Image
@@ -158,6 +160,45 @@ def test_blocks_put_images_in_place_and_rich_text_as_text():
     assert got[2]["text"] == ("1\n2\n**bold**\nhi\n\na  bb\n1  2\nIntSlider(value=3)\n"
                               "[the kernel proposes this as the next input]\nx = 1\nE: v\n[note after]")
     assert blocks([], [], []) == [{"type": "text", "text": "(no output)"}]
+
+
+def test_what_the_model_reads_of_a_call_is_one_text_budget_and_an_image_count():
+    png = png_b64()
+    outputs = [{"output_type": "stream", "name": "stdout", "text": "first line\n" + "o" * 30_000},
+               *({"output_type": "display_data", "data": {"text/plain": f"plain {i}", "text/html": f"<b>t{i}</b>" + "h" * 3000}}
+                 for i in range(500)),
+               *({"output_type": "display_data", "data": {"image/png": png}} for _ in range(50)),
+               {"output_type": "execute_result", "data": {"text/plain": "r" * 20_000 + " the end"}}]
+    notes = ["[stdout truncated: ...]", "[480 more display(s) were dropped ...]"]
+    got = blocks(outputs, ["[replayed 2 calls]"], notes, 20_000, 20)
+    texts = [b["text"] for b in got if b["type"] == "text"]
+    assert sum(map(len, texts)) <= 20_000
+    assert [b["type"] for b in got].count("image") == 20
+    shown = "\n".join(texts)
+    assert shown.startswith("[replayed 2 calls]\nfirst line\nooo") and "r the end\n[stdout truncated: ...]" in shown
+    assert "[30 more image(s) not shown: the model is shown at most 20 images of a call (max_images)" in shown
+    (cut,) = re.findall(r"\[\.\.\. ([0-9,]+) characters cut here: the model reads at most output_limit", shown)
+    everything = "\n".join(b["text"] for b in blocks(outputs, ["[replayed 2 calls]"], notes) if b["type"] == "text")
+    assert abs(int(cut.replace(",", "")) - (len(everything) - len(shown))) < 500  # what was not shown, give or take the notes
+    # a stream cut already: the count says what both cuts left out
+    stream = [{"output_type": "stream", "name": "stdout", "text": "y" * 10_000 + "\n[... 80,001 characters of stdout cut here ...]\n" + "y" * 10_000}]
+    text = blocks(stream, [], ["[stdout truncated: showed its first 10,000 and last 10,000 characters]"], 20_000)[0]["text"]
+    (n,) = re.findall(r"\[\.\.\. ([0-9,]+) characters cut here", text)
+    assert len(text) <= 20_000 and int(n.replace(",", "")) > 80_001
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_any_outputs_and_notes_fit_any_text_budget(seed):
+    rng = random.Random(seed)
+    for _ in range(300):
+        outputs = [{"output_type": "stream", "name": "stdout", "text": "".join(rng.choice("ab \n") for _ in range(rng.randint(0, 400)))}
+                   if rng.random() < 0.8 else {"output_type": "display_data", "data": {"image/png": png_b64()}}
+                   for _ in range(rng.randint(0, 9))]
+        before, after = ["[b]" * rng.randint(0, 50)] * rng.randint(0, 3), ["[a]" * rng.randint(0, 50)] * rng.randint(0, 3)
+        limit, most = rng.randint(1, 2500), rng.randint(0, 4)
+        got = blocks(outputs, before, after, limit, most)
+        assert sum(len(b["text"]) for b in got if b["type"] == "text") <= max(limit, len("(no output)")), (limit, got)
+        assert [b["type"] for b in got].count("image") <= most
 
 
 def test_html_text_survives_broken_and_hostile_markup():

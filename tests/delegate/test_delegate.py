@@ -140,6 +140,7 @@ async def test_interrupting_the_parent_interrupts_its_children(host):
         assert by == f"parent {sid} interrupted"
         answered_once(host.log, k)
     answered_once(host.log, sid)
+    assert host.plugin("delegate").running == set()  # the interrupted call gave its reservation back
 
 
 @pytest.mark.asyncio
@@ -148,17 +149,20 @@ async def test_files_are_copied_from_the_parent_workspace_and_links_out_of_it_ar
     secret.write_text("do not pass me")
     make = ("import os\nos.makedirs('data', exist_ok=True)\nopen('data/nums.csv', 'w').write('1,2,3\\n')\n"
             f"os.symlink({str(secret)!r}, 'link.txt')\nos.symlink('/etc', 'etcdir')\nprint('made')")
-    good = {"tasks": [{**worker("print(open('data/nums.csv').read().strip())"), "files": ["data/nums.csv"]}]}
+    # the child owns what it was given: it may change it
+    good = {"tasks": [{**worker("open('data/nums.csv', 'a').write('4\\n')\nprint(open('data/nums.csv').read().strip())"),
+                       "files": ["data/nums.csv"]}]}
     linked = {"tasks": [{**worker("print(1)"), "files": ["link.txt"]}]}
     through = {"tasks": [{**worker("print(1)"), "files": ["etcdir/hostname"]}]}
     missing = {"tasks": [{**worker("print(1)"), "files": ["nope.txt"]}]}
     _, results = await parent(host, ask(good, linked, through, missing, code=make))
-    assert results[0]["children"][0]["answer"] == "Final answer: 1,2,3"
+    assert results[0]["children"][0]["answer"] == "Final answer: 1,2,3\n4"
     assert all(r["is_error"] for r in results[1:])
     assert "cannot read 'link.txt'" in results[1]["content"][0]["text"]
     assert "cannot read 'etcdir/hostname'" in results[2]["content"][0]["text"]
     assert "cannot read 'nope.txt'" in results[3]["content"][0]["text"]
     assert "do not pass me" not in json.dumps([r["content"] for r in results])
+    assert host.plugin("delegate").running == set()  # refused calls gave their reservations back
 
 
 @pytest.mark.asyncio
@@ -179,7 +183,7 @@ async def test_files_over_the_limit_are_refused(tmp_path, hands):
 async def test_a_check_runs_in_fresh_hands_on_a_copy_of_the_workspace_and_the_child_cannot_fool_it(host, tmp_path):
     secret = tmp_path / "outside.txt"
     secret.write_text("42")
-    check = "assert open('answer.txt').read().strip() == '42', 'answer.txt does not say 42'\nprint('answer ok')"
+    check = "assert open('answer.txt').read().strip() == '42', 'answer.txt does not say 42'\nexplanation = 'answer ok'"
     honest = {**worker("open('answer.txt', 'w').write('42')"), "check": check}
     wrong = {**worker("open('answer.txt', 'w').write('41')"), "check": check}
     # writes the wrong answer, then makes its own kernel lie about files: a check run in its kernel would pass
@@ -187,7 +191,7 @@ async def test_a_check_runs_in_fresh_hands_on_a_copy_of_the_workspace_and_the_ch
                       "builtins.open = open = lambda *a, **k: io.StringIO('42')\nprint(open('answer.txt').read())"), "check": check}
     # a link to a file outside its workspace is not followed into the copy
     linker = {**worker(f"import os; os.symlink({str(secret)!r}, 'answer.txt')"), "check": check}
-    nothing = {**worker("print('no files')"), "check": "import os\nprint(sorted(os.listdir('.')))"}
+    nothing = {**worker("print('no files')"), "check": "import os\nexplanation = str(sorted(os.listdir('.')))"}
     _, (result,) = await parent(host, ask({"tasks": [honest, wrong, cheat, linker, nothing]}))
     verdicts = [c["check"] for c in result["children"]]
     assert [v["passed"] for v in verdicts] == [True, False, False, False, True]
@@ -196,10 +200,58 @@ async def test_a_check_runs_in_fresh_hands_on_a_copy_of_the_workspace_and_the_ch
     assert result["children"][2]["answer"] == "Final answer: 42"  # the cheat fooled its own kernel, not the check
     assert "answer.txt does not say 42" in verdicts[2]["explanation"]
     assert "FileNotFoundError" in verdicts[3]["explanation"]
-    assert "'answer.txt'" not in verdicts[4]["explanation"]
+    assert verdicts[3]["copy_notes"] == ["answer.txt: left out (a symbolic link)"]
+    assert verdicts[4]["explanation"] == "[]" and verdicts[4]["copy_notes"] == []  # the copy holds its workspace only
     assert "check: passed: answer ok" in result["content"][0]["text"] and "check: FAILED" in result["content"][1]["text"]
     for c, v in zip(result["children"], verdicts, strict=True):
         events = host.log.events(c["session_id"])
         (recorded,) = [e.payload for e in events if e.type == "delegate_checked"]
         assert recorded == v
         assert events[-1].type == "hands_stopped"  # its kernel was stopped once it was done with
+
+
+@pytest.mark.asyncio
+async def test_a_child_cannot_pass_its_check_with_a_module_of_its_own(host):
+    """The check of docs/delegate.md imports pandas: a `pandas.py` the child wrote beside a wrong answer must not be
+    what it imports (the check runs as an eval verifier does: clean sys.path and working directory, a nonce)."""
+    data = "import os\nos.makedirs('data', exist_ok=True)\nopen('data/x.csv', 'w').write('v\\n1\\n2\\n4\\n')\nprint('made')"
+    check = ("import pandas as pd\n"
+             "assert abs(float(open('answer.txt').read()) - pd.read_csv('data/x.csv').v.mean()) < 1e-9, 'wrong mean'")
+    fake = ("class _Column:\n    def mean(self):\n        return float(open('answer.txt').read())\n"
+            "class _Frame:\n    v = _Column()\n"
+            "def read_csv(*a, **k):\n    return _Frame()\n")
+    cheat = {**worker(f"open('answer.txt', 'w').write('3.5')\nopen('pandas.py', 'w').write({fake!r})\n"
+                      "print(open('answer.txt').read())"), "files": ["data/x.csv"], "check": check}
+    right = {**worker("import csv\nv = [float(r['v']) for r in csv.DictReader(open('data/x.csv'))]\n"
+                      "open('answer.txt', 'w').write(repr(sum(v) / len(v)))\nprint(open('answer.txt').read())"),
+             "files": ["data/x.csv"], "check": check}
+    _, (result,) = await parent(host, ask({"tasks": [cheat, right]}, code=data))
+    fooled, honest = (c["check"] for c in result["children"])
+    assert not fooled["passed"] and fooled["explanation"] == "wrong mean", fooled
+    assert honest["passed"] and honest["score"] == 1.0, honest
+
+
+@pytest.mark.asyncio
+async def test_concurrent_delegate_calls_never_start_more_children_than_max_running(tmp_path):
+    """Three delegate calls with files in one response, at most 2 children running: exactly 2 ever run, the third
+    call is refused. Each call reads its (big) file after passing the cap's check: a call that counted its children
+    only once it had read their files let all three through (issue 22)."""
+    from workbench.hands.factory import HandsFactory, HandsSettings
+
+    plugin = DelegatePlugin(settings=DelegateSettings(max_running=2))
+    factory = HandsFactory(HandsSettings(backend="local", pool_size=0, registry_dir=str(tmp_path / "kernels")))
+    h = Host.build(tmp_path / "log.duckdb", hands=factory, plugins=[plugin])
+    await h.start()
+    try:
+        make = "import os\nfor i in range(3):\n    open(f'big{i}.bin', 'wb').write(os.urandom(12 << 20))\nprint('made')"
+        calls = [{"tasks": [{**worker(f"import os; print(os.path.getsize('big{i}.bin'))"), "files": [f"big{i}.bin"]}]}
+                 for i in range(3)]
+        sid, results = await parent(h, ask(*calls, code=make))
+        children = [s["id"] for s in h.log.sessions() if s["parent_id"] == sid]
+        refused = [r for r in results if r["is_error"]]
+        assert len(children) == 2, f"{len(children)} children started with max_running 2"
+        assert len(refused) == 1 and "at most 2 may" in refused[0]["content"][0]["text"]
+        assert sorted(c["answer"] for r in results if not r["is_error"] for c in r["children"]) == [f"Final answer: {12 << 20}"] * 2
+        assert plugin.running == set()  # every reservation was given back
+    finally:
+        await h.close()

@@ -195,10 +195,11 @@ async def test_a_child_whose_model_fails_is_an_observation_for_the_parent():
     ({"tasks": [{"prompt": "x", "timeout": "soon"}]}, "positive number"),
     ({"tasks": [{"prompt": "x", "tools": ["rm -rf"]}]}, "unknown tools"),
     ({"tasks": [{"prompt": "x", "tools": "python"}]}, "list of tool names"),
-    ({"tasks": [{"prompt": "x", "files": ["/etc/passwd"]}]}, "not inside your workspace"),
-    ({"tasks": [{"prompt": "x", "files": ["a/../../b"]}]}, "not inside your workspace"),
-    ({"tasks": [{"prompt": "x", "files": ["a\0b"]}]}, "relative path"),
-    ({"tasks": [{"prompt": "x", "files": [{"deep": [[[]]]}]}]}, "relative path"),
+    ({"tasks": [{"prompt": "x", "files": ["/etc/passwd"]}]}, "not inside the workspace"),
+    ({"tasks": [{"prompt": "x", "files": ["a/../../b"]}]}, "not inside the workspace"),
+    ({"tasks": [{"prompt": "x", "files": ["a\0b"]}]}, "contains a NUL character"),
+    ({"tasks": [{"prompt": "x", "files": ["bell\x07.csv"]}]}, "contains control characters"),
+    ({"tasks": [{"prompt": "x", "files": [{"deep": [[[]]]}]}]}, "give a path relative to"),
     ({"tasks": [{"prompt": "x", "model": 7}]}, "model must be"),
     ({"tasks": [{"prompt": "x", "surprise": 1}]}, "unknown fields"),
     ({"tasks": [{"prompt": "x"}], "extra": 1}, "unknown fields"),
@@ -229,6 +230,24 @@ async def test_bad_calls_are_tool_errors_and_the_turn_goes_on():
         assert "non-empty list" in said[3] and "non-empty list" in said[4]
         assert [s["id"] for s in h.log.sessions()] == [sid]  # nothing was started
         answered_once(h.log, sid)
+    finally:
+        await h.close()
+
+
+@pytest.mark.asyncio
+async def test_concurrent_calls_at_the_running_cap_start_no_more_children_than_it_allows():
+    h = host(max_running=2)
+    await h.start()
+    try:
+        sid = h.brain.create_session(model="scripted:delegate", tools=["delegate"])["id"]
+        assert await h.brain.run_turn(sid, ask(*({"tasks": [worker(f"say {i}")]} for i in range(3)))) == "end_turn"
+        results = [e.payload for e in h.log.events(sid, types=["tool_result"])]
+        assert [r["is_error"] for r in results].count(True) == 1
+        assert len([s for s in h.log.sessions() if s["parent_id"] == sid]) == 2
+        assert h.plugin("delegate").running == set()
+        # the reservations were given back: the next call may use the whole cap again
+        assert await h.brain.run_turn(sid, ask({"tasks": [worker("a"), worker("b")]})) == "end_turn"
+        assert not h.log.events(sid, types=["tool_result"])[-1].payload["is_error"]
     finally:
         await h.close()
 

@@ -100,6 +100,34 @@ async def test_connections_over_the_cap_are_refused_at_once(start_proxy):
 
 
 @pytest.mark.asyncio
+async def test_connections_opened_all_at_once_admit_exactly_the_cap(start_proxy):
+    run = await start_proxy(egress_max_connections=4, egress_head_timeout=120)
+    conns = await asyncio.gather(*(run.connect() for _ in range(4 + 12)))
+    reads = [asyncio.ensure_future(r.read()) for r, _ in conns]
+    try:
+        for _ in range(6000):  # the refused are answered at once; the admitted wait for a head
+            if sum(t.done() for t in reads) >= 12:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # time for a 13th answer, if one were coming
+        refused = [t for t in reads if t.done()]
+        # a refusal is a 503, or, once `cap` refused clients linger, a close that may lose the answer
+        assert len(refused) == 12 and all(isinstance(t.exception(), OSError) or t.result().startswith(b"HTTP/1.1 503 ")
+                                          for t in refused)
+        assert run.proxy.open == 4
+    finally:
+        for t in reads:
+            t.cancel()
+        for _, w in conns:
+            w.close()
+    for _ in range(500):
+        if run.proxy.open == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert run.proxy.open == 0  # every admitted connection gave its slot back
+
+
+@pytest.mark.asyncio
 async def test_a_connection_that_sends_nothing_is_answered_and_closed(start_proxy):
     run = await start_proxy(egress_head_timeout=0.5)
     r, w = await run.connect()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.errors import TurnBusy
 from workbench.evals import Task, TaskLimits, Verifier, load_tasks, results
 from workbench.evals.results import COLUMNS
 from workbench.hands.factory import HandsSettings
@@ -164,3 +165,29 @@ async def test_an_interrupted_run_goes_on_without_running_an_attempt_twice(tmp_p
             assert sum(e.type == "tool_started" for e in evs) <= sum(e.type == "user_message" for e in evs)
         for sid in interrupted:
             assert any(e.type == "eval_verdict" for e in host.log.events(sid))
+
+
+async def test_a_run_has_at_most_parallel_attempts_at_work_and_starts_once(tmp_path):
+    tasks = [Task(f"say-{i}", f"Say done {i}.", Verifier.graded('says "done"', model="scripted:grader"),
+                  scripted=({"answer": f"done {i}"},)) for i in range(6)]
+    async with open_host(tmp_path) as host:
+        plugin = host.plugin("evals")
+        run = plugin.make_run(tasks, ["scripted:eval"], parallel=2)
+        peak = 0
+
+        async def watch() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, len(run.active))
+                await asyncio.sleep(0)
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            plugin.start(run)
+            with pytest.raises(TurnBusy, match="already running"):  # the same run, started again meanwhile
+                plugin.start(plugin.make_run(tasks, ["scripted:eval"], parallel=2, run_id=run.run_id))
+            df = await plugin.running[run.run_id][1]
+        finally:
+            watcher.cancel()
+        assert df["passed"].all() and len(df) == 6
+        assert peak == 2  # the attempts overlapped, two at a time and never more

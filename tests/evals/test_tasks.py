@@ -58,6 +58,7 @@ def test_a_task_round_trips_through_json_and_its_digest_follows_what_is_graded(t
     (line(files={"../escape.txt": "x"}), "relative path inside the workspace"),
     (line(files={"/abs.txt": "x"}), "relative path inside the workspace"),
     (line(files={"nul\u0000.txt": "x"}), "non-empty relative path"),
+    (line(files={"bell\u0007.txt": "x"}), "contains control characters"),
     (line(files={"a.txt": 5}), "must be text"),
     (line(files={"a.txt": {"base64": "!!!"}}), "not valid base64"),
     (line(files={"a.txt": {"path": "data.csv"}}), "not read from a file"),

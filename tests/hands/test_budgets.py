@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import struct
 import zlib
 
@@ -244,6 +245,40 @@ async def test_through_the_brain_hostile_output_is_a_tool_result_the_log_stores(
     assert 1 <= len([o for o in observation["outputs"] if o["output_type"] == "display_data"]) <= 20
     assert len(json.dumps(first, ensure_ascii=False).encode()) < 2 * 4 * MB + 100_000  # the observation, about twice
     assert len(observation["truncated"]) <= 20
+
+
+@pytest.mark.asyncio
+async def test_whatever_a_call_shows_the_model_reads_within_one_text_budget_and_an_image_count(log, settings):
+    """Print, 500 displays of plain text and HTML, 50 images and a long result in one call: the tool result's text is
+    within output_limit in all and its images within max_images, with notes on what was left out; the stored outputs
+    stay within max_observation_bytes (issue 22: one result of 0.7 MB reached a model with output_limit 20,000)."""
+    settings.pool_size = 0
+    factory = HandsFactory(settings)
+    img = base64.b64encode(png(64, 64, noise=True)).decode()
+    code = ("import sys\nfrom IPython.display import display\nprint('start ' + 'o' * 5_000)\nsys.stdout.flush()\n"
+            "for i in range(500):\n"
+            "    display({'text/plain': f'plain {i} ' + 'p' * 300, 'text/html': f'<b>html {i}</b>' + 'h' * 3000}, raw=True)\n"
+            f"for i in range(50):\n    display({{'image/png': {img!r}}}, raw=True)\n"
+            "'r' * 5_000 + ' the end'")
+    model = ScriptedModel([Reply(code=[code]), Reply(text="done")])
+    brain = Brain(log, model_factory=lambda name: model, hands_factory=factory)
+    sid = brain.create_session(model="scripted", config={"hands": {"max_displays": 1000}})["id"]
+    try:
+        assert await brain.run_turn(sid, "go") == "end_turn"
+    finally:
+        await brain.close()
+        await factory.close()
+    (result,) = [e.payload for e in log.events(sid) if e.type == "tool_result"]
+    outputs = result["observation"]["outputs"]
+    assert sum(o["output_type"] == "display_data" for o in outputs) == 550  # the record keeps them all
+    assert len(json.dumps(outputs, ensure_ascii=False).encode()) <= 4 * MB  # within max_observation_bytes
+    texts = [b["text"] for b in result["content"] if b["type"] == "text"]
+    assert sum(map(len, texts)) <= 20_000, sum(map(len, texts))
+    assert sum(b["type"] == "image" for b in result["content"]) == 20  # max_images: the first 20
+    shown = "\n".join(texts)
+    assert shown.startswith("start ooo") and "the end'" in shown  # the first output, and the last
+    assert re.search(r"\[\.\.\. [0-9,]+ characters cut here: the model reads at most output_limit", shown)
+    assert "[30 more image(s) not shown: the model is shown at most 20 images of a call (max_images)" in shown
 
 
 GATEWAY_CASES = ["content a list", "parent a list", "bundle a list", "bundle of numbers", "image not base64",

@@ -335,3 +335,29 @@ async def test_every_launcher_fills_the_pool_and_says_which_sessions_a_pooled_ke
         assert pooled == [True, backend == "local"]
         if backend != "local":
             assert factory.pool.status()["ready"] == 1  # the pool's kernel was left for a session it fits
+
+
+@pytest.mark.asyncio
+async def test_sessions_taking_from_the_pool_at_once_never_make_it_hold_more_than_its_size(tmp_path):
+    settings = HandsSettings(backend="local", pool_size=2, registry_dir=str(tmp_path / "registry"))
+    peak = 0
+    async with HandsFactory(settings) as factory:
+        pool = factory.pool
+
+        async def watch() -> None:
+            nonlocal peak
+            while True:
+                status = pool.status()
+                peak = max(peak, status["ready"] + status["starting"])
+                await asyncio.sleep(0)
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            hands = [factory(f"s{i}", {}, None) for i in range(5)]
+            results = await asyncio.gather(*(h.execute(f"{i} * 2") for i, h in enumerate(hands)))
+            assert [r.result for r in results] == [str(i * 2) for i in range(5)]
+            while pool.status()["ready"] < 2:  # refilled to its size, no further
+                await asyncio.sleep(0.05)
+        finally:
+            watcher.cancel()
+        assert peak <= 2 and pool.status()["ready"] + pool.status()["starting"] == 2, (peak, pool.status())

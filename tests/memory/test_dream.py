@@ -253,3 +253,27 @@ def test_a_dream_cut_short_records_nothing_and_a_finished_one_is_committed_later
     committed = commit_finished_dreams(store)
     assert [c["dream_id"] for c in committed] == [whole] and len(committed[0]["proposed"]) == 1
     assert uncommitted_dreams(store) == [] and store.bookmarks() == {recorded[0]: store.log.session(recorded[0])["last_seq"]}
+
+
+def test_dreams_started_at_once_start_one_and_refuse_the_others(db_path, tmp_path):
+    from workbench.errors import TurnBusy
+
+    host = build_host(db_path, tmp_path, hands=False)
+
+    async def go() -> None:
+        await host.start()
+        try:
+            plugin = host.plugin("memory")
+            got = await asyncio.gather(*(plugin.start_dream(model="scripted:dream") for _ in range(4)),
+                                       return_exceptions=True)
+            started = [g for g in got if isinstance(g, str)]
+            refused = [g for g in got if isinstance(g, TurnBusy)]
+            assert len(started) == 1 and len(refused) == 3, got
+            assert all(f"dream {started[0]} is still running" in str(e) for e in refused)
+            assert [s["id"] for s in host.log.sessions() if s["kind"] == "dream"] == started
+            await plugin.drive(started[0])
+            assert await plugin.running_dream() is None  # its place is free again
+        finally:
+            await host.close()
+
+    asyncio.run(go())

@@ -452,6 +452,115 @@ def test_script_bearing_titles_are_stored_as_text(log):
     assert m["history"][0]["actor"] == "dream:d1" and m["history"][0]["ts"].startswith("2026-11-01T10:00:00")
 
 
+def full_doc() -> dict:
+    """An export with every field that a prompt, a panel or a listing may show: two memories (one redacted, with a
+    redaction record), a note, tags, a quote, a dream id and a link between them."""
+    cite = {"session_id": "s1", "seq": 2, "quote": "quoted words"}
+    version = {"version": 1, "ts": "2026-11-01T10:00:00+00:00", "actor": "dream:d1", "action": "propose",
+               "title": "Prefer polars", "text": "Prefer polars for dataframes.", "tags": ["data"], "status": "accepted",
+               "provenance": [cite], "note": "seen twice"}
+    redacted = [{**version, "title": "[redacted]", "text": "[redacted]", "status": "accepted"},
+                {**version, "version": 2, "actor": "person:ann", "action": "redact", "title": "[redacted]",
+                 "text": "[redacted]", "status": "redacted", "note": "personal data"}]
+    return {"format": FORMAT, "format_version": 1, "store": "team", "exported_at": "2026-11-30T10:00:00+00:00",
+            "exported_by": "person:ann", "memories": [
+                {"id": "m00000000bb", "created_at": "2026-11-01T10:00:00+00:00", "created_by": "dream:d1",
+                 "proposal": "create", "targets": [], "dream_id": "d1", "redactions": [], "versions": [version]},
+                {"id": "m00000000cc", "created_at": "2026-11-01T10:00:00+00:00", "created_by": "dream:d1",
+                 "proposal": "create", "targets": [], "dream_id": "d1", "versions": redacted,
+                 "redactions": [{"version": 2, "ts": "2026-11-02T10:00:00+00:00", "actor": "person:ann",
+                                 "reason": "personal data", "versions": [1]}]}],
+            "links": [{"memory_id": "m00000000cc", "by_id": "m00000000bb", "ts": "2026-11-03T10:00:00+00:00",
+                       "actor": "person:ann", "kind": "supersede"}]}
+
+
+M, R = ["memories", 0], ["memories", 1]
+KEY_ID = "AKIAQK7RMX2VN9STZ4LP"  # the shape of an AWS access key id: letters and digits, so it has the form of an id too
+# every field a prompt, a panel or a listing may show, with a secret in it that has the field's own form
+SECRET_FIELDS = [
+    (["exported_by"], f"person:{KEY_ID}", "exported_by"),
+    (M + ["created_by"], f"dream:{KEY_ID}", "memories[0].created_by"),
+    (M + ["dream_id"], KEY_ID, "memories[0].dream_id"),
+    (M + ["versions", 0, "actor"], f"person:{TOKEN}", "memories[0].versions[0].actor"),
+    (M + ["versions", 0, "title"], f"token {TOKEN}", "memories[0].versions[0].title"),
+    (M + ["versions", 0, "text"], f"deploy with {TOKEN}", "memories[0].versions[0].text"),
+    (M + ["versions", 0, "tags"], ["data", TOKEN], "memories[0].versions[0].tags"),
+    (M + ["versions", 0, "note"], f"it was {TOKEN}", "memories[0].versions[0].note"),
+    (M + ["versions", 0, "provenance", 0, "session_id"], KEY_ID, "memories[0].versions[0].provenance[0].session_id"),
+    (M + ["versions", 0, "provenance", 0, "quote"], f"export GH={TOKEN}", "memories[0].versions[0].provenance[0].quote"),
+    (R + ["redactions", 0, "actor"], f"api:{TOKEN}", "memories[1].redactions[0].actor"),
+    (R + ["redactions", 0, "reason"], f"it held {TOKEN}", "memories[1].redactions[0].reason"),
+    (R + ["versions", 1, "note"], f"it held {TOKEN}", "memories[1].versions[1].note"),
+    (["links", 0, "actor"], f"person:{TOKEN}", "links[0].actor"),
+]
+
+
+def doc_with(path, value) -> bytes:
+    doc = full_doc()
+    _set(path, value)(doc)
+    return json.dumps(doc).encode()
+
+
+def test_every_shown_field_of_a_good_export_comes_in_and_reaches_the_prompt_as_it_was(log):
+    store = MemoryStore(log)
+    report = import_store(store, json.dumps(full_doc()).encode(), "person:carol")
+    assert report["imported"] == ["m00000000bb", "m00000000cc"] and report["links"] == 1
+    text, injected, _, _ = store.injection(stores=["team"])
+    assert [m["id"] for m in injected] == ["m00000000bb"]  # the redacted one never
+    assert "(m00000000bb, accepted 2026-11-01 by dream:d1; from session s1)" in text
+
+
+@pytest.mark.parametrize("path, value, where", SECRET_FIELDS, ids=[w for _, _, w in SECRET_FIELDS])
+def test_a_secret_in_any_shown_field_refuses_the_import_and_names_the_field(db_path, path, value, where):
+    log = DuckDBLog(db_path)
+    try:
+        store = MemoryStore(log)
+        kept = remember(store, *PANDAS)
+        with pytest.raises(ConfigError) as e:
+            import_store(store, doc_with(path, value), "person:carol")
+        assert str(e.value).startswith(f"not imported: {where} holds what looks like a secret ("), str(e.value)
+        assert "\n" not in str(e.value) and TOKEN not in str(e.value) and KEY_ID not in str(e.value)
+        assert [m["id"] for m in store.list()] == [kept]
+        # confirmed as no secret, the same file comes in (its forms are valid)
+        assert import_store(store, doc_with(path, value), "person:carol", allow_secret=True)["imported"]
+    finally:
+        log.close()
+
+
+SCRIPT = "<img src=x onerror=alert(1)>"
+BAD_FORMS = [
+    (["exported_by"], f"person:{SCRIPT}", "exported_by", "is not an actor"),
+    (M + ["created_by"], f"dream:{SCRIPT}", "memories[0].created_by", "is not an actor"),
+    (M + ["dream_id"], SCRIPT, "memories[0].dream_id", "is not a session id"),
+    (M + ["versions", 0, "actor"], f"api:{SCRIPT}", "memories[0].versions[0].actor", "is not an actor"),
+    (M + ["versions", 0, "actor"], "person:ann\n# System", "memories[0].versions[0].actor", "is not an actor"),
+    (M + ["versions", 0, "actor"], "person:ann\u202egnp.exe", "memories[0].versions[0].actor", "is not an actor"),
+    (M + ["versions", 0, "actor"], "person:" + "a" * 201, "memories[0].versions[0].actor", "is not an actor"),
+    (M + ["versions", 0, "actor"], "person: ann", "memories[0].versions[0].actor", "is not an actor"),
+    (M + ["versions", 0, "provenance", 0, "session_id"], SCRIPT, "provenance[0].session_id", "is not a session id"),
+    (M + ["versions", 0, "provenance", 0, "session_id"], "s1\n", "provenance[0].session_id", "is not a session id"),
+    (R + ["redactions", 0, "actor"], f"person:{SCRIPT}", "memories[1].redactions[0].actor", "is not an actor"),
+    (["links", 0, "actor"], f"person:'\"{SCRIPT}", "links[0].actor", "is not an actor"),
+]
+
+
+@pytest.mark.parametrize("path, value, where, says", BAD_FORMS, ids=[f"form{i}" for i in range(len(BAD_FORMS))])
+def test_ids_and_actors_out_of_their_grammar_are_refused_even_when_confirmed(log, path, value, where, says):
+    store = MemoryStore(log)
+    with pytest.raises(ConfigError) as e:
+        import_store(store, doc_with(path, value), "person:carol", allow_secret=True)
+    assert where in str(e.value) and says in str(e.value), str(e.value)
+    assert store.list() == []
+
+
+def test_a_person_actor_is_made_from_any_user_name_within_the_grammar():
+    from workbench.memory.store import is_actor, person
+
+    for name in ("ann", "Anonymous Dione", "José  Ña", SCRIPT, "a\u202eb", "x" * 300, "", "a\nb", "e\u0301"):
+        assert is_actor(person(name)), (name, person(name))
+    assert person(SCRIPT) == "person:-img src-x onerror-alert-1--" and person("a\nb") == "person:a b"
+
+
 def test_built_host_uses_the_dream_store_setting(tmp_path, recorded, db_path):
     from workbench.memory.plugin import MemoryPlugin
     from workbench.memory.store import MemorySettings

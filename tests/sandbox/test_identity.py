@@ -115,12 +115,25 @@ async def filtered(tmp_path, flt):
             await no_process_left(mark)
 
 
+LEASED: list = []  # the identities sandbox_argv leased, given back after each test
+
+
+@pytest.fixture(autouse=True)
+def _give_back_identities():
+    yield
+    while LEASED:
+        LEASED.pop().release()
+
+
 def sandbox_argv(tmp: Path, flt, code: str) -> list[str]:
     """The kernels' own bwrap command line (SandboxLauncher.argv, without a filter), running `python -c code` instead."""
     launcher = SandboxLauncher(seccomp=SeccompFilter(None, "off"))
     run_dir, workdir = Path(tempfile.mkdtemp(dir=tmp)), Path(tempfile.mkdtemp(dir=tmp))
-    argv = launcher.argv(run_dir, workdir, {})
-    assert argv[-4:-2] == ["/bin/sh", "-c"], argv[-4:]  # the kernel's start script, replaced below
+    identity = launcher.identities.lease()
+    LEASED.append(identity)
+    argv = launcher.argv(run_dir, workdir, {}, identity)
+    assert argv[-4:-2] == ["/bin/sh", "-c"], argv[-4:]  # the kernel's start script, replaced below (what runs
+    # before it stays: the uid drop, or an unprivileged sandbox's limits set in its own user namespace)
     python = launcher.settings.sandbox_python or sys.executable
     return flt.wrap(argv[:-4] + [python, "-c", code])
 

@@ -98,18 +98,20 @@ async def test_the_spare_of_one_session_never_sees_another_sessions_workspace(ma
     factory = await make_factory(pool_size=0)
     a = factory("iso-a", {}, None)
     b = factory("iso-b", {}, None)
-    where_b = json.loads(await run(b, "import os, json; open('b-secret.txt', 'w').write('b'); print(json.dumps(os.getcwd()))"))
-    where_a = json.loads(await run(a, "import os, json; open('a-own.txt', 'w').write('a'); print(json.dumps(os.getcwd()))"))
+    await run(b, "open('b-secret.txt', 'w').write('b')")
+    await run(a, "open('a-own.txt', 'w').write('a')")
+    where_a, where_b = str(await a.workspace()), str(await b.workspace())  # on the host
     assert where_a != where_b
     await until(lambda: a.status()["spare"] == "ready")
     await kill(a)
     out = json.loads((await run(a, f"""
 import os, json
 print(json.dumps({{"cwd": os.getcwd(), "files": sorted(os.listdir('.')), "b": os.path.exists({where_b!r}),
-                  "siblings": sorted(os.listdir(os.path.dirname({where_b!r})))}}))""")).splitlines()[-1])
-    assert out["cwd"] == where_a and out["files"] == ["a-own.txt"]
-    # the directory that holds every workspace shows only this session's (bwrap made it to mount that one)
-    assert out["b"] is False and out["siblings"] == [os.path.basename(where_a)], out
+                  "root": os.path.exists(os.path.dirname({where_b!r})), "a": os.path.exists({where_a!r})}}))""")).splitlines()[-1])
+    assert out["cwd"] == "/workspace" and out["files"] == ["a-own.txt"]
+    # no host path of any workspace is there, its own included: the directory that holds them (under the host
+    # user's data dir) is not even named inside
+    assert out["b"] is False and out["root"] is False and out["a"] is False, out
     assert a.status()["generation"] == 2
 
 

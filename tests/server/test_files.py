@@ -39,14 +39,17 @@ async def fetch(wb: Any, sid: str, path: str) -> tuple[int, bytes, dict[str, str
         return e.code, e.response.body if e.response is not None else b"", {}
 
 
-async def workspace_of(wb: Any, sid: str) -> Path:
-    """The session's workspace directory, as the agent's code sees it (its cwd)."""
+async def workspace_of(wb: Any, sid: str, serverapp: Any) -> Path:
+    """The session's workspace directory on the host, once the agent's code has run there (its cwd, which the
+    sandbox shows the kernel as /workspace)."""
     ws = await wb.stream(sid)
     await wb.send(sid, "```python\nimport os; print(os.getcwd())\n```")
     events = await read_until(ws, turn_ended)
     ws.close()
     result = next(e for e in events if e["type"] == "tool_result")
-    return Path(result["payload"]["content"][0]["text"].strip())
+    assert result["payload"]["content"][0]["text"].strip() == "/workspace"
+    hands = await serverapp.web_app.settings["workbench_runtime"].brain.hands(sid)
+    return Path(await hands.workspace())
 
 
 async def test_an_upload_before_any_code_lands_in_the_workspace_the_agent_then_reads(wb):
@@ -98,7 +101,7 @@ async def test_a_file_the_agent_wrote_comes_back_and_a_fresh_session_lists_nothi
 
 async def test_hostile_paths_are_refused_and_nothing_escapes_the_workspace(wb, tmp_path, jp_serverapp):
     sid = await wb.session(model="scripted")
-    root = await workspace_of(wb, sid)
+    root = await workspace_of(wb, sid, jp_serverapp)
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret.txt").write_text("TOPSECRET")
@@ -203,9 +206,9 @@ async def test_concurrent_uploads_each_land_whole(wb):
     assert len([e for e in page["events"] if e["type"] == "file_attached"]) == 10
 
 
-async def test_names_on_disk_that_are_not_utf8_are_listed_readably_and_refused_cleanly(wb):
+async def test_names_on_disk_that_are_not_utf8_are_listed_readably_and_refused_cleanly(wb, jp_serverapp):
     sid = await wb.session(model="scripted")
-    root = await workspace_of(wb, sid)
+    root = await workspace_of(wb, sid, jp_serverapp)
     fd = os.open(os.fsencode(root) + b"/bad\xff\xfe.txt", os.O_WRONLY | os.O_CREAT, 0o644)
     os.write(fd, b"x")
     os.close(fd)
@@ -232,9 +235,9 @@ async def test_hands_whose_files_are_elsewhere_have_no_workspace_here():
         assert e.http_status == 409 and "gateway" in str(e)
 
 
-async def test_a_full_workspace_refuses_the_file_and_keeps_nothing_of_it(small_workspace, wb):
+async def test_a_full_workspace_refuses_the_file_and_keeps_nothing_of_it(small_workspace, wb, jp_serverapp):
     sid = await wb.session(model="scripted")
-    root = await workspace_of(wb, sid)
+    root = await workspace_of(wb, sid, jp_serverapp)
     _, hands = await wb.call("GET", "sessions", sid, "hands", expect=200)
     if "loop-mounted" not in str(hands["limits"].get("workspace")):
         pytest.skip(f"no workspace quota on this machine: {hands['limits'].get('workspace')}")

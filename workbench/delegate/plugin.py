@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..brain.tools import Tool, ToolContext, ToolOutput
 from ..config import from_env
 from ..errors import WorkbenchError
+from ..hands.files import FileRefused, read_files
+from ..hands.kernel import KernelHands
 from ..plugins import Plugin
-from .files import FileRefused, read_files
-from .run import Delegation, depth_of
+from .run import Delegation, child_id, depth_of
 from .script import delegate_script, worker_script
 from .spec import BadInput, parse
 
@@ -90,7 +90,7 @@ class DelegatePlugin(Plugin):
 
     name: str = "delegate"
     settings: DelegateSettings = field(default_factory=lambda: from_env(DelegateSettings, prefix="WORKBENCH_DELEGATE_"))
-    running: set[str] = field(default_factory=set, repr=False)  # children running now, in this host
+    running: set[str] = field(default_factory=set, repr=False)  # children running now in this host, or reserved to start
 
     def settings_classes(self) -> Sequence[type]:
         return (DelegateSettings,)
@@ -130,24 +130,28 @@ class DelegatePlugin(Plugin):
         if not resuming and len(self.running) + len(specs) > s.max_running:
             return _error(f"{len(self.running)} delegated sessions are running in this workbench and at most "
                           f"{s.max_running} may; delegate fewer at once (or wait)")
+        # reserved with no await since the check: concurrent calls each see the others' children
+        ids = [child_id(ctx.session_id, ctx.tool_use_id, i) for i in range(len(specs))]
+        self.running.update(ids)
         try:
-            files = await self._files(specs, ctx)
-        except FileRefused as e:
-            if not resuming:
-                return _error(str(e))
-            files = {}  # children that started have theirs; one that had not is told the files are gone
+            try:
+                files = await self._files(specs, ctx)
+            except FileRefused as e:
+                if not resuming:
+                    return _error(str(e))
+                files = {}  # children that started have theirs; one that had not is told the files are gone
 
-        return await Delegation(host, ctx.session_id, ctx.tool_use_id, specs, depth, files, self.running,
-                                s.max_answer_chars, int(s.max_file_mb * 1024 * 1024)).run()
+            return await Delegation(host, ctx.session_id, ctx.tool_use_id, specs, depth, files,
+                                    s.max_answer_chars, int(s.max_file_mb * 1024 * 1024)).run()
+        finally:
+            self.running.difference_update(ids)
 
     async def _files(self, specs: list[Any], ctx: ToolContext) -> dict[str, bytes]:
         wanted = list(dict.fromkeys(p for sp in specs for p in sp.files))
         if not wanted:
             return {}
         hands = await ctx.hands()
-        place = getattr(hands, "place", None)
-        workdir = getattr(place, "workdir", None)
-        root = Path(workdir) if workdir is not None else None
+        root = await hands.workspace() if isinstance(hands, KernelHands) else None
         limit = int(self.settings.max_file_mb * 1024 * 1024)
         files = await asyncio.to_thread(read_files, root, wanted, limit * len(specs))
         for sp in specs:

@@ -12,16 +12,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import io
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..brain.request import turn_state
 from ..brain.tools import ToolOutput
 from ..errors import TurnBusy, WorkbenchError
+from ..evals.verify import python_verdict
+from ..hands.files import write_file
+from ..hands.kernel import KernelHands
 from ..log import Event
-from .files import FileRefused, placing_code, read_tree
 from .spec import ChildSpec
 
 CHILD_SYSTEM = (
@@ -79,11 +81,10 @@ class Delegation:
     """One delegate call: its parent, its children, and the host's brain they run in."""
 
     def __init__(self, host: Any, parent_id: str, tool_use_id: str, specs: list[ChildSpec], depth: int,
-                 files: dict[str, bytes], running: set[str], max_answer: int, max_copy: int = 16 * 1024 * 1024):
+                 files: dict[str, bytes], max_answer: int, max_copy: int = 16 * 1024 * 1024):
         self.host, self.brain = host, host.brain
         self.parent_id, self.tool_use_id = parent_id, tool_use_id
         self.specs, self.depth, self.files = specs, depth, files
-        self.running = running  # the host's running children: the plugin counts them against max_running
         self.max_answer = max_answer
         self.max_copy = max_copy  # bytes of a child's workspace copied for its check
         self.ids = [child_id(parent_id, tool_use_id, i) for i in range(len(specs))]
@@ -100,7 +101,6 @@ class Delegation:
                     loop.call_soon_threadsafe(self.watches[e.session_id].feed, e)
 
         unsubscribe = self.brain.log.subscribe(on_commit)
-        self.running.update(self.ids)
         tasks = [asyncio.ensure_future(self._child(i)) for i in range(len(self.specs))]
         try:
             outcomes = await asyncio.gather(*tasks)
@@ -112,7 +112,6 @@ class Delegation:
             raise
         finally:
             unsubscribe()
-            self.running.difference_update(self.ids)
         return self._output(outcomes)
 
     async def _interrupt_all(self, why: str) -> None:
@@ -131,13 +130,14 @@ class Delegation:
                 await self._wait(cid, task)
             outcome = await self._outcome(cid, spec)
             if spec.check is not None:
-                outcome["check"] = await self._check(cid, spec.check)
+                outcome["check"] = await self._check(cid, spec.check, outcome["answer"])
         if not self.brain.running(cid):  # done with: its kernel (and workspace) are freed now, not at the host's close
             await self.brain.close_session(cid)
         return outcome
 
-    async def _check(self, cid: str, code: str) -> dict[str, Any]:
-        """The child's verdict: `code` run in fresh hands of its own against a copy of the child's workspace.
+    async def _check(self, cid: str, code: str, answer: str) -> dict[str, Any]:
+        """The child's verdict: `code` run by the one verifier (evals/verify.py) in fresh hands of its own, against
+        a copy of the child's workspace taken while the child's processes are stopped.
 
         The child never sees the check and cannot reach its kernel; the verdict is recorded in the
         child's log (`delegate_checked`), so a call resumed after a crash reads it instead of checking again."""
@@ -147,41 +147,14 @@ class Delegation:
         if done:
             return done[-1]
         try:
-            verdict = await self._run_check(cid, code)
+            v = await python_verdict(self.host.hands, await self.brain.hands(cid), code, answer, label=f"{cid}-check",
+                                     limit_bytes=self.max_copy)
+            verdict = {"passed": v.passed, "score": v.score, "explanation": v.explanation, **v.details}
         except WorkbenchError as e:  # e.g. the host is closing its hands factory: the check did not run
-            verdict = {"passed": False, "score": 0.0, "explanation": f"not checked: {e}", "duration_ms": 0.0}
+            verdict = {"passed": False, "score": 0.0, "explanation": f"not checked: {e}", "duration_ms": 0.0,
+                       "copy_notes": []}
         await self.brain.log.aappend(cid, "delegate_checked", verdict)
         return verdict
-
-    async def _run_check(self, cid: str, code: str) -> dict[str, Any]:
-        t0 = time.perf_counter()
-
-        def refused(why: str) -> dict[str, Any]:
-            return {"passed": False, "score": 0.0, "explanation": f"not checked: {why}", "duration_ms": 0.0}
-
-        factory = self.host.hands
-        if factory is None:
-            return refused("this host runs no code")
-        workdir = getattr(getattr(await self.brain.hands(cid), "place", None), "workdir", None)
-        if workdir is None:
-            return refused("the child has no workspace (it ran no code, or its workspace did not survive a restart)")
-        try:
-            files = await asyncio.to_thread(read_tree, Path(workdir), self.max_copy)
-        except FileRefused as e:
-            return refused(f"its workspace cannot be copied: {e}")
-        hands = factory(f"{cid}-check", {}, None, None)  # fresh hands, no log of their own: the verdict is the record
-        try:
-            if files:
-                placed = await hands.execute(placing_code(files), timeout=120)
-                if not placed.ok:
-                    return refused(f"the copy of its workspace could not be placed: {placed.text()[:300]}")
-            obs = await hands.execute(code)
-        finally:
-            await hands.shutdown()
-        text = obs.text().strip()
-        return {"passed": obs.ok, "score": 1.0 if obs.ok else 0.0,
-                "explanation": (text or ("the check ran without error" if obs.ok else "the check failed"))[-2000:],
-                "duration_ms": round((time.perf_counter() - t0) * 1000, 1)}
 
     async def _start(self, i: int) -> asyncio.Task | None:
         """Create the child if it is not there, place its files, start (or resume) its turn; its task, if one runs."""
@@ -210,9 +183,12 @@ class Delegation:
         if gone:
             raise PlacingFailed(f"its files are gone from the parent's workspace ({', '.join(gone)[:200]})")
         hands = await self.brain.hands(cid)
-        obs = await hands.execute(placing_code({p: self.files[p] for p in spec.files}), timeout=120)
-        if not obs.ok:
-            raise PlacingFailed(f"could not place its files: {obs.text()[:300]}")
+        if not isinstance(hands, KernelHands):
+            raise PlacingFailed("its hands run no code here, so it has no workspace for files")
+        root = await hands.workspace(create=True)
+        assert root is not None, "workspace(create=True) makes one or raises"
+        for p in spec.files:
+            await asyncio.to_thread(write_file, root, p, io.BytesIO(self.files[p]), hands.workspace_owner())
 
     async def _wait(self, cid: str, task: asyncio.Task) -> None:
         """Wait for the child's turn; interrupt it when it passes a limit."""
@@ -288,7 +264,7 @@ class Delegation:
 
 
 class PlacingFailed(Exception):
-    """The child's files could not be written into its workspace (its kernel said why)."""
+    """The child's files could not be written into its workspace (the message says why)."""
 
 
 def depth_of(created: Event | None) -> int:

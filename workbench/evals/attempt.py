@@ -1,8 +1,10 @@
 """One eval attempt in **outcome mode**: turns until the verifier passes or a budget is spent.
 
 An attempt is an ordinary session (kind `eval`) whose id is derived from (run, task, model,
-epoch), so it is created once however often a run is started. Its workspace is a directory
-of its own with the task's files in it; the session's hands run there. After each turn the
+epoch), so it is created once however often a run is started. Its workspace is the session's
+own, with the host's quota and a sandbox identity of its own, kept in the attempt's directory
+(`config.hands.keep_dir`) so that it outlives the host: an attempt resumed by the next host
+finds its files. The task's files are put in it before the first turn. After each turn the
 verifier grades a copy of the workspace (verify.py) and its verdict is an `eval_verdict`
 event; a failed verdict's explanation is the next user message, until the verdict passes
 or the attempt's limits (turns, tokens, seconds) are spent. `eval_finished` closes it.
@@ -16,14 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
-import shutil
+import io
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..brain.request import turn_state
+from ..hands.files import write_file
 from .tasks import Task
 from .verify import Verdict, python_verdict, rubric_verdict
 
@@ -72,35 +74,22 @@ def usage_of(events: list[Any]) -> tuple[int, int]:
 class Attempt:
     """Runs one attempt to its `eval_finished` (see the module docstring)."""
 
-    def __init__(self, host: Any, spec: Spec, workspace_root: Path, *, grader_model: str = "",
-                 price: Any = None, owner: tuple[int, int] | None = None):
+    def __init__(self, host: Any, spec: Spec, workspace_root: Path, *, grader_model: str = "", price: Any = None):
         self.host, self.spec = host, spec
         self.dir = workspace_root / spec.run / spec.id
-        self.workspace = self.dir / "work"
+        self.workspace = self.dir / "work"  # where the hands mount the kept workspace (hands/quota.py)
         self.grader_model = grader_model
         self.price = price or (lambda model, i, o: 0.0)
-        self.owner = owner
-        self._checks = 0
 
     async def _append(self, type: str, payload: dict[str, Any]) -> None:
         sid = self.spec.id
         await asyncio.wrap_future(self.host.log.write(lambda tx: tx.append(sid, type, payload)))
 
     def _create(self) -> None:
-        """Place the task's files in a fresh workspace, then create the session with its `eval_started`."""
+        """Create the session with its `eval_started` (the task's files go in before its first turn)."""
         s, brain = self.spec, self.host.brain
-        if self.dir.exists():  # a run that died before its session was created
-            shutil.rmtree(self.dir)
-        self.workspace.mkdir(parents=True)
-        for name, data in s.task.files.items():
-            path = self.workspace / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        if self.owner is not None:
-            for p in [self.dir, *self.dir.rglob("*")]:
-                os.lchown(p, *self.owner)
         config = {"eval": {"run": s.run, "task": s.task.id, "model": s.model, "epoch": s.epoch},
-                  "hands": {"workdir": str(self.workspace)}}
+                  "hands": {"keep_dir": str(self.dir)}}
         started = {"run": s.run, "task": s.task.id, "model": s.model, "epoch": s.epoch, "digest": s.task.digest(),
                    "verifier": s.task.verifier.kind, "limits": {"turns": s.task.limits.turns, "tokens": s.task.limits.tokens,
                                                                 "seconds": s.task.limits.seconds}}
@@ -108,6 +97,14 @@ class Attempt:
         # (the results and the eval_results view find attempts by their eval_started)
         brain.create_session(s.id, title=f"eval {s.task.id} · {s.model} · epoch {s.epoch}", model=s.model,
                              config=config, kind="eval", then=[("eval_started", started)])
+
+    async def _place_files(self) -> None:
+        """Put the task's files in the attempt's workspace (again, whole, if a crash came before its first turn)."""
+        hands = await self.host.brain.hands(self.spec.id)
+        root = await hands.workspace(create=True)
+        owner = hands.workspace_owner()
+        for name, data in self.spec.task.files.items():
+            await asyncio.to_thread(write_file, root, name, io.BytesIO(data), owner)
 
     async def run(self) -> dict[str, Any]:
         """Run (or go on with) the attempt; the payload of its `eval_finished`."""
@@ -127,6 +124,7 @@ class Attempt:
                 turns = sum(1 for e in events if e.type == "user_message")
                 verdicts = [e for e in events if e.type == "eval_verdict"]
                 if turns == 0:
+                    await self._place_files()
                     await self._within(brain.run_turn(s.id, s.task.prompt, interrupted_by="eval"), t0)
                     continue
                 if len(verdicts) < turns:
@@ -188,10 +186,5 @@ class Attempt:
         if task.verifier.kind == "rubric":
             name = task.verifier.model or self.grader_model or self.spec.model
             return await rubric_verdict(host.brain.model(name), task, answer, self.workspace)
-        self._checks += 1
-        check_dir = self.dir / f"check-{time.monotonic_ns()}"
-        try:
-            return await python_verdict(host.hands, task, answer, self.workspace, check_dir, f"{self.spec.id}-check",
-                                        owner=self.owner)
-        finally:
-            await asyncio.to_thread(shutil.rmtree, check_dir, True)
+        return await python_verdict(host.hands, await host.brain.hands(self.spec.id), task.verifier.code, answer,
+                                    label=f"{self.spec.id}-check", timeout=task.verifier.timeout)

@@ -98,11 +98,6 @@ class EvalRun:
                 todo.append(s)
         return todo
 
-    def owner(self) -> tuple[int, int] | None:
-        """Who an attempt's workspace files are for (the sandbox's kernel user when the host is root)."""
-        launcher = self.host.hands.launcher if self.host.hands is not None else None
-        return launcher.owner() if launcher is not None else None
-
     async def run(self) -> Any:
         """Run what is left of the run; a DataFrame of all its attempts."""
         specs = self.specs()
@@ -113,14 +108,13 @@ class EvalRun:
             self.progress(self.finished, total, None)
         gate = asyncio.Semaphore(self.parallel)
         assert self.workspace_root is not None, "set in __post_init__"
-        root, owner = self.workspace_root, self.owner()
+        root = self.workspace_root
 
         async def one(spec: Spec) -> None:
             async with gate:
                 self.active.add(spec.id)  # also between its turns (grading, feedback): the session is at work
                 try:
-                    await Attempt(self.host, spec, root, grader_model=self.grader_model, price=self.prices,
-                                  owner=owner).run()
+                    await Attempt(self.host, spec, root, grader_model=self.grader_model, price=self.prices).run()
                 finally:
                     self.active.discard(spec.id)
             self.finished += 1

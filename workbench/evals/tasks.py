@@ -22,6 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import ConfigError
+from ..hands.files import FileRefused, check_path
 
 MAX_TASKS = 10_000
 MAX_TASK_FILE_BYTES = 64 * 1024 * 1024  # a task set file
@@ -105,6 +106,10 @@ def _relative(where: str, name: Any) -> str:
     p = PurePosixPath(name)
     if p.is_absolute() or ".." in p.parts or len(name) > 500:
         raise _fail(where, f"file {name[:80]!r} must be a relative path inside the workspace (no '..', no leading '/')")
+    try:
+        check_path(name)  # what the workspace module will write
+    except FileRefused as e:
+        raise _fail(where, f"file {name[:80]!r}: {e}") from None
     return str(p)
 
 

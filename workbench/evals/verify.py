@@ -1,13 +1,15 @@
-"""Verifiers: grading an attempt where the agent cannot reach.
+"""Verifiers: grading an attempt (or a delegated child) where the agent cannot reach.
 
-A **python** verifier runs in fresh hands of its own (a new kernel from the host's hands
-factory, never the agent's) whose working directory holds a *copy* of the agent's
-workspace, taken after the turn. The check's code comes from the task set the runner
-loaded before the attempt began, goes to the kernel as the cell's text (no file the agent
-could rewrite), and its verdict comes back on a line marked with a random nonce that the
-agent never sees: a file the agent wrote that claims a verdict is just a file. Before the
-check runs, the workspace is taken off `sys.path`, so a `pandas.py` the agent left there
-is not what `import pandas` finds.
+A **python** verifier (`python_verdict`: the one verifier of evals and of delegate checks) runs
+in fresh hands of its own (a new kernel from the host's hands factory, never the agent's) with a
+workspace of its own, into which the agent's workspace is *copied* after the turn, while every
+process of the agent's kernel is stopped (`KernelHands.frozen`), by the workspace module
+(`hands.files.copy_tree`: by descriptor, never through a link). The check's code comes from the
+host (a task set loaded before the attempt began, or the parent's call), goes to the kernel as the
+cell's text (no file the agent could rewrite), and its verdict comes back on a line marked with a
+random nonce that the agent never sees: a file the agent wrote that claims a verdict is just a
+file. The kernel starts in a directory holding only the copy's folder; before the check runs, the
+copy is taken off `sys.path`, so a `pandas.py` the agent left there is not what `import pandas` finds.
 
 A **rubric** verifier is a second model call with its own prompt (the rubric, the task,
 the final answer and the workspace's file list); the grading model answers with JSON.
@@ -19,22 +21,23 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import re
 import secrets
-import shutil
-import stat
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..brain.models import MessageBuilder
+from ..hands.files import NoWorkspace, copy_tree, list_files
+from ..hands.kernel import KernelHands
 from .tasks import Task
 
 MAX_EXPLANATION_CHARS = 4000
 MAX_COPY_BYTES = 512 * 1024 * 1024  # what a workspace copy may hold; the rest is left out, with a note
+MAX_COPY_ENTRIES = 20_000  # files, directories and the rest a copy walks; the rest is left out, with a note
 MAX_LISTED_FILES = 200
+MAX_LISTED_ENTRIES = 2_000  # entries walked to list the files for a grading model
 
 
 @dataclass
@@ -60,48 +63,6 @@ def _score(value: Any, passed: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return 1.0 if passed else 0.0
     return min(1.0, max(0.0, float(value)))
-
-
-# -- the copy of the workspace ------------------------------------------------------------
-
-
-def copy_workspace(src: Path, dst: Path, *, limit: int = MAX_COPY_BYTES, owner: tuple[int, int] | None = None) -> list[str]:
-    """Copy regular files and directories of src into dst (symlinks as links, never followed; FIFOs, sockets
-    and devices left out); returns notes on what was left out."""
-    notes: list[str] = []
-    total = 0
-    dst.mkdir(parents=True, exist_ok=True)
-    for root, dirs, files in os.walk(src, followlinks=False):
-        rel = Path(root).relative_to(src)
-        here = dst / rel
-        for name in sorted(dirs + files):
-            s, d = Path(root) / name, here / name
-            try:
-                st = s.lstat()
-            except OSError:
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                os.symlink(os.readlink(s), d)
-                if name in dirs:
-                    dirs.remove(name)  # os.walk would not follow it; say so explicitly
-            elif stat.S_ISDIR(st.st_mode):
-                d.mkdir(exist_ok=True)
-            elif stat.S_ISREG(st.st_mode):
-                if total + st.st_size > limit:
-                    notes.append(f"{rel / name}: left out (the copy would pass {limit:,} bytes)")
-                    continue
-                total += st.st_size
-                try:
-                    shutil.copyfile(s, d, follow_symlinks=False)
-                except OSError as e:
-                    notes.append(f"{rel / name}: not copied ({e.strerror})")
-            else:
-                notes.append(f"{rel / name}: left out (not a regular file)")
-    if owner is not None:
-        for root, dirs, files in os.walk(dst):
-            for name in [*dirs, *files, ""]:
-                os.lchown(Path(root) / name, *owner)
-    return notes
 
 
 # -- python verifiers ---------------------------------------------------------------------
@@ -147,28 +108,50 @@ def read_verdict(out: str, nonce: str) -> dict[str, Any] | None:
     return None
 
 
-async def python_verdict(hands_factory: Any, task: Task, answer: str, workspace: Path, check_dir: Path, label: str,
-                         owner: tuple[int, int] | None = None) -> Verdict:
-    """Run the task's check in fresh hands over a copy of `workspace` made in `check_dir`."""
+async def python_verdict(hands_factory: Any, agent: Any, code: str, answer: str, *, label: str,
+                         timeout: float | None = None, limit_bytes: int = MAX_COPY_BYTES,
+                         max_entries: int = MAX_COPY_ENTRIES) -> Verdict:
+    """Run the check `code` in fresh hands over a copy of the `agent` hands' workspace, taken while the agent's
+    processes are stopped; `details` has duration_ms and copy_notes (what the copy left out, and why)."""
     t0 = time.perf_counter()
-    notes = await asyncio.to_thread(copy_workspace, workspace, check_dir / "workspace", owner=owner)
-    if owner is not None:
-        os.chown(check_dir, *owner)
-    nonce = "WBVERDICT-" + secrets.token_hex(16)
-    config = {"hands": {"workdir": str(check_dir), "timeout": float(task.verifier.timeout)}}
-    hands = hands_factory(label, config, None, None)
+    details: dict[str, Any] = {"duration_ms": 0.0, "copy_notes": []}
+
+    def verdict(passed: bool, score: float, explanation: str) -> Verdict:
+        details["duration_ms"] = round((time.perf_counter() - t0) * 1000, 1)
+        details["copy_notes"] = details["copy_notes"][:20]
+        return Verdict(passed, score, explanation, "python", details)
+
+    if hands_factory is None:
+        return verdict(False, 0.0, "not checked: this host runs no code")
+    source = await agent.workspace() if isinstance(agent, KernelHands) else None
+    if source is None or not source.is_dir():
+        return verdict(False, 0.0, "not checked: there is no workspace to check on this machine (no code ran, "
+                                   "its workspace did not survive a restart, or its kernels run on a gateway)")
+    config = {"hands": {"timeout": float(timeout)}} if timeout else {}
+    hands = hands_factory(label, config, None, None)  # no log of their own: the verdict is the record
     try:
-        obs = await hands.execute(harness_code(task.verifier.code, answer, nonce), timeout=task.verifier.timeout)
+        if not isinstance(hands, KernelHands):
+            return verdict(False, 0.0, "not checked: this host's hands refuse to run code (see its sandbox status)")
+        try:
+            root = await hands.workspace(create=True)
+        except NoWorkspace as e:
+            return verdict(False, 0.0, f"not checked: {e}")
+        assert root is not None, "workspace(create=True) makes one or raises"
+        async with agent.frozen() as notes:
+            # into a folder of the kernel's directory: `python -m` puts that directory on sys.path at start,
+            # so an `ipykernel_launcher.py` or `sitecustomize.py` the agent wrote must not be in it
+            details["copy_notes"] = notes + await asyncio.to_thread(
+                copy_tree, source, root / "workspace", limit_bytes=limit_bytes, max_entries=max_entries,
+                owner=hands.workspace_owner())
+        nonce = "WBVERDICT-" + secrets.token_hex(16)
+        obs = await hands.execute(harness_code(code, answer, nonce), timeout=timeout)
     finally:
         await hands.shutdown()
-    ms = round((time.perf_counter() - t0) * 1000, 1)
     v = read_verdict(obs.stdout, nonce)
-    details: dict[str, Any] = {"duration_ms": ms, "copy_notes": notes[:20]}
     if v is None:
-        why = _clip(obs.text(), 1000)
-        return Verdict(False, 0.0, f"the verifier did not finish: {why}", "python", details)
+        return verdict(False, 0.0, f"the verifier did not finish: {_clip(obs.text(), 1000)}")
     passed = bool(v.get("passed"))
-    return Verdict(passed, _score(v.get("score"), passed), _clip(v.get("explanation", "")), "python", details)
+    return verdict(passed, _score(v.get("score"), passed), _clip(v.get("explanation", "")))
 
 
 # -- rubric verifiers ---------------------------------------------------------------------
@@ -181,14 +164,14 @@ JSON_OBJECT = re.compile(r"\{.*\}", re.S)
 
 
 def listing(workspace: Path) -> str:
-    """The workspace's files with their sizes (at most MAX_LISTED_FILES), for the grading model."""
-    rows: list[str] = []
-    for p in sorted(workspace.rglob("*")):
-        if len(rows) >= MAX_LISTED_FILES:
-            rows.append("…")
-            break
-        if p.is_file() and not p.is_symlink():
-            rows.append(f"{p.relative_to(workspace)} ({p.stat().st_size} bytes)")
+    """The workspace's files with their sizes (at most MAX_LISTED_FILES; links never followed), for the grading model."""
+    if not workspace.is_dir():
+        return "(no files)"
+    entries, cut = list_files(workspace, MAX_LISTED_ENTRIES)
+    files = [f for f in entries if f["type"] == "file"]
+    rows = [f"{f['path']} ({f['bytes']} bytes)" for f in files[:MAX_LISTED_FILES]]
+    if cut or len(files) > MAX_LISTED_FILES:
+        rows.append("…")
     return "\n".join(rows) or "(no files)"
 
 

@@ -45,6 +45,9 @@ class Observation:
     generation: int | None = None
     duration_ms: float | None = None
     notes: list[str] = field(default_factory=list)  # e.g. what was replayed
+    # what the model reads of it (content_blocks): characters of text in all, images (None: not bounded); not stored
+    text_limit: int | None = None
+    max_images: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -91,8 +94,9 @@ class Observation:
         return outputs
 
     def content_blocks(self) -> list[dict[str, Any]]:
-        """tool_result content: text and image blocks in the order of the outputs (see render.py)."""
-        return blocks(self.all_outputs(), self.notes, self.truncated)
+        """tool_result content: text and image blocks in the order of the outputs, within the observation's
+        text_limit and max_images (see render.py)."""
+        return blocks(self.all_outputs(), self.notes, self.truncated, self.text_limit, self.max_images)
 
     def text(self) -> str:
         """The observation as plain text (its text blocks; images as a mark)."""
@@ -137,6 +141,15 @@ class Hands(Protocol):
         """A JSON-ready status: state, generation, kernel pid, ..."""
         ...
 
+    async def workspace(self, create: bool = False) -> Path | None:
+        """The session's workspace directory on this machine (made now if `create`); None while there is none.
+        Raises files.NoWorkspace when its kernels' files are not on this machine (a gateway's, refused hands)."""
+        ...
+
+    def workspace_owner(self) -> tuple[int, int] | None:
+        """The uid:gid the workspace's files are for when not this process's (the session's sandbox uid)."""
+        ...
+
 
 @dataclass
 class Death:
@@ -155,6 +168,11 @@ class Workspace(Protocol):
     @property
     def path(self) -> Path: ...
 
+    @property
+    def owner(self) -> tuple[int, int] | None:
+        """The uid:gid its files are for when not this process's (a root server's sandbox); else None."""
+        ...
+
     def destroy(self) -> None:
         """Remove it and everything in it; safe to call twice."""
         ...
@@ -170,6 +188,7 @@ class Place:
     egress: dict[str, Any] | None = None  # the session's egress config (a sandbox's proxy policy)
     sink: EventSink | None = None  # the session's event sink, for what a launcher reports (egress events)
     session: str = ""  # the session's id, to name what is made for it
+    keep: Path | None = None  # where its workspace is kept across its hands and hosts (config.keep_dir; evals)
     # the workspace a launcher made (or a pooled kernel brought) for the session: kept across its
     # kernels, destroyed when its hands shut down; None while there is none, or with a workdir of its own
     workspace: Workspace | None = None
@@ -218,6 +237,15 @@ class Kernel(Protocol):
         """Interrupt the running cell; a kernel that is gone is left for death() to report."""
         ...
 
+    async def freeze(self) -> list[str]:
+        """Stop every process of the kernel (its code, and what that code left running) until `thaw`, so
+        that nothing changes its workspace meanwhile; returns notes on what could not be stopped."""
+        ...
+
+    async def thaw(self) -> None:
+        """Let what `freeze` stopped go on, its state intact."""
+        ...
+
     async def kill(self) -> None:
         """Stop the kernel now and free everything it held; safe to call twice."""
         ...
@@ -251,8 +279,12 @@ class Launcher(Protocol):
         runs; raises `NoWorkspace` when its kernels' files are not on this machine (a gateway's)."""
         ...
 
-    def owner(self) -> tuple[int, int] | None:
-        """The uid:gid a workspace's files are for when not this process's user (a root host's sandbox)."""
+    def owner(self, place: Place) -> tuple[int, int] | None:
+        """The uid:gid the files of `place`'s workspace are for when not this process's (a root host's sandbox)."""
+        ...
+
+    async def release(self, place: Place) -> None:
+        """Give back what the launcher held for the session beyond its kernels and workspace (after both are gone)."""
         ...
 
     async def aclose(self) -> None:

@@ -11,6 +11,8 @@ repaired, for surrogates) with a note the model reads, and never raises. What is
 within the session's budget (`Budget`): `output_limit` characters per stream and per text part
 of a display, `max_displays` displays, images of at most `max_image_bytes` (bigger ones are
 downscaled), and `max_observation_bytes` for everything together, as the log would store it.
+What the model reads of it is bounded again when it is rendered (render.blocks): `output_limit`
+characters of text in all and `max_images` images.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ MAX_MIME_CHARS = 255  # the longest MIME type name kept
 class Budget:
     """What one call's observation may hold (from the session's HandsConfig)."""
 
-    output_limit: int = 20_000  # characters per stream, result and text part of a display
+    output_limit: int = 20_000  # characters per stream, result and text part of a display; and what the model reads in all
     max_displays: int = 20
     max_bytes: int = 4 * 1024 * 1024  # the whole observation, as compact UTF-8 JSON
     max_image_bytes: int = 1024 * 1024  # one image, decoded
+    max_images: int = 20  # images the model is shown
 
 
 class Collector:
@@ -260,6 +263,7 @@ class Collector:
         if self._more_notes:
             notes.append(f"[and {self._more_notes:,} more notes like these]")
         obs.truncated = notes
+        obs.text_limit, obs.max_images = b.output_limit, b.max_images
         return obs
 
     def _fit(self) -> None:

@@ -154,9 +154,12 @@ class GatewayLauncher:
         raise NoWorkspace(f"this session's kernels run on a {self.name} whose files are not on this machine; "
                           "files cannot be copied into its workspace")
 
-    def owner(self) -> tuple[int, int] | None:
+    def owner(self, place: Place) -> tuple[int, int] | None:
         """Nothing of a gateway's kernels is written from here."""
         return None
+
+    async def release(self, place: Place) -> None:
+        """Nothing is held per session."""
 
     def fits(self, place: Place) -> bool:
         """A pooled gateway kernel was started without the session's variables: only for sessions with none."""
@@ -420,6 +423,14 @@ class GatewayKernel:
             await self.gateway.rest("POST", f"/api/kernels/{self.kernel_id}/interrupt")
         except GatewayError:
             pass  # gone already: death() says so at the next look
+
+    async def freeze(self) -> list[str]:
+        """A gateway's kernel cannot be stopped from here (its processes, and its workspace, are on the gateway's machine)."""
+        return ["the kernel runs on a gateway: its processes cannot be stopped from here (its workspace is not on "
+                "this machine either)"]
+
+    async def thaw(self) -> None:
+        """Nothing was stopped."""
 
     async def kill(self) -> None:
         """Close the websocket and delete the kernel on the gateway; safe to call twice."""

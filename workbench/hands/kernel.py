@@ -14,9 +14,10 @@ execute loop and the settle loop included, is written here once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,14 +44,17 @@ class HandsConfig:
     max_displays: int = 20  # displays kept per call; later ones are dropped with a note
     max_observation_bytes: int = 4 * 1024 * 1024  # all of a call's output together, as the log stores it
     max_image_bytes: int = 1024 * 1024  # one image, decoded; a bigger one is downscaled (or dropped) with a note
+    max_images: int = 20  # images the model is shown of one call (the first ones); the others with a note
     startup_timeout: float = 60.0
     workdir: str | None = None  # the kernel's working directory (default: a workspace of the session's own)
+    keep_dir: str | None = None  # where the session's workspace is kept across shutdowns and restarts (evals)
     env: dict[str, str] = field(default_factory=dict)  # extra variables for the kernel
     replay: bool = False  # re-run replayable calls in a fresh kernel after a death
 
     def budget(self) -> Budget:
         """What one call's observation may hold."""
-        return Budget(self.output_limit, self.max_displays, self.max_observation_bytes, self.max_image_bytes)
+        return Budget(self.output_limit, self.max_displays, self.max_observation_bytes, self.max_image_bytes,
+                      self.max_images)
 
 
 class Deadline:
@@ -101,7 +105,7 @@ class KernelHands:
         self.place = Place(
             workdir=Path(self.config.workdir) if self.config.workdir else None, env=dict(self.config.env),
             startup_timeout=self.config.startup_timeout, egress=(session_config or {}).get("egress"), sink=on_event,
-            session=session_id,
+            session=session_id, keep=Path(self.config.keep_dir) if self.config.keep_dir else None,
         )
         self.kernel: Kernel | None = None
         self.generation = 0
@@ -224,8 +228,24 @@ class KernelHands:
         return place.workdir
 
     def workspace_owner(self) -> tuple[int, int] | None:
-        """Who the workspace's files are for when not this process's user (the sandbox's kernel user)."""
-        return self.launcher.owner()
+        """Who the workspace's files are for when not this process's user (the session's sandbox uid)."""
+        return self.launcher.owner(self.place)
+
+    @contextlib.asynccontextmanager
+    async def frozen(self) -> AsyncIterator[list[str]]:
+        """The session's kernel and every process it left running stopped for the block (its workspace holds
+        still while it is copied), then continued with their state intact; yields notes on what was not stopped.
+
+        No call runs meanwhile (the block holds the call lock), and kernels lost earlier are gone first."""
+        async with self._lock:
+            await self._freed()
+            kernel = self.kernel
+            notes = await kernel.freeze() if kernel is not None else []
+            try:
+                yield notes
+            finally:
+                if kernel is not None:
+                    await asyncio.shield(kernel.thaw())
 
     # -- the hot spare ----------------------------------------------------
 
@@ -311,6 +331,7 @@ class KernelHands:
         if self.place.workspace is not None:  # the session's workspace goes with its hands
             workspace, self.place.workspace, self.place.workdir = self.place.workspace, None, None
             await asyncio.to_thread(workspace.destroy)
+        await self.launcher.release(self.place)
         if had:
             await self._emit("hands_stopped", {"generation": self.generation, "reason": "shutdown"})
 
@@ -543,7 +564,8 @@ class KernelHands:
         await self._record_death(death, "call")
         partial = col.done()
         return failure(death_note(death.how), ename="KernelDied", generation=gen, stdout=partial.stdout,
-                       stderr=partial.stderr, outputs=partial.outputs)
+                       stderr=partial.stderr, outputs=partial.outputs, text_limit=partial.text_limit,
+                       max_images=partial.max_images)
 
     async def _replace_stuck(self, timeout: float, col: Collector) -> Observation:
         gen = self.generation
@@ -552,4 +574,5 @@ class KernelHands:
         await self._lose()
         partial = col.done()
         return failure(stuck_note(timeout, self.config.interrupt_grace), ename="KernelTimeout", generation=gen,
-                       stdout=partial.stdout, stderr=partial.stderr, outputs=partial.outputs)
+                       stdout=partial.stdout, stderr=partial.stderr, outputs=partial.outputs,
+                       text_limit=partial.text_limit, max_images=partial.max_images)

@@ -40,8 +40,9 @@ LIMIT_FLAGS = ("memory-mb", "max-processes", "max-open-files", "max-file-mb", "c
 
 
 def command(argv: list[str], *, parent: int, supervise: bool = False, limits: Any = None,
-            cgroup: str = "", report: str | None = None) -> list[str]:
-    """`argv` behind the launch wrapper, bound to host `parent`, with `limits` (a `Limits`)."""
+            cgroup: str = "", report: str | None = None, processes_by: str = "") -> list[str]:
+    """`argv` behind the launch wrapper, bound to host `parent`, with `limits` (a `Limits`); `processes_by`: see
+    `limits.apply`."""
     pre = [sys.executable, "-I", "-S", str(Path(__file__).resolve()), "--parent", str(parent)]
     if supervise:
         pre.append("--supervise")
@@ -53,6 +54,8 @@ def command(argv: list[str], *, parent: int, supervise: bool = False, limits: An
                 pre += ["--" + flag, str(value)]
         if report:
             pre += ["--report", report]
+        if processes_by:
+            pre += ["--processes-by", processes_by]
     return pre + ["--"] + list(argv)
 
 
@@ -151,6 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     for flag in LIMIT_FLAGS:
         p.add_argument("--" + flag, type=int, default=0)
     p.add_argument("--report", help="write how each limit was enforced to this JSON file")
+    p.add_argument("--processes-by", choices=("", "uid", "namespace"), default="",
+                   help="uid: the kernel runs as a uid of its own; namespace: it sets RLIMIT_NPROC in its user namespace")
     p.add_argument("command", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
     cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
@@ -163,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     limits_mod = _limits_module()
     limits = limits_mod.Limits(**{f.replace("-", "_"): getattr(a, f.replace("-", "_")) for f in LIMIT_FLAGS})
     if limits.any():
-        how = limits_mod.apply(limits, a.cgroup)
+        how = limits_mod.apply(limits, a.cgroup, processes_by=a.processes_by)
         if a.report:
             Path(a.report).write_text(json.dumps(how))
     if a.supervise:

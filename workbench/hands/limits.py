@@ -4,10 +4,13 @@ Limits work in front of any argv (a plain ipykernel, or bwrap with its kernel in
 because rlimits and cgroup membership are inherited across exec and fork. Memory and
 processes go to a cgroup where one is writable (cgroup v1 `memory`/`pids` or a cgroup v2
 tree with those controllers): an idle ipykernel maps ~800 MiB of *virtual* memory, so
-RLIMIT_AS is only the fallback, set to the limit plus that overhead. RLIMIT_NPROC counts
-every process of a uid, so it is only set for a non-root uid (e.g. the sandbox's dedicated
-one); as root without a pids cgroup the process limit is not enforced, and the report says
-so. This module uses the standard library alone: the wrapper loads it before any kernel.
+RLIMIT_AS is only the fallback, set to the limit plus that overhead. RLIMIT_NPROC counts the
+processes of a uid (in a user namespace: of that namespace), so without a pids cgroup it is set
+here for a kernel that runs as a uid of its own (a root server's sandbox, `processes_by="uid"`),
+left to the sandbox when it sets it inside its own user namespace (`"namespace"`), and otherwise
+set only for a non-root uid, where it counts every process of that user (the report says so); as
+root without a pids cgroup or a uid of its own the limit is not enforced. This module uses the
+standard library alone: the wrapper loads it before any kernel.
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ def _join(group: Path, settings: dict[str, str]) -> None:
     (group / "cgroup.procs").write_text(str(os.getpid()))
 
 
-def apply(limits: Limits, cgroup: str) -> dict[str, str]:
+def apply(limits: Limits, cgroup: str, processes_by: str = "") -> dict[str, str]:
     """Apply `limits` to this process (before exec); returns how each was enforced."""
     how: dict[str, str] = {}
     dirs = _group_dirs(cgroup)
@@ -111,7 +114,12 @@ def apply(limits: Limits, cgroup: str) -> dict[str, str]:
             else:
                 raise OSError("no writable pids cgroup")
         except OSError:
-            if os.getuid() != 0:
+            if processes_by == "namespace":
+                how["processes"] = "RLIMIT_NPROC in the sandbox's own user namespace (counts only its processes)"
+            elif processes_by == "uid":
+                resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
+                how["processes"] = "RLIMIT_NPROC of the sandbox's own uid (counts only its processes)"
+            elif os.getuid() != 0:
                 resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
                 how["processes"] = "RLIMIT_NPROC (counts every process of this uid)"
             else:
@@ -152,6 +160,17 @@ def cleanup(cgroup: str, timeout: float = 2.0) -> None:
             group.rmdir()
         except OSError:
             pass
+
+
+def members(cgroup: str) -> list[int]:
+    """The pids in a kernel's cgroups (none when it has none)."""
+    pids: set[int] = set()
+    for group in _group_dirs(cgroup).values():
+        try:
+            pids.update(int(p) for p in (group / "cgroup.procs").read_text().split())
+        except (OSError, ValueError):
+            continue
+    return sorted(pids)
 
 
 def oom_killed(cgroup: str) -> bool:

@@ -45,13 +45,20 @@ class TempWorkspace:
 
     path: Path
     how: str = "no quota (a plain directory); each file is limited by max_file_mb only"
+    owner: tuple[int, int] | None = None  # a local kernel runs as this process's user
+    kept: bool = False  # the session keeps it (config.keep_dir): destroy leaves it
 
     @classmethod
-    def make(cls) -> TempWorkspace:
+    def make(cls, keep: Path | None = None) -> TempWorkspace:
+        if keep is not None:
+            path = keep / "work"
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            return cls(path, kept=True)
         return cls(Path(tempfile.mkdtemp(prefix="workbench-work-")))
 
     def destroy(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+        if not self.kept:
+            shutil.rmtree(self.path, ignore_errors=True)
 
 
 class LocalLauncher:
@@ -72,7 +79,7 @@ class LocalLauncher:
             workdir = own.path
         else:
             if place.workdir is None:  # the session's workspace, kept across its kernels
-                place.workspace = TempWorkspace.make()
+                place.workspace = TempWorkspace.make(place.keep)
                 place.workdir = place.workspace.path
             workdir = place.workdir
         run_dir = Path(tempfile.mkdtemp(prefix="workbench-run-"))
@@ -86,12 +93,15 @@ class LocalLauncher:
     async def make_workspace(self, place: Place) -> None:
         """Make the session's workspace before its first kernel (files put in before any code runs)."""
         if place.workdir is None:
-            place.workspace = TempWorkspace.make()
+            place.workspace = TempWorkspace.make(place.keep)
             place.workdir = place.workspace.path
 
-    def owner(self) -> tuple[int, int] | None:
+    def owner(self, place: Place) -> tuple[int, int] | None:
         """A local kernel runs as this process's user."""
         return None
+
+    async def release(self, place: Place) -> None:
+        """Nothing is held per session."""
 
     def fits(self, place: Place) -> bool:
         """Any pooled kernel can serve any session: its workdir and variables are set by code."""

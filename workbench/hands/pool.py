@@ -33,7 +33,7 @@ class KernelPool:
         while len(self._ready) + len(self._starting) < self.size:
             task = asyncio.get_running_loop().create_task(self._boot())
             self._starting.add(task)
-            task.add_done_callback(self._starting.discard)
+            task.add_done_callback(self._starting.discard)  # also a task cancelled before it ran
 
     async def _boot(self) -> None:
         try:
@@ -44,6 +44,10 @@ class KernelPool:
             self.failures += 1
             self.last_error = f"{type(e).__name__}: {e}"
             return
+        finally:
+            # no longer starting before it is ready: counted once (a done callback runs a loop iteration
+            # later, and a fill() in between would count this kernel twice)
+            self._starting.discard(asyncio.current_task())
         if self._closed:
             await kernel.kill()
         else:

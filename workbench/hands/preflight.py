@@ -12,14 +12,17 @@ status the UI shows say so. Never a silent downgrade.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError, WorkbenchError
 from .base import EventSink, Observation, failure
-from .sandbox import SandboxSettings, base_args, setpriv_args
+from .files import NoWorkspace
+from .identity import Identities
+from .sandbox import SandboxSettings, base_args, inside_args, setpriv_args
 from .seccomp import SeccompFilter
 
 log = logging.getLogger("workbench.hands")
@@ -57,22 +60,34 @@ def preflight(settings: SandboxSettings | None = None, seccomp: SeccompFilter | 
     actually starts; each call runs it."""
     s = settings or SandboxSettings()
     how = seccomp.how if seccomp is not None else "not checked"
-    owner = (s.sandbox_uid, s.sandbox_gid) if os.geteuid() == 0 else None
-    mode = f"bwrap, then setpriv to uid {s.sandbox_uid}" if owner else "bwrap in a user namespace, same uid"
+    try:
+        ids = Identities(s.sandbox_uid, s.sandbox_gid, s.sandbox_ids)
+    except ConfigError as e:
+        return Preflight(False, f"the sandbox's identity settings are wrong: {e}", "fix sandbox_uid, sandbox_gid or "
+                         "sandbox_ids (docs/settings.md)", None, "", False, "", seccomp.how if seccomp else "not checked")
+    mode = (f"bwrap, then setpriv to a uid of its own per sandbox ({s.sandbox_uid}-{s.sandbox_uid + s.sandbox_ids - 1})"
+            if ids.root else "bwrap in a user namespace of its own per sandbox, same uid, per-user counts capped inside")
     socat = shutil.which(s.socat, path="/usr/bin:/bin:/usr/local/bin")
     note = "" if socat else f"socat ({s.socat}) is not installed: kernels get no network at all, not even through the egress proxy"
     bwrap = shutil.which(s.bwrap)
     if bwrap is None:
         return Preflight(False, f"bubblewrap is not installed (no {s.bwrap!r} found)", FIX, None, mode, bool(socat), note,
                          how)
-    cmd = [bwrap, *base_args(owner), "--", *(setpriv_args(owner) if owner else []), "/bin/true"]
-    if seccomp is not None:
-        cmd = seccomp.wrap(cmd)
     try:
+        identity = ids.lease()
+    except WorkbenchError as e:
+        return Preflight(False, str(e), "raise sandbox_ids or free uids of its range", bwrap, mode, bool(socat), note, how)
+    try:
+        owner = identity.owner
+        cmd = [bwrap, *base_args(owner), "--", *(setpriv_args(owner) if owner else inside_args(ids.shares, 0)), "/bin/true"]
+        if seccomp is not None:
+            cmd = seccomp.wrap(cmd)
         p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20,
                            env={"PATH": "/usr/bin:/bin"})
     except (OSError, subprocess.TimeoutExpired) as e:
         return Preflight(False, f"bubblewrap ({bwrap}) could not run: {e}", FIX, bwrap, mode, bool(socat), note, how)
+    finally:
+        identity.release()
     if p.returncode != 0:
         why = (p.stderr.strip().splitlines() or [f"exit code {p.returncode}"])[-1]
         if seccomp is not None and seccomp.enforced:
@@ -133,6 +148,16 @@ class RefusedHands:
 
     async def shutdown(self) -> None:
         """Nothing to stop."""
+
+    async def workspace(self, create: bool = False) -> Path | None:
+        """No workspace: nothing runs here."""
+        if create:
+            raise NoWorkspace(f"this host runs no model code, so a session has no workspace ({self.result.reason})")
+        return None
+
+    def workspace_owner(self) -> tuple[int, int] | None:
+        """Nothing is written for a kernel here."""
+        return None
 
     def status(self) -> dict[str, Any]:
         return {"backend": "sandbox", "state": "refused", "generation": 0, "pid": None, "sandbox": self.result.to_json()}

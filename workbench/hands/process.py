@@ -28,7 +28,7 @@ from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.provisioning import LocalProvisioner
 
-from . import launch, limits as _limits
+from . import freeze, launch, limits as _limits
 from .base import Death, Dropped, Workspace
 from .channel import MAX_MESSAGE, HandsKernelClient, IOPub
 from .limits import Limits
@@ -137,6 +137,7 @@ class ProcessKernel:
         self.stopped = False
         self._replied: dict[str, float] = {}  # msg_id -> when its execute_reply came (looked for after a loss)
         self._reply_content: dict[str, dict[str, Any]] = {}  # replies read while looking for the end of a call
+        self._frozen: freeze.Stopped | None = None
 
     @property
     def pid(self) -> int | None:
@@ -235,6 +236,22 @@ class ProcessKernel:
         except (RuntimeError, OSError):
             pass  # no kernel any more: death() says so at the next look
 
+    async def freeze(self) -> list[str]:
+        """Stop (SIGSTOP) every process of the kernel: those under its process, those in its cgroups (freeze.py);
+        a supervising launch wrapper stays running. Notes on what could not be stopped."""
+        pid = self.pid
+        if pid is None or self.stopped or self._frozen is not None:
+            return []
+        self._frozen = await asyncio.to_thread(freeze.stop, pid, keep_root=self.km.supervised,
+                                               members=lambda: _limits.members(self.kid))
+        return self._frozen.notes
+
+    async def thaw(self) -> None:
+        """Let the processes `freeze` stopped go on (SIGCONT)."""
+        frozen, self._frozen = self._frozen, None
+        if frozen is not None:
+            await asyncio.to_thread(frozen.cont)
+
     async def kill(self) -> None:
         """Stop the kernel now and free everything it held; safe to call twice."""
         if self.stopped:
@@ -281,12 +298,14 @@ async def start_process(spec: KernelSpec, *, launcher: str, env: dict[str, str],
                         workspace: Workspace | None = None, limits: Limits | None, registry: Any,
                         startup_timeout: float, owner: tuple[int, int] | None = None, supervise: bool = False,
                         signal_codes: bool = False, closers: list[Callable[[], Awaitable[None]]] | None = None,
-                        held: dict[str, Any] | None = None, max_message: int = MAX_MESSAGE) -> ProcessKernel:
+                        held: dict[str, Any] | None = None, max_message: int = MAX_MESSAGE,
+                        processes_by: str = "") -> ProcessKernel:
     """Start a kernel from `spec` in `run_dir` and wait until it is ready; `closers` run when it is killed.
 
     From the call on, the kernel owns `run_dir` (and `workspace`, a pooled kernel's own, at `workdir`):
     a start that fails removes them, and raises RuntimeError with the kernel's last words. Its
-    iopub messages over `max_message` bytes are refused (`channel.IOPub`).
+    iopub messages over `max_message` bytes are refused (`channel.IOPub`). `processes_by` says how the kernel's
+    processes are counted when no cgroup does it (limits.apply).
     """
     t0 = time.perf_counter()
     kid = uuid.uuid4().hex[:12]
@@ -295,7 +314,7 @@ async def start_process(spec: KernelSpec, *, launcher: str, env: dict[str, str],
     km.connection_file, km.ip = str(run_dir / "kernel.json"), str(run_dir / "kernel-ipc")
     km.output, km.owner, km.supervised, km.signal_codes = OutputTail(), owner, supervise, signal_codes
     km.wrap = lambda argv: launch.command(argv, parent=os.getpid(), supervise=supervise, limits=limits, cgroup=kid,
-                                          report=str(report))
+                                          report=str(report), processes_by=processes_by)
     kernel = ProcessKernel(km, launcher=launcher, kid=kid, run_dir=run_dir, workdir=workdir, workspace=workspace,
                            registry=registry, closers=list(closers or []), held=dict(held or {}))
     try:

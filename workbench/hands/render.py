@@ -97,9 +97,38 @@ def output_text(output: dict[str, Any]) -> str | None:
     return None
 
 
-def blocks(outputs: list[dict[str, Any]], before: list[str], after: list[str]) -> list[dict[str, Any]]:
+CUT = "[... {n:,} characters cut here: the model reads at most output_limit characters of a call in all ...]"
+STREAM_CUT = re.compile(r"\[\.\.\. ([0-9,]{1,30}) characters of \w+ cut here \.\.\.\]")  # fold.Stream.text()'s marker
+
+
+def blocks(outputs: list[dict[str, Any]], before: list[str], after: list[str], text_limit: int | None = None,
+           max_images: int | None = None) -> list[dict[str, Any]]:
     """tool_result content: text blocks and image blocks in the order of the outputs; `before` and `after`
-    are notes (what was replayed; what was cut). Never empty: no output at all reads "(no output)"."""
+    are notes (what was replayed; what was cut). Never empty: no output at all reads "(no output)".
+
+    What the model reads is bounded as one budget: at most `text_limit` characters of text in all (the
+    outputs' text and the notes together; over it, the first and the last part of the outputs' text, see
+    `_within`) and the first `max_images` images; a note says what was left out."""
+    items: list[str | tuple[str, str]] = []  # an output's text, or an image's (media type, base64 data)
+    images = left_out = 0
+    for o in outputs:
+        image = image_of(o) if o.get("output_type") in ("display_data", "execute_result") else None
+        if image is not None:
+            if max_images is None or images < max_images:
+                items.append(image)
+                images += 1
+            else:
+                left_out += 1
+            continue
+        text = output_text(o)
+        if text:
+            items.append(text.rstrip("\n") if o.get("output_type") == "stream" else text)
+    after = list(after)
+    if left_out:
+        after.append(f"[{left_out:,} more image(s) not shown: the model is shown at most {max_images} images of a call "
+                     "(max_images); the stored result keeps them. Save figures to files and look at them a few at a time]")
+    if text_limit is not None:
+        items, before, after = _within(items, before, after, text_limit)
     out: list[dict[str, Any]] = []
     parts: list[str] = list(before)
 
@@ -108,18 +137,64 @@ def blocks(outputs: list[dict[str, Any]], before: list[str], after: list[str]) -
             out.append({"type": "text", "text": "\n".join(parts)})
             parts.clear()
 
-    for o in outputs:
-        image = image_of(o) if o.get("output_type") in ("display_data", "execute_result") else None
-        if image is not None:
+    for item in items:
+        if isinstance(item, tuple):
             flush()
-            out.append({"type": "image", "source": {"type": "base64", "media_type": image[0], "data": image[1]}})
-            continue
-        text = output_text(o)
-        if text:
-            parts.append(text.rstrip("\n") if o.get("output_type") == "stream" else text)
+            out.append({"type": "image", "source": {"type": "base64", "media_type": item[0], "data": item[1]}})
+        else:
+            parts.append(item)
     parts.extend(after)
     flush()
     return out or [{"type": "text", "text": "(no output)"}]
+
+
+def _within(items: list[Any], before: list[str], after: list[str], limit: int) -> tuple[list[Any], list[str], list[str]]:
+    """The items and notes with at most `limit` characters of text in all (each string with the newline that
+    joins it to the next). Notes are kept whole while they take at most half of it; the outputs' text keeps its
+    first and its last part (half each of the room left: a long run's final state matters most)."""
+    if _chars(before) + _chars(after) > limit // 2:  # notes in bulk (a replay of many calls) are cut too
+        before, after = _cut(before, limit // 4), _cut(after, limit // 4)
+    return _cut(items, limit - _chars(before) - _chars(after)), before, after
+
+
+def _chars(items: list[Any]) -> int:
+    return sum(len(t) + 1 for t in items if isinstance(t, str))
+
+
+def _cut(items: list[Any], room: int) -> list[Any]:
+    """The items (strings are text; anything else passes, in its place) with at most `room` characters of text:
+    the first and the last characters of their text kept, and one CUT marker where the rest was."""
+    total = _chars(items)
+    if total <= room:
+        return items
+    keep = max(0, room - len(CUT.format(n=total)) - 2)  # the marker, and the newline of a piece cut at its end
+    head, tail = keep // 2, keep - keep // 2
+    out: list[Any] = []
+    at = cut = 0
+    marker = -1  # where the marker goes, once the text is first cut
+    for item in items:
+        if not isinstance(item, str):
+            out.append(item)
+            continue
+        start, end = at, at + len(item) + 1  # its characters, and the newline after it
+        at = end
+        first = max(0, min(end, head) - start)  # of it, inside the first `head` characters
+        last = max(0, end - max(start, total - tail))  # and inside the last `tail`
+        if first + last >= end - start:
+            out.append(item)
+            continue
+        cut += end - start - first - last
+        for m in STREAM_CUT.finditer(item, first, len(item) + 1 - max(last, 1)):  # a stream's own cut, cut with it
+            cut += int(m.group(1).replace(",", "")) - len(m.group())
+        if first:
+            out.append(item[:first])
+        if marker < 0:
+            marker = len(out)
+            out.append("")
+        if last > 1:
+            out.append(item[len(item) + 1 - last:])
+    out[marker] = CUT.format(n=cut)[:max(0, room - 1)]
+    return [i for i in out if i != ""]
 
 
 class _Text(HTMLParser):

@@ -2,17 +2,17 @@
 
 The kernel runs in new network, PID, IPC and UTS namespaces and sees only
 read-only /usr, its Python environment, a curated /etc, its own run
-directory (connection file, ZMQ sockets, the proxy socket) and workspace,
+directory (connection file, ZMQ sockets, the proxy socket) and workspace (at /workspace),
 and empty tmpfs /tmp, /dev/shm and $HOME: never the Jupyter runtime directory, the
 session database, the server's config or key files, or anyone's home.
 
-When the server runs as root, the kernel runs as a separate unprivileged uid
-(`sandbox_uid`, 64123 by default, with no entry in the host's passwd: a
-fixed number needs no user to be created on the host, and the sandbox gets a
-passwd of its own), with no capabilities and no_new_privs, so even a file
-in a mounted directory is protected by its mode. Otherwise bwrap runs
-unprivileged in a user namespace as the same uid, and protection comes only
-from what is not mounted.
+When the server runs as root, each sandbox's processes run as a host uid of their own, leased
+from a range (`sandbox_uid` and the next `sandbox_ids - 1`; no entry in the host's passwd is
+needed: the sandbox gets a passwd of its own), with no capabilities and no_new_privs, so even a
+file in a mounted directory is protected by its mode, and per-user counts (inotify, processes,
+message queues) are the session's own (identity.py). Otherwise bwrap runs unprivileged in a user
+namespace of its own as the same uid: protection comes from what is not mounted, and the
+per-user counts are capped per namespace before the kernel drops its last capability.
 
 Inside, a seccomp filter (seccomp.py, compiled once per host) takes away the
 system calls a kernel never needs, the keyrings first. Each session's workspace
@@ -43,7 +43,8 @@ from jupyter_client.kernelspec import KernelSpec
 from ..config import from_env
 from ..egress import EgressPolicy, EgressProxy, EgressSettings, Vault
 from . import quota
-from .base import Kernel, Place, Workspace
+from .base import Kernel, Place
+from .identity import Identities, Identity, Shares
 from .limits import Limits
 from .local import kernel_env
 from .process import MAX_MESSAGE, ProcessKernel, start_process
@@ -52,6 +53,9 @@ from .seccomp import SeccompFilter, SeccompSettings, prepare
 
 PROXY_PORT = 3128
 HOME = "/home/sandbox"
+# where the session's workspace is inside: a fixed path, so the kernel learns nothing of where it is on the host
+# (a workspace root under a home directory would name the host's user)
+WORKSPACE = "/workspace"
 # What Python, ssl, locale, time zones and fonts read from /etc; nothing else of the host's /etc.
 ETC = (
     "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl/certs", "ssl/openssl.cnf", "ca-certificates",
@@ -69,8 +73,9 @@ class SandboxSettings:
 
     bwrap: str = "bwrap"  # the bubblewrap binary (a name on PATH or a path)
     socat: str = "socat"  # bridges the egress proxy's socket into the sandbox; without it, no egress
-    sandbox_uid: int = 64123  # the kernel's uid when the server runs as root
-    sandbox_gid: int = 64123
+    sandbox_uid: int = 64123  # a root server's sandboxes run as uids of their own from this one on
+    sandbox_gid: int = 64123  # ... and gids from this one on
+    sandbox_ids: int = 1024  # how many: at most this many live sandboxes on this machine (all its servers)
     sandbox_python: str = ""  # the kernel's interpreter (default: the server's own)
 
 
@@ -91,6 +96,7 @@ class SandboxLauncher:
         self.seccomp = seccomp if seccomp is not None else prepare(from_env(SeccompSettings))
         self.workspaces = workspaces if workspaces is not None else from_env(WorkspaceSettings)
         self.max_message = max_message
+        self.identities = Identities(self.settings.sandbox_uid, self.settings.sandbox_gid, self.settings.sandbox_ids)
         self._pool_proxy: EgressProxy | None = None
 
     def proxy(self, place: Place | None) -> EgressProxy:
@@ -106,20 +112,52 @@ class SandboxLauncher:
         proxy: EgressProxy = place.held["egress"]
         return proxy
 
-    def owner(self) -> tuple[int, int] | None:
-        """The uid:gid the kernel runs as, when it differs from ours (we are root)."""
-        return (self.settings.sandbox_uid, self.settings.sandbox_gid) if os.geteuid() == 0 else None
+    def owner(self, place: Place) -> tuple[int, int] | None:
+        """The uid:gid of the session's sandboxes, when it is not ours (a root server leases one per workspace)."""
+        return self._identity(place, None).owner
 
-    def workspace(self, label: str) -> quota.Workspace:
-        """A new workspace of `workspace_mb` for a session (or a pooled kernel), owned by the kernel's uid."""
+    def _identity(self, place: Place | None, own: quota.Workspace | None) -> Identity:
+        """Who a kernel runs as: its workspace's identity; a session with a workdir of its own leases one, kept
+        in its place until its hands shut down (`release`)."""
+        if own is not None and own.identity is not None:
+            return own.identity
+        if place is not None and isinstance(place.workspace, quota.Workspace) and place.workspace.identity is not None:
+            return place.workspace.identity
+        if place is None:
+            raise RuntimeError("a pooled sandbox kernel starts with a workspace of its own")
+        if "identity" not in place.held:
+            place.held["identity"] = self.identities.lease()
+        identity: Identity = place.held["identity"]
+        return identity
+
+    async def release(self, place: Place) -> None:
+        """Give back what the session held beyond its workspace: its identity (a session with its own workdir)."""
+        identity = place.held.pop("identity", None)
+        if isinstance(identity, Identity):
+            identity.release()
+
+    def workspace(self, label: str, keep: Path | None = None) -> quota.Workspace:
+        """A new workspace of `workspace_mb` for a session (or a pooled kernel), or the session's kept one (`keep`:
+        made or mounted again there), with an identity of its own whose uid owns it."""
         w = self.workspaces
-        return quota.create(w.workspace_root or quota.default_root(), w.workspace_mb, owner=self.owner(),
-                            label=label if quota.LABEL.fullmatch(label) else "")
+        root = w.workspace_root or quota.default_root()
+        label = label if quota.LABEL.fullmatch(label) else ""
+        identity = self.identities.lease()
+        try:
+            if keep is not None:
+                ws = quota.keep(keep, w.workspace_mb, identity.owner, root, label=label)
+            else:
+                ws = quota.create(root, w.workspace_mb, owner=identity.owner, label=label)
+        except BaseException:
+            identity.release()
+            raise
+        ws.identity = identity
+        return ws
 
-    async def _new_workspace(self, label: str) -> quota.Workspace:
+    async def _new_workspace(self, label: str, keep: Path | None = None) -> quota.Workspace:
         """`workspace(label)` off the event loop (mkfs and mount take a while); if the start is cancelled
         meanwhile (a factory closing, a pool kernel booting), what was made is destroyed when it is done."""
-        made = asyncio.ensure_future(asyncio.to_thread(self.workspace, label))
+        made = asyncio.ensure_future(asyncio.to_thread(self.workspace, label, keep))
         try:
             return await asyncio.shield(made)
         except asyncio.CancelledError:
@@ -132,10 +170,10 @@ class SandboxLauncher:
             made.add_done_callback(undo)
             raise
 
-    def argv(self, run_dir: Path, workdir: Path, env: dict[str, str]) -> list[str]:
+    def argv(self, run_dir: Path, workdir: Path, env: dict[str, str], identity: Identity) -> list[str]:
         """The kernel's command line (bwrap, loading the seccomp filter), with the files and owners its directories need."""
-        owner = self.owner()
-        uid, gid = owner or (os.getuid(), os.getgid())
+        owner = identity.owner
+        uid, gid = identity.uid, identity.gid
         if owner is not None:
             os.chown(run_dir, uid, gid)
             if not any(workdir.iterdir()):  # a fresh workspace; a user's directory with files keeps its owner
@@ -147,16 +185,20 @@ class SandboxLauncher:
         (etc / "group").write_text(f"root:x:0:\nsandbox:x:{gid}:\n")
         (etc / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n")
         socat = shutil.which(self.settings.socat, path="/usr/bin:/bin:/usr/local/bin")
-        return self.seccomp.wrap(bwrap_argv(self.settings, run_dir, workdir, etc, env, owner, socat))
+        inside = [] if owner is not None else self.inside()
+        return self.seccomp.wrap(bwrap_argv(self.settings, run_dir, workdir, etc, env, owner, socat, inside))
+
+    def inside(self) -> list[str]:
+        """What an unprivileged sandbox runs first (`inside_args`), with this launcher's shares and limits."""
+        return inside_args(self.identities.shares, self.limits.max_processes if self.limits is not None else 0)
 
     async def start(self, place: Place | None) -> ProcessKernel:
         """Start a kernel in a sandbox around `place`'s workdir (making the session's workspace the first time;
         a pooled kernel gets one of its own) and wait until it is ready."""
         socat = shutil.which(self.settings.socat, path="/usr/bin:/bin:/usr/local/bin")
         proxy = self.proxy(place) if socat else None  # first: a bad policy fails before anything is made
-        owner = self.owner()
-        uid, gid = owner or (os.getuid(), os.getgid())
-        own: Workspace | None = None  # a pooled kernel's, until a session adopts it
+        own: quota.Workspace | None = None  # a pooled kernel's, until a session adopts it
+        identity: Identity | None = None
         run_dir: Path | None = None
         listener = None
         try:
@@ -165,14 +207,15 @@ class SandboxLauncher:
                 workdir, how = own.path, own.how
             else:
                 if place.workdir is None:  # the session's, for all its kernels
-                    place.workspace = await self._new_workspace(place.session)
+                    place.workspace = await self._new_workspace(place.session, place.keep)
                     place.workdir = place.workspace.path
                 workdir, how = place.workdir, place.workspace.how if place.workspace is not None else OWN_WORKDIR
+            identity = self._identity(place, own)
             run_dir = Path(tempfile.mkdtemp(prefix="workbench-run-")).resolve()
-            argv = self.argv(run_dir, workdir.resolve(), kernel_env(place.env if place else None))
+            argv = self.argv(run_dir, workdir.resolve(), kernel_env(place.env if place else None), identity)
             spec = KernelSpec(argv=argv, display_name="workbench sandbox", language="python", interrupt_mode="message", env={})
             if proxy is not None:
-                listener = await proxy.listen(run_dir / "egress.sock", uid, gid)
+                listener = await proxy.listen(run_dir / "egress.sock", identity.uid, identity.gid)
         except BaseException:
             if listener is not None:
                 await listener.close()
@@ -184,21 +227,23 @@ class SandboxLauncher:
         kernel = await start_process(
             spec, launcher=self.name, env={"PATH": "/usr/bin:/bin"}, run_dir=run_dir, workdir=workdir.resolve(),
             workspace=own, limits=self.limits, registry=self.registry,
-            startup_timeout=place.startup_timeout if place else 60.0, owner=owner, supervise=True, signal_codes=True,
+            startup_timeout=place.startup_timeout if place else 60.0, owner=identity.owner, supervise=True, signal_codes=True,
             closers=[listener.close] if listener else [], held={"egress": listener}, max_message=self.max_message,
+            processes_by="uid" if identity.own else "namespace",
         )
-        kernel.limits.update(seccomp=self.seccomp.how, workspace=how)
+        kernel.limits.update(seccomp=self.seccomp.how, workspace=how, identity=identity.how)
         return kernel
 
     async def make_workspace(self, place: Place) -> None:
         """Make the session's workspace before its first kernel (files put in before any code runs)."""
         if place.workdir is None:
-            place.workspace = await self._new_workspace(place.session)
+            place.workspace = await self._new_workspace(place.session, place.keep)
             place.workdir = place.workspace.path
 
     def fits(self, place: Place) -> bool:
-        """A pooled sandbox has its workdir and variables bound in: it serves only sessions that set neither."""
-        return place.workdir is None and not place.env
+        """A pooled sandbox has its workdir and variables bound in: it serves only sessions that set neither
+        (nor keep their workspace somewhere of their own)."""
+        return place.workdir is None and place.keep is None and not place.env
 
     async def adopt(self, kernel: Kernel, place: Place) -> str:
         """A pooled kernel's egress now follows the session's policy and log; its workspace is the session's."""
@@ -242,7 +287,9 @@ def base_args(owner: tuple[int, int] | None) -> list[str]:
     args = ["--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     args += ["--unshare-cgroup-try", "--hostname", "sandbox"]
     if owner is None:
-        args.append("--unshare-user")
+        # a user namespace of its own, whose first process may set the namespace's limits (`inside`) and then
+        # drops the capability with every other one
+        args += ["--unshare-user", "--cap-add", "CAP_SYS_RESOURCE"]
     args += ["--ro-bind", "/usr", "/usr"]
     for d in ("bin", "sbin", "lib", "lib64", "lib32", "libx32"):
         p = Path("/") / d
@@ -256,10 +303,18 @@ def base_args(owner: tuple[int, int] | None) -> list[str]:
                    "--perms", "1777", "--tmpfs", "/tmp"]
 
 
-def setpriv_args(owner: tuple[int, int]) -> list[str]:
-    uid, gid = owner
-    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
-            "--no-new-privs", "--"]
+def inside_args(shares: Shares, max_processes: int) -> list[str]:
+    """What an unprivileged sandbox runs first, in its own user namespace: cap inotify there, set the limits the
+    kernel counts per namespace (message queue bytes, processes), then drop every capability."""
+    limits = [f"--msgqueue={shares.msgqueue_bytes}"] + ([f"--nproc={max_processes}"] if max_processes else [])
+    return ["/bin/sh", "-c", f'{shares.script()} && exec "$@"', "sandbox-setup", "prlimit", *limits, "--",
+            *setpriv_args(None)]
+
+
+def setpriv_args(owner: tuple[int, int] | None) -> list[str]:
+    """Become `owner` (when given) with no capability at all (ambient ones included) and no way to gain one."""
+    ids = [f"--reuid={owner[0]}", f"--regid={owner[1]}", "--clear-groups"] if owner is not None else []
+    return ["setpriv", *ids, "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
 
 
 def bwrap_argv(
@@ -270,6 +325,7 @@ def bwrap_argv(
     env: dict[str, str],
     owner: tuple[int, int] | None,
     socat: str | None,
+    inside: list[str] | None = None,
 ) -> list[str]:
     """The kernel's command line: bwrap, its mounts and environment, then the kernel (and socat)."""
     args = [shutil.which(settings.bwrap) or settings.bwrap, *base_args(owner), "--perms", "0755", "--dir", "/etc"]
@@ -285,7 +341,8 @@ def bwrap_argv(
     # bwrap would create missing parents with mode 0700, closed to a dropped uid
     made = {Path(p) for p in ("/", "/usr", "/etc", "/tmp", "/home", HOME, "/proc", "/dev")}
     trees = python_trees(settings.sandbox_python)
-    for target in [*trees, run_dir, workdir]:
+    # the run directory keeps its host path: the connection file names its sockets by it
+    for target in [*trees, run_dir]:
         for parent in reversed(target.parents):
             if parent not in made:
                 args += ["--perms", "0755", "--dir", str(parent)]
@@ -293,7 +350,7 @@ def bwrap_argv(
         made.add(target)
         mode = "--ro-bind" if target in trees else "--bind"
         args += [mode, str(target), str(target)]
-    args += ["--chdir", str(workdir), "--clearenv"]
+    args += ["--bind", str(workdir), WORKSPACE, "--chdir", WORKSPACE, "--clearenv"]
     python = settings.sandbox_python or sys.executable
     setenv = {k: v for k, v in env.items() if k not in OWN_ENV}
     setenv.update(
@@ -313,6 +370,5 @@ def bwrap_argv(
     for k, v in setenv.items():
         args += ["--setenv", k, v]
     args.append("--")
-    if owner is not None:
-        args += setpriv_args(owner)
+    args += setpriv_args(owner) if owner is not None else list(inside or [])
     return args + ["/bin/sh", "-c", script, "{connection_file}"]

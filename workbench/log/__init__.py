@@ -5,7 +5,7 @@ log in a DuckDB file, `MemoryLog` is its in-memory twin for tests.
 """
 
 from .duckdb_log import DuckDBLog, Tx as DuckDBTx, default_db_path
-from .events import EVENT_TYPES, Event
+from .events import EVENT_TYPES, SESSION_ID, Event, is_session_id
 from .memory_log import MemoryLog
 from .protocol import SessionLog, Tx
 from .query import QueryResult
@@ -19,7 +19,9 @@ __all__ = [
     "LogSettings",
     "MemoryLog",
     "QueryResult",
+    "SESSION_ID",
     "SessionLog",
     "Tx",
     "default_db_path",
+    "is_session_id",
 ]

@@ -10,11 +10,22 @@ documents them); EVENT_TYPES itself is read-only.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
+
+# a session id a client may choose, and the id a memory's provenance or a dream's actor cites: safe as it is
+# in a URL path, a prompt and HTML (sessions the workbench names itself use hex digits)
+SESSION_ID = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$"
+_SESSION_ID = re.compile(SESSION_ID[1:-1])
+
+
+def is_session_id(value: Any) -> bool:
+    """Whether value has the form of SESSION_ID (all of it: no trailing newline either)."""
+    return isinstance(value, str) and _SESSION_ID.fullmatch(value) is not None
 
 EVENT_TYPES: Mapping[str, str] = MappingProxyType({
     # conversation

@@ -453,7 +453,7 @@ def _memories_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--store", metavar="NAME", help="list: only this store's memories; export: the store to write "
                                                    "(default: default); import: the store to import into (default: the file's)")
     r.add_argument("-o", "--output", metavar="FILE", help="with export: write to FILE (default: standard output)")
-    r.add_argument("--allow-secret", action="store_true", help="with import: keep a title or text that looks like a secret")
+    r.add_argument("--allow-secret", action="store_true", help="with import: keep fields that look like a secret (it is not one)")
     r.add_argument("--review", action="store_true", help="with import: accepted memories come in as proposals, "
                                                          "told to no session until a person accepts them here")
     r.add_argument("--status", choices=STATUSES)

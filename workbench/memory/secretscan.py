@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 # detect-secrets is imported where it is used: it takes a third of a second (more on a loaded machine), which
@@ -62,27 +62,31 @@ def _plugins() -> list[dict[str, object]]:
     return out
 
 
-def _detected(text: str) -> Iterator[tuple[str, str]]:
-    """(kind, value) of each likely secret detect-secrets' plugins and filters find in text."""
+def _lines(text: str) -> list[str]:
+    return text[:MAX_SCAN_CHARS].splitlines()
+
+
+def _detected(lines: list[str]) -> Iterator[tuple[int, str, str]]:
+    """(line index, kind, value) of each likely secret detect-secrets' plugins and filters find in lines."""
     from detect_secrets.core.scan import _process_line_based_plugins
     from detect_secrets.filters.heuristic import is_sequential_string
     from detect_secrets.settings import default_settings, transient_settings
 
     base64, hex_ = _entropy()
-    lines = [(i + 1, line) for i, line in enumerate(text[:MAX_SCAN_CHARS].splitlines())]
+    numbered = [(i + 1, line) for i, line in enumerate(lines)]
     with _lock, default_settings(), transient_settings({"plugins_used": _plugins()}):
-        found = [(s.type, s.secret_value or "") for s in _process_line_based_plugins(lines, "memory")]
+        found = [(s.line_number - 1, s.type, s.secret_value or "") for s in _process_line_based_plugins(numbered, "memory")]
     yield from found
-    for _, line in lines:
+    for i, line in enumerate(lines):
         for m in WORD.finditer(line):
             word = m.group().strip("=.-_~")
             if (len(word) >= 20 and re.search("[a-z]", word) and re.search("[A-Z]", word) and re.search("[0-9]", word)
                     and not is_sequential_string(word) and base64.calculate_shannon_entropy(word) > ENTROPY_LIMIT_BASE64):
-                yield "High Entropy String", word
+                yield i, "High Entropy String", word
         if NAMES_A_SECRET.search(line):
             for m in HEX_WORD.finditer(line):
                 if hex_.calculate_shannon_entropy(m.group()) > ENTROPY_LIMIT_HEX:
-                    yield "Hex High Entropy String", m.group()
+                    yield i, "Hex High Entropy String", m.group()
 
 
 class SecretScanner:
@@ -93,15 +97,33 @@ class SecretScanner:
 
     def problems(self, text: str, what: str) -> list[str]:
         """One line per kind of secret found in text (empty: none), naming the kind, never the value."""
+        return self.problems_of([(what, text)])
+
+    def problems_of(self, fields: Iterable[tuple[str, str]]) -> list[str]:
+        """The problems of many (what, text) fields, in their order, each line naming its field: one scan over
+        the lines of every distinct text (detect-secrets costs milliseconds a call, and a text many fields hold,
+        an actor or a session id, is read once, under the first field that holds it)."""
+        first: dict[str, str] = {}
+        for what, text in fields:
+            first.setdefault(text, what)
+        lines: list[str] = []
+        owner: list[str] = []
+        for text in first:
+            for line in _lines(text):
+                lines.append(line)
+                owner.append(text)
+        kinds: dict[str, set[str]] = {}
+        for i, kind, _ in _detected(lines):
+            kinds.setdefault(owner[i], set()).add(kind)
         out = []
-        if self.vault_redact is not None and self.vault_redact(text) != text:
-            names = sorted(set(re.findall(r"\[secret ([^\]]+)\]", self.vault_redact(text)))) or ["credential"]
-            out.append(f"{what} holds the value of vault credential {', '.join(names)} (or an encoding of it)")
-        kinds = sorted({kind for kind, _ in _detected(text)})
-        if kinds:
-            out.append(f"{what} holds what looks like a secret ({', '.join(kinds)})")
+        for text, what in first.items():
+            if self.vault_redact is not None and (masked := self.vault_redact(text)) != text:
+                names = sorted(set(re.findall(r"\[secret ([^\]]+)\]", masked))) or ["credential"]
+                out.append(f"{what} holds the value of vault credential {', '.join(names)} (or an encoding of it)")
+            if text in kinds:
+                out.append(f"{what} holds what looks like a secret ({', '.join(sorted(kinds[text]))})")
         return out
 
     def values(self, text: str) -> list[str]:
         """The likely secrets detect-secrets finds in text, longest first (what a redaction scrubs besides the text)."""
-        return sorted({v for _, v in _detected(text) if len(v) >= 8}, key=lambda v: (-len(v), v))
+        return sorted({v for _, _, v in _detected(_lines(text)) if len(v) >= 8}, key=lambda v: (-len(v), v))

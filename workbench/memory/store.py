@@ -16,6 +16,7 @@ import builtins
 import json
 import os
 import re
+import unicodedata
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigError, MemoryConflict, UnknownMemory
-from ..log import DuckDBLog
+from ..log import SESSION_ID, DuckDBLog
 from ..log.duckdb_log import one_row
 from ..log.scrub import scrub_text
 from .relevance import contradictions, contradictions_among, rank
@@ -106,7 +107,13 @@ REDACTED = "[redacted]"
 MIN_SCRUB = 8  # shorter texts (a title like "pandas") are not scrubbed from the log: they are everywhere
 MIN_SCRUB_LINE = 16  # each line of a text this long is scrubbed too (renderings indent or split a text)
 LIVE = ("accepted", "proposed")  # the statuses of memories that are, or may become, what sessions are told
-ACTOR = re.compile(r"^(api|auto-accept|(dream|person|api):\S.{0,200})$")
+# A name in an actor: words of letters and digits (of any script), `_ . @ + -`, one space between words.
+# No markup, quote, control or format character: an actor is printed into prompts, panels and terminals.
+ACTOR_NAME = r"[\w.@+-]+(?: [\w.@+-]+)*"
+MAX_ACTOR_NAME_CHARS = 200
+ACTOR = re.compile(rf"api|auto-accept|dream:{SESSION_ID[1:-1]}|(?:person|api):{ACTOR_NAME}")  # all of it: fullmatch
+ACTOR_GRAMMAR = ("'api', 'auto-accept', 'dream:<session id>', or 'person:<name>' / 'api:<name>' where a name is "
+                 f"1 to {MAX_ACTOR_NAME_CHARS} characters: words of letters, digits and _ . @ + -, one space between words")
 DEFAULT_STORE = "default"  # where every memory of a database from before stores is, and what a session mounts by default
 STORE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 
@@ -168,10 +175,16 @@ def stamp(m: dict[str, Any]) -> str:
     return f"{m['status']} {m['updated_at'][:10]} by {m['updated_by']}" + (f"; {origin}" if sources else "; written by a person")
 
 
+def is_actor(actor: Any) -> bool:
+    """Whether `actor` follows the grammar of actors (ACTOR_GRAMMAR, docs/memory.md)."""
+    return isinstance(actor, str) and len(actor) <= len("person:") + MAX_ACTOR_NAME_CHARS and ACTOR.fullmatch(actor) is not None
+
+
 def check_actor(actor: str) -> str:
-    """An actor is `api`, `auto-accept`, `dream:<session>`, `person:<name>` or `api:<name>`."""
-    if not isinstance(actor, str) or not ACTOR.match(actor):
-        raise ConfigError(f"actor {actor!r} must be 'api', 'person:<name>', 'dream:<session id>' or 'api:<name>'")
+    """An actor is `api`, `auto-accept`, `dream:<session id>`, `person:<name>` or `api:<name>` (ACTOR_GRAMMAR)."""
+    if not is_actor(actor):
+        shown = repr(actor[:60]) if isinstance(actor, str) else f"a {type(actor).__name__}"
+        raise ConfigError(f"actor {shown} is not valid: {ACTOR_GRAMMAR}")
     return actor
 
 
@@ -192,8 +205,10 @@ def _store_names(store: str | Sequence[str] | None) -> builtins.list[str] | None
 
 
 def person(name: Any) -> str:
-    """The actor of a person called `name` (an authenticated user): person:<name>, one line, at most 200 characters."""
-    name = " ".join(str(name or "").split())[:200]
+    """The actor of a person called `name` (an authenticated user): person:<name>, the name's characters outside
+    the actor grammar each replaced by `-`, at most MAX_ACTOR_NAME_CHARS characters."""
+    name = " ".join(unicodedata.normalize("NFC", str(name or "")).split())
+    name = re.sub(r"[^\w.@+\- ]", "-", name)[:MAX_ACTOR_NAME_CHARS].strip()
     return f"person:{name or 'unknown'}"
 
 
@@ -531,8 +546,8 @@ class MemoryStore:
 
     def secret_problems(self, title: Any, text: Any) -> builtins.list[str]:
         """Why this title and text may not be stored (a vault value, a likely secret), one line each; empty: none."""
-        return [p for what, value in (("title", title), ("text", text)) if isinstance(value, str)
-                for p in self.scanner.problems(value, what)]
+        return self.scanner.problems_of((what, value) for what, value in (("title", title), ("text", text))
+                                        if isinstance(value, str))
 
     def refuse_secrets(self, title: Any, text: Any) -> None:
         """ConfigError (a 400, a CLI error) when a person's title or text holds a secret."""

@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import ConfigError, MemoryConflict, UnknownMemory
+from ..log import is_session_id
 from .store import (
-    ACTOR,
+    ACTOR_GRAMMAR,
     MAX_NOTE_CHARS,
     MAX_TAG_CHARS,
     MAX_TAGS,
@@ -33,6 +35,7 @@ from .store import (
     _now,
     check_actor,
     check_store,
+    is_actor,
 )
 
 FORMAT = "workbench-memory-store"
@@ -41,7 +44,7 @@ MAX_FILE_BYTES = 16 << 20  # an export of 1,000 memories of 10 versions each is 
 MAX_MEMORIES = 10_000
 MAX_VERSIONS = 1000  # of one memory
 MAX_CITATIONS = 1000  # of one version
-MAX_ID_CHARS = 200  # a session or dream id in provenance
+MAX_ID_CHARS = 200  # a session or dream id in provenance (log.SESSION_ID)
 MAX_QUOTE_CHARS = 10_000
 MEMORY_ID = re.compile(r"^m[0-9a-f]{10}$")  # as the store makes them: "m" and 10 hex digits
 ACTIONS = ("propose", "create", "edit", "accept", "reject", "supersede", "merge", "retire", "redact")
@@ -189,8 +192,16 @@ def _ts(value: Any, path: str) -> datetime:
 
 def _actor(value: Any, path: str) -> str:
     s = _str(value, path, 260)
-    if not ACTOR.match(s):
-        raise _refuse(path, f"{s[:40]!r} is not an actor ('person:<name>', 'dream:<id>', 'api', 'auto-accept')")
+    if not is_actor(s):
+        raise _refuse(path, f"{s[:40]!r} is not an actor: {ACTOR_GRAMMAR}")
+    return s
+
+
+def _session_id(value: Any, path: str, *, nullable: bool = False) -> Any:
+    s = _str(value, path, MAX_ID_CHARS, nullable=nullable)
+    if s is not None and not is_session_id(s):
+        raise _refuse(path, f"{s[:40]!r} is not a session id (1 to 200 letters, digits and . _ : @ -, "
+                            "starting with a letter or digit)")
     return s
 
 
@@ -260,7 +271,7 @@ def _check_memory(m: Any, path: str) -> dict[str, Any]:
         "created_by": _actor(m["created_by"], f"{path}.created_by"),
         "proposal": _choice(m["proposal"], f"{path}.proposal", PROPOSALS),
         "targets": [_memory_id(t, f"{path}.targets[{j}]") for j, t in enumerate(_list(m["targets"], f"{path}.targets", 100))],
-        "dream_id": _str(m.get("dream_id"), f"{path}.dream_id", MAX_ID_CHARS, nullable=True),
+        "dream_id": _session_id(m.get("dream_id"), f"{path}.dream_id", nullable=True),
     }
     versions = _list(m["versions"], f"{path}.versions", MAX_VERSIONS)
     if not versions:
@@ -297,7 +308,7 @@ def _check_version(v: Any, path: str, number: int) -> dict[str, Any]:
 
 def _check_citation(c: Any, path: str) -> dict[str, Any]:
     _obj(c, path, CITATION_KEYS, {"session_id", "seq"})
-    out: dict[str, Any] = {"session_id": _str(c["session_id"], f"{path}.session_id", MAX_ID_CHARS),
+    out: dict[str, Any] = {"session_id": _session_id(c["session_id"], f"{path}.session_id"),
                            "seq": _int(c["seq"], f"{path}.seq")}
     if "quote" in c:
         out["quote"] = _str(c["quote"], f"{path}.quote", MAX_QUOTE_CHARS, blank=True)
@@ -323,6 +334,34 @@ def _redact(m: dict[str, Any]) -> None:
 # -- import ---------------------------------------------------------------------------------------
 
 
+def _shown_fields(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """(path, text) of every field of a checked export that a prompt, a panel or a listing may show: each goes
+    through the secret guard (ids and times have strict formats besides; a tag list is one field)."""
+    if doc["exported_by"] is not None:
+        yield "exported_by", doc["exported_by"]
+    for i, m in enumerate(doc["memories"]):
+        at = f"memories[{i}]"
+        yield f"{at}.created_by", m["created_by"]
+        if m["dream_id"] is not None:
+            yield f"{at}.dream_id", m["dream_id"]
+        for j, v in enumerate(m["versions"]):
+            vat = f"{at}.versions[{j}]"
+            yield from ((f"{vat}.{k}", v[k]) for k in ("actor", "title", "text") if v[k])
+            if v["tags"]:
+                yield f"{vat}.tags", "\n".join(v["tags"])
+            if v["note"]:
+                yield f"{vat}.note", v["note"]
+            for c, cite in enumerate(v["provenance"]):
+                yield f"{vat}.provenance[{c}].session_id", cite["session_id"]
+                if cite.get("quote"):
+                    yield f"{vat}.provenance[{c}].quote", cite["quote"]
+        for r, red in enumerate(m["redactions"]):
+            yield f"{at}.redactions[{r}].actor", red["actor"]
+            yield f"{at}.redactions[{r}].reason", red["reason"]
+    for i, link in enumerate(doc["links"]):
+        yield f"links[{i}].actor", link["actor"]
+
+
 def import_store(store: MemoryStore, data: bytes, actor: str, into: str | None = None,
                  allow_secret: bool = False, review: bool = False) -> dict[str, Any]:
     """Import an export into store `into` (default: the store it was exported from), all or nothing.
@@ -335,15 +374,11 @@ def import_store(store: MemoryStore, data: bytes, actor: str, into: str | None =
     doc = parse_export(data)
     target = check_store(into or doc["store"])
     if not allow_secret:
-        for m in doc["memories"]:
-            if m["versions"][-1]["status"] == "redacted":
-                continue
-            for v in m["versions"]:
-                problems = store.secret_problems(v["title"], v["text"])
-                if problems:
-                    raise ConfigError(f"not imported: memory {m['id']} version {v['version']}: {'; '.join(problems)}. "
-                                      "Remove it from the file; if it is not a secret, import with allow_secret "
-                                      "(CLI: --allow-secret)")
+        problems = store.scanner.problems_of(_shown_fields(doc))
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise ConfigError(f"not imported: {problems[0]}{more}. Remove it from the file; if it is not a secret, "
+                              "import with allow_secret (CLI: --allow-secret)")
 
     def write(tx: Any) -> dict[str, Any]:
         ids = [m["id"] for m in doc["memories"]]

@@ -32,6 +32,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from ..brain.models.base import EFFORTS, THINKING
 from ..errors import ConfigError, WorkbenchError
+from ..log import SESSION_ID
 
 log = logging.getLogger("workbench.server")
 
@@ -42,7 +43,6 @@ MAX_MESSAGE_BODY_BYTES = 4 << 20  # POST /sessions/{id}/messages
 MAX_DEPTH = 32  # nesting of objects and arrays in a body (the body itself is level 1)
 MAX_ID_CHARS = 1000  # a path id (the log's longest session id)
 MAX_TITLE_CHARS = 1000
-SESSION_ID = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$"  # an id a client may choose: safe in a URL path as it is
 MAX_MODEL_CHARS = 200
 MAX_SYSTEM_CHARS = 100_000
 MAX_TEXT_CHARS = 1_000_000  # a user message

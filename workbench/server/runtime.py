@@ -335,18 +335,14 @@ class Runtime:
         """(the session's hands, its workspace directory or None); UnknownSession, NoWorkspace."""
         await self.session(session_id)  # 404 first
         hands = await self.brain.hands(session_id)
-        workspace = getattr(hands, "workspace", None)
-        if workspace is None:
-            raise wsfiles.NoWorkspace("this session's hands have no workspace on this machine")
-        return hands, await workspace(create)
+        return hands, await hands.workspace(create)
 
     async def put_file(self, session_id: str, path: str, source: Any, *, name: str, kind: str) -> dict[str, Any]:
         """Write `source` to `path` in the session's workspace (made if it has none yet) and record a
         `file_attached` event; returns the event's payload with its seq."""
         path = wsfiles.check_path(path)
         hands, root = await self._workspace(session_id, create=True)
-        owner = hands.workspace_owner() if hasattr(hands, "workspace_owner") else None
-        written = await asyncio.to_thread(wsfiles.write_file, root, path, source, owner)
+        written = await asyncio.to_thread(wsfiles.write_file, root, path, source, hands.workspace_owner())
         payload = {"name": name or path.rsplit("/", 1)[-1], "path": written["path"], "bytes": written["bytes"],
                    "sha256": written["sha256"], "kind": kind or "file"}
         event = await self.log.aappend(session_id, "file_attached", payload)
