@@ -20,8 +20,11 @@ import psutil
 import pytest
 
 # A pytest-xdist worker inherits the TMPDIR its controller set, so its root lies inside the controller's: each
-# worker judges the processes of its own tests, and the controller, last, anything any of them left.
-RUN_ROOT = tempfile.mkdtemp(prefix=f"wbtest-{uuid.uuid4().hex[:8]}-")
+# worker judges the processes of its own tests, and the controller, last, anything any of them left. A worker's
+# root has a short name: a kernel's ZMQ socket path under it must stay within the 107 bytes of a Unix socket path
+# (an unprivileged run's TMPDIR is deeper than /tmp)
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+RUN_ROOT = tempfile.mkdtemp(prefix=f"{_WORKER}-" if _WORKER else f"wbtest-{uuid.uuid4().hex[:8]}-")
 
 
 def pytest_configure(config):
