@@ -36,5 +36,5 @@ workers=(-n "${WORKBENCH_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorde
 # CI runs as root; a researcher's server does not. The whole suite's sandbox, quota, identity and escape tests
 # run again as an ordinary user (scripts/unprivileged.sh), where the sandbox has no uid of its own to give
 if [ "$(id -u)" = 0 ] && [ $# -eq 0 ]; then
-  bash scripts/unprivileged.sh -m isolation "${workers[@]}"
+  bash scripts/unprivileged.sh -m isolation
 fi
