@@ -73,6 +73,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if rel.parts[0] in ISOLATION_DIRS or rel.name in ISOLATION_MODULES:
             item.add_marker(pytest.mark.isolation)
+    # The files of the longest tests (those given a timeout above the default: minutes each) run first, so that in
+    # several worker processes (scripts/test.sh: a file whole in one worker, in this order) none of them starts
+    # last and runs on alone while the other workers idle
+    longest: dict[str, float] = {}
+    for item in items:
+        mark = item.get_closest_marker("timeout")
+        seconds = (mark.args[0] if mark.args else mark.kwargs.get("timeout", 0)) if mark else 0
+        longest[item.fspath] = max(longest.get(item.fspath, 0), seconds or 0)
+    items.sort(key=lambda item: -longest[item.fspath])  # stable: within a file, and among equals, as collected
 
 
 # -- no process this run started outlives it: see leakcheck.py -------------------------------------------------
