@@ -21,6 +21,10 @@ if ! { .venv/bin/pip install -q --disable-pip-version-check uv && .venv/bin/uv p
   echo "scripts/test.sh: installing with uv failed (above); installing with pip instead" >&2
   .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
 fi
+# jsonschema builds an Earley grammar for its IRI formats at import when rfc3987-syntax is installed (jupyter-events
+# asks for it): 2 to 5 s of CPU in every Jupyter server, pytest worker and nbformat process the suite starts, and
+# nothing here checks an IRI; without it jsonschema leaves those two formats unchecked
+.venv/bin/python -m pip uninstall -y -q rfc3987-syntax >/dev/null 2>&1 || true
 # lint and types first (seconds; mypy's first run about a minute): both read pyproject.toml, and mypy
 # runs from .venv so it checks against the dependencies installed above
 .venv/bin/python -m ruff check workbench || {
