@@ -18,7 +18,7 @@ from workbench.hands.isolating import preflight
 from workbench.host import Host
 from workbench.render import result_blocks
 
-pytestmark = [pytest.mark.slow, pytest.mark.asyncio, pytest.mark.isolation,
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio,
               pytest.mark.skipif(not preflight().ok, reason="no working bubblewrap here")]
 
 FILL = Task(

@@ -18,7 +18,7 @@ import pytest
 from workbench.errors import ConfigError
 from workbench.hands.isolating import quota
 from workbench.hands.factory import HandsFactory, HandsSettings
-from workbench.hands.launching import KernelRegistry, reap_orphans
+from workbench.hands.launching import KernelRegistry, LocalLauncher, reap_orphans
 from workbench.log import DuckDBLog
 
 WORKBENCH = [sys.executable, "-m", "workbench.cli"]
@@ -276,6 +276,25 @@ async def test_kernels_stopped_while_they_boot_leave_no_process(hands_tmp, backe
     while (mounts_under(root) or list(root.glob("*.img"))) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     assert mounts_under(root) == [] and not list(root.glob("*.img"))
+
+
+@pytest.mark.asyncio
+async def test_a_kill_cut_short_still_closes_the_kernels_zmq_contexts(gone):
+    """A kill cancelled halfway (as an event loop that closes cancels a kill nobody awaits any more) closes both ZMQ
+    contexts all the same: one left open is terminated by garbage collection later, in whatever code runs then,
+    and that blocks for good while a socket of it is open (a pytest worker hung so)."""
+    kernel = await LocalLauncher().start(None)
+    km, kc, pid = kernel.km, kernel.kc, kernel.pid
+    assert kc is not None and pid is not None
+    kill = asyncio.get_running_loop().create_task(kernel.kill())
+    await asyncio.sleep(0)  # the kill runs to its first wait, in jupyter_client's shutdown (SIGKILL already sent)
+    kill.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await kill
+    assert km.context.closed and kc.context.closed
+    assert gone([pid], timeout=30)
+    kernel.output.close()
+    kernel._cleanup()
 
 
 @pytest.mark.asyncio

@@ -45,8 +45,9 @@ async def test_fork_bomb_is_contained(settings, recorder):
         hands = factory("bomb", {"hands": {"timeout": 30}}, sink)
         await hands.execute("1")
         how = events[0][1]["limits"]["processes"]
-        if how.startswith("not enforced"):
-            pytest.skip(f"no process limit on this host: {how}")
+        if how.startswith("not enforced") or "every process of this uid" in how:
+            # local hands under RLIMIT_NPROC share the count of the user's own processes: no bystander is safe
+            pytest.skip(f"no process limit of a kernel's own on this host: {how}")
         bomb = (
             "import os, time\nforked = 0\n"
             "for _ in range(1000):\n"

@@ -142,7 +142,9 @@ def bwrap_argv(
         made.add(target)
         mode = "--ro-bind" if target in trees else "--bind"
         args += [mode, str(target), str(target)]
-    args += ["--bind", str(workdir), WORKSPACE, "--chdir", WORKSPACE, "--clearenv"]
+    # the sandbox's own root (where /etc and the mount points were made) is read-only: an unprivileged sandbox's
+    # kernel owns it, and writes belong in /workspace, /tmp or $HOME
+    args += ["--bind", str(workdir), WORKSPACE, "--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]
     python = settings.sandbox_python or sys.executable
     setenv = {k: v for k, v in env.items() if k not in OWN_ENV}
     setenv.update(
