@@ -16,10 +16,9 @@ import psutil
 import pytest
 
 from workbench.errors import ConfigError
-from workbench.hands import quota
+from workbench.hands.isolating import quota
 from workbench.hands.factory import HandsFactory, HandsSettings
-from workbench.hands.local import LocalLauncher
-from workbench.hands.reaper import KernelRegistry, reap_orphans
+from workbench.hands.launching import KernelRegistry, LocalLauncher, reap_orphans
 from workbench.log import DuckDBLog
 
 WORKBENCH = [sys.executable, "-m", "workbench.cli"]
@@ -211,7 +210,7 @@ def _mentioning(root: str) -> list[psutil.Process]:
 def test_a_host_killed_while_kernels_boot_leaves_no_process(hands_tmp, backend):
     """SIGKILL a host at many points of many kernel boots: nothing of any of them may live on."""
     if backend == "sandbox":
-        from workbench.hands.preflight import preflight
+        from workbench.hands.isolating import preflight
 
         check = preflight()
         if not check.ok:
@@ -249,7 +248,7 @@ def test_a_host_killed_while_kernels_boot_leaves_no_process(hands_tmp, backend):
 async def test_kernels_stopped_while_they_boot_leave_no_process(hands_tmp, backend):
     """Closing a factory at many points of its pool's boots stops every kernel, half-booted ones included."""
     if backend == "sandbox":
-        from workbench.hands.preflight import preflight
+        from workbench.hands.isolating import preflight
 
         check = preflight()
         if not check.ok:
@@ -306,7 +305,7 @@ async def test_every_launcher_fills_the_pool_and_says_which_sessions_a_pooled_ke
         gw = request.getfixturevalue("gateway")
         settings.gateway_url, settings.gateway_token = gw.url, gw.token
     if backend == "sandbox":
-        from workbench.hands.preflight import preflight
+        from workbench.hands.isolating import preflight
 
         check = preflight()
         if not check.ok:

@@ -13,8 +13,8 @@ import pytest_asyncio
 
 from workbench.egress import EgressPolicy, EgressProxy, EgressSettings, Vault
 from workbench.errors import ConfigError, VaultUnsafe
-from workbench.hands import HandsConfig, KernelHands
-from workbench.hands.sandbox import SandboxLauncher
+from workbench.hands import HandsConfig, KernelHands, Observation
+from workbench.hands.launching import SandboxLauncher
 
 from .conftest import needs_sandbox, no_process_left, run
 
@@ -329,7 +329,8 @@ async def test_through_the_brain_the_log_gets_few_denials_and_no_encoded_secret(
     assert sum(1 + d["suppressed"] for d in denied) == 300
     results = [e.payload for e in events if e.type == "tool_result"]
     assert [r["is_error"] for r in results] == [False, False]
-    assert results[1]["observation"]["stdout"].count("[secret example]") == 6, results[1]["observation"]["stdout"]
+    stdout = Observation.from_json(results[1]["observation"]).stdout
+    assert stdout.count("[secret example]") == 6, stdout
     logged = json.dumps([e.payload for e in events])
     for spelling in (secret, secret[::-1], secret.encode().hex(), secret.encode().hex().upper()):
         assert spelling not in logged

@@ -4,8 +4,9 @@ A step costs what is new (request.Conversation); this is the one read that
 costs the whole session, paid when a session is first used by a process (or
 again after the brain's session cache dropped it). It reads only what a
 request and a turn's state depend on: six event types of the thirteen, and of
-a tool result only its id, content and error flag (not the observation, which
-repeats the content with more detail). From a DuckDB log the projection runs
+a tool result only its id, its error flag and what the model read: its content
+as stored, or (a python call's, stored once) its observation, which the content
+is rendered from again (hands/observing). From a DuckDB log the projection runs
 in SQL and the payloads arrive as JSON text, parsed here with the garbage
 collector paused (building tens of thousands of small objects otherwise
 triggers collection after collection over the growing heap). Any other log
@@ -28,11 +29,13 @@ from .request import REQUEST_TYPES, Conversation
 log = logging.getLogger("workbench.brain")
 
 _TYPES = ", ".join(f"'{t}'" for t in REQUEST_TYPES)
-# a tool result reduced to what the request sends; every other payload as stored
+# a tool result reduced to what the request sends (its observation only when no content was stored beside it: a
+# result stored before the outputs were stored once repeats them there); every other payload as stored
 _SQL = f"""
 SELECT seq, type, CASE type
     WHEN 'tool_result' THEN json_object('tool_use_id', payload->'tool_use_id', 'content', payload->'content',
-                                        'is_error', payload->'is_error')
+                                        'is_error', payload->'is_error',
+                                        'observation', CASE WHEN (payload->'content') IS NULL THEN payload->'observation' END)
     WHEN 'tool_started' THEN json_object('tool_use_id', payload->'tool_use_id')
     ELSE payload END::VARCHAR
 FROM events WHERE session_id = ? AND type IN ({_TYPES}) ORDER BY seq

@@ -441,7 +441,8 @@ class Brain:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _result(self, session_id: str, call: dict[str, Any], out: ToolOutput) -> None:
-        payload = {"tool_use_id": call["id"], "name": call["name"], "content": out.content, "is_error": out.is_error, **out.details}
+        content = {} if out.content is None else {"content": out.content}  # None: read from its observation
+        payload = {"tool_use_id": call["id"], "name": call["name"], **content, "is_error": out.is_error, **out.details}
         if self.redact is not None:
             # every string, tracebacks and display text included, before the log or the model sees it
             payload = _map_strings(payload, self.redact, skip=BASE64_KEYS)

@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from ..hands.observing import result_content
 from ..log import Event
 
 COMPACT_BETA = "compact-2026-01-12"
@@ -143,7 +144,7 @@ class Conversation:
         elif t == "tool_result":
             if st.open:
                 st.answered.add(p["tool_use_id"])
-            block = {"type": "tool_result", "tool_use_id": p["tool_use_id"], "content": p["content"]}
+            block = {"type": "tool_result", "tool_use_id": p["tool_use_id"], "content": result_content(p)}
             if p.get("is_error"):
                 block["is_error"] = True
             self._results[p["tool_use_id"]] = block

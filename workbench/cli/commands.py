@@ -335,8 +335,7 @@ def demo_hands() -> HandsSettings:
     Only the demo may fall back: its code is fixed and ships with the package, while a
     session with a model refuses to run code until the sandbox works.
     """
-    from ..hands.preflight import preflight
-    from ..hands.sandbox import SandboxSettings
+    from ..hands.isolating import SandboxSettings, preflight
 
     settings = from_env(HandsSettings, prefix="WORKBENCH_HANDS_", pool_size=0)
     if settings.backend == "sandbox" and not settings.unsafe_unsandboxed:

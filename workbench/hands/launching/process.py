@@ -28,10 +28,11 @@ from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.provisioning import LocalProvisioner
 
-from . import freeze, launch, limits as _limits
-from .base import Death, Dropped, Workspace
+from ..base import Death, Dropped, Workspace
+from ..isolating import freeze, limits as _limits
+from ..isolating.limits import Limits
+from . import launch
 from .channel import MAX_MESSAGE, HandsKernelClient, IOPub
-from .limits import Limits
 from .output import OutputTail
 
 REPLY_LOOK = 0.25  # seconds between looks at a kernel that has not replied yet
