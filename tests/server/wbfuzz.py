@@ -83,6 +83,7 @@ class RawClient:
         self.host, self.port, self.token, self.timeout = host, port, token, timeout
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.previous = ""  # the last request answered on this connection, and its status
 
     async def close(self) -> None:
         if self.writer is not None:
@@ -96,21 +97,16 @@ class RawClient:
     async def send(self, req: Request) -> Response:
         """The response, or OSError / asyncio.TimeoutError / asyncio.IncompleteReadError when there is none.
 
-        A server may close a kept-alive connection after any response (tornado does after refusing a
-        request whose body it did not read): a request that finds its reused connection closed before
-        a byte of an answer is sent once more on a new one, as HTTP clients do.
+        Never sent twice: a server that closes a kept-alive connection must say `Connection: close` in its
+        last response, so a reset on a reused connection is a lost request (`previous` names the request
+        before it on the same connection, what most likely made the server close it).
         """
-        reused = self.writer is not None
-        try:
-            return await asyncio.wait_for(self._send(req), self.timeout)
-        except (ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError) as e:
-            if not reused or (isinstance(e, asyncio.IncompleteReadError) and e.partial):
-                raise
-            return await asyncio.wait_for(self._send(req), self.timeout)
+        return await asyncio.wait_for(self._send(req), self.timeout)
 
     async def _send(self, req: Request) -> Response:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port, limit=1 << 22)
+            self.previous = ""
         head = [f"{req.method} {req.target} HTTP/1.1", f"Host: {self.host}:{self.port}"]
         if req.auth == "token":
             head.append(f"Authorization: token {self.token}")
@@ -126,6 +122,7 @@ class RawClient:
         except BaseException:
             await self.close()
             raise
+        self.previous = f"{resp.status} to {req.show(200)}"
         if resp.status == 101 or resp.headers.get("connection", "").lower() == "close":
             await self.close()  # an upgraded or closed connection is not reused
         return resp
@@ -841,11 +838,13 @@ async def run(host: str, port: int, token: str, *, seed: int | str, start: int, 
                 if stop is not None and stop.is_set():
                     return
                 req = fuzzer.request(i, pool)
-                resp, error, refused = None, "", False
+                resp, error, refused, previous = None, "", False, client.previous
                 try:
                     resp = await client.send(req)
                 except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError, IndexError) as e:
                     error, refused = f"{type(e).__name__}: {e}"[:200], isinstance(e, ConnectionRefusedError)
+                    if previous:
+                        error += f"; the request before it on this kept-alive connection got {previous}"
                 tally.requests += 1
                 tally.routes[req.route] += 1
                 if resp is None and dying:
