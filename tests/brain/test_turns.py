@@ -14,8 +14,8 @@ import pytest
 
 from workbench.brain import Brain, BrainSettings, turn_state
 from workbench.brain.models import Reply, ScriptedModel
-from workbench.errors import ConfigError, TurnBusy, UnknownSession
-from workbench.log import MemoryLog
+from workbench.errors import ConfigError, KeyReused, TurnBusy, UnknownSession
+from workbench.log import DuckDBLog, MemoryLog
 
 
 def make_brain(log, script, *, delay: float = 0.0, tools=None) -> Brain:
@@ -251,3 +251,68 @@ async def test_closing_the_brain_interrupts_running_turns_as_shutdown():
         assert log.events(sid, types=["interrupted"])[0].payload["by"] == "shutdown"
     with pytest.raises(TurnBusy):
         await brain.start_turn(sids[0], "after close")
+
+
+# -- a message sent again with its idempotency key is recorded once ------------------------------------------
+# A client whose POST got no answer cannot know whether the message was recorded; sending it again with the same
+# key is safe: the brain finds the key in the session's messages (its fold of the log, so also after a restart)
+# and answers with the first one's event, starting nothing. The same key with another message is KeyReused.
+
+
+async def idle(brain, sid) -> None:
+    while brain.running(sid):
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.asyncio
+async def test_a_message_sent_again_with_its_key_is_recorded_once():
+    log = MemoryLog()
+    brain = make_brain(log, lambda req: Reply(text="an answer"), delay=0.05)
+    sid = brain.create_session(model="scripted")["id"]
+    first = await brain.start_turn(sid, "hello", key="k-1")
+    assert first.payload == {"text": "hello", "idempotency_key": "k-1"}
+    again = await brain.start_turn(sid, "hello", key="k-1")  # while its turn runs: not TurnBusy, the same answer
+    assert again == first
+    await idle(brain, sid)
+    assert await brain.start_turn(sid, "hello", key="k-1") == first  # after it ended: still nothing new
+    before = log.events(sid)
+    with pytest.raises(KeyReused, match="k-1"):
+        await brain.start_turn(sid, "another message", key="k-1")
+    assert log.events(sid) == before  # refused: nothing written
+    # sent concurrently, a message is recorded once, and every sender gets its event
+    events = await asyncio.gather(*(brain.start_turn(sid, "twice?", key="k-2") for _ in range(8)))
+    assert len({e.seq for e in events}) == 1
+    await idle(brain, sid)
+    kinds = consistent(log, sid)
+    assert kinds.count("user_message") == 2 and [e.payload["text"] for e in log.events(sid, types=["user_message"])] == \
+        ["hello", "twice?"]
+    # a message without a key is a new message each time
+    await brain.start_turn(sid, "hello")
+    await idle(brain, sid)
+    assert consistent(log, sid).count("user_message") == 3
+    await brain.close()
+
+
+@pytest.mark.asyncio
+async def test_the_key_is_found_after_a_restart(tmp_path):
+    path = tmp_path / "wb.duckdb"
+    log = DuckDBLog(path)
+    brain = make_brain(log, lambda req: Reply(text="an answer"))
+    sid = brain.create_session(model="scripted")["id"]
+    first = await brain.start_turn(sid, "hello", key="0f8e2a7c-4b1d-4c9e-9a51-7d3b2e6f0a11")
+    await idle(brain, sid)
+    await brain.close()
+    log.close()
+
+    log = DuckDBLog(path)  # a new process: the brain knows the session only from its log (a cold read)
+    try:
+        brain = make_brain(log, lambda req: Reply(text="an answer"))
+        before = log.events(sid)
+        again = await brain.start_turn(sid, "hello", key="0f8e2a7c-4b1d-4c9e-9a51-7d3b2e6f0a11")
+        assert (again.seq, again.payload) == (first.seq, first.payload)
+        with pytest.raises(KeyReused):
+            await brain.start_turn(sid, "hello?", key="0f8e2a7c-4b1d-4c9e-9a51-7d3b2e6f0a11")
+        assert log.events(sid) == before and not brain.running(sid)
+        await brain.close()
+    finally:
+        log.close()

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, TurnBusy, UnknownSession
+from ..errors import ConfigError, KeyReused, TurnBusy, UnknownSession
 from ..hands import Hands
 from ..log import Event
 from ..log.manage import auto_title, rename
@@ -213,17 +213,20 @@ class Brain:
 
     # -- turns: start, resume, interrupt ------------------------------------------
 
-    async def start_turn(self, session_id: str, text: str, *, name_untitled: bool = False) -> Event:
+    async def start_turn(self, session_id: str, text: str, *, name_untitled: bool = False, key: str | None = None) -> Event:
         """Append the user's message and start the turn in the background; returns the committed event.
         name_untitled: a session with no title is named after this message (`session_renamed`, auto),
-        in the same transaction as the message, so the title is there exactly when the message is."""
-        event, _ = await self._start(session_id, text, name_untitled)
+        in the same transaction as the message, so the title is there exactly when the message is.
+        key: the client's idempotency key, stored with the message: the same message sent again with it (a
+        retry) starts nothing and returns the first one's event; another message with it is KeyReused."""
+        event, _ = await self._start(session_id, text, name_untitled, key)
         return event
 
     async def run_turn(self, session_id: str, text: str, *, interrupted_by: str = "user") -> str:
         """Run a turn to its end; returns the stop reason. Cancelling the caller interrupts the turn, recorded
         as interrupted by `interrupted_by` (an eval run, a dream's driver: not a person)."""
         _, task = await self._start(session_id, text)
+        assert task is not None  # only a message with a key is ever found sent before
         return await self._await_turn(session_id, task, interrupted_by)
 
     async def _await_turn(self, session_id: str, task: asyncio.Task, interrupted_by: str) -> Any:
@@ -270,7 +273,8 @@ class Brain:
     def running(self, session_id: str) -> bool:
         return self.turns.running(session_id)
 
-    async def _start(self, session_id: str, text: Any, name_untitled: bool = False) -> tuple[Event, asyncio.Task]:
+    async def _start(self, session_id: str, text: Any, name_untitled: bool = False,
+                     key: str | None = None) -> tuple[Event, asyncio.Task | None]:
         if not isinstance(text, str) or not text.strip():
             raise ConfigError("the message is empty")
         conv = await self._require(session_id)
@@ -279,6 +283,10 @@ class Brain:
             await asyncio.to_thread(self.model, model)
         busy = f"a turn is already running in session {session_id}; wait for it or interrupt it"
         async with self.turns.lock(session_id):
+            # under the lock: a retry racing its first send finds the first's message committed (or commits its own)
+            sent = (await self.conversation(session_id)).keys.get(key) if key is not None else None
+            if sent is not None:
+                return await self._sent_before(session_id, key, text, *sent), None
             if self.turns.running(session_id):
                 if (await self.conversation(session_id)).state.open:
                     raise TurnBusy(busy)
@@ -287,16 +295,24 @@ class Brain:
                     raise TurnBusy(busy)
             elif (await self.conversation(session_id)).state.open:
                 raise TurnBusy(f"session {session_id} has an unfinished turn; resume it or interrupt it first")
-            return await self._spawn(session_id, text, name_untitled)
+            return await self._spawn(session_id, text, name_untitled, key)
 
-    async def _spawn(self, session_id: str, text: str | None, name_untitled: bool = False) -> tuple[Any, asyncio.Task]:
+    async def _sent_before(self, session_id: str, key: Any, text: str, seq: int, first: str) -> Event:
+        """The user_message a key was first sent with, when this is the same message again; else KeyReused."""
+        if text != first:
+            raise KeyReused(f"idempotency key {key!r} was sent before with another message (seq {seq} of session "
+                            f"{session_id}); send a new message with a new key")
+        return (await self.log.aevents(session_id, seq - 1, until=seq))[0]
+
+    async def _spawn(self, session_id: str, text: str | None, name_untitled: bool = False,
+                     key: str | None = None) -> tuple[Any, asyncio.Task]:
         """Start the turn's task; wait (not cancellably) until its first event is committed."""
         started: asyncio.Future = asyncio.get_running_loop().create_future()
-        task = self.turns.spawn(session_id, lambda: self._turn(session_id, text, started, name_untitled))
+        task = self.turns.spawn(session_id, lambda: self._turn(session_id, text, started, name_untitled, key))
         return await asyncio.shield(started), task
 
     async def _turn(self, session_id: str, text: str | None, started: asyncio.Future,
-                    name_untitled: bool = False) -> str | None:
+                    name_untitled: bool = False, key: str | None = None) -> str | None:
         title = auto_title(text) if name_untitled and text is not None else None
 
         def name(tx: Any) -> None:
@@ -304,7 +320,8 @@ class Brain:
                 rename(tx, session_id, title, auto=True, only_untitled=True)
 
         try:
-            first = await self._append(session_id, "user_message", {"text": text}, before=name) if text is not None \
+            message = {"text": text, **({"idempotency_key": key} if key is not None else {})}
+            first = await self._append(session_id, "user_message", message, before=name) if text is not None \
                 else await self._append(session_id, "resumed", {})
         except BaseException as e:
             if isinstance(e, asyncio.CancelledError):

@@ -216,8 +216,8 @@ class MessagesHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def post(self, id: str) -> None:
-        text = bodies.message_body(self.body())
-        seq = await self.runtime.send(id, text)
+        text, key = bodies.message_body(self.body())
+        seq = await self.runtime.send(id, text, key)
         self.reply({"session_id": id, "seq": seq}, 202)
 
 
