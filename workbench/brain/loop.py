@@ -309,6 +309,15 @@ class Brain:
         """Start the turn's task; wait (not cancellably) until its first event is committed."""
         started: asyncio.Future = asyncio.get_running_loop().create_future()
         task = self.turns.spawn(session_id, lambda: self._turn(session_id, text, started, name_untitled, key))
+
+        def never_started(t: asyncio.Task) -> None:
+            # cancelled before its first step (a shutdown's cancel landing just after the spawn): the turn wrote
+            # nothing, and its starter, waiting for its first event, must hear so rather than wait for ever
+            if not started.done():
+                started.set_exception(TurnBusy(f"the turn in session {session_id} was stopped before it started "
+                                               "(the workbench is shutting down); nothing was written"))
+
+        task.add_done_callback(never_started)
         return await asyncio.shield(started), task
 
     async def _turn(self, session_id: str, text: str | None, started: asyncio.Future,
@@ -335,11 +344,8 @@ class Brain:
         except asyncio.CancelledError:
             await _to_the_end(self._close(session_id, "interrupted", self._cancelled_by.pop(session_id, "user")))
             raise
-        except Exception as e:  # a harness failure still ends the turn, then propagates
-            try:
-                await _to_the_end(self._close(session_id, "error", f"{type(e).__name__}: {e}"))
-            except Exception:  # the log itself fails: the turn stays open for a later resume
-                log.exception("workbench: could not close the failed turn of session %s", session_id)
+        except Exception as e:  # a harness failure still ends the turn, then propagates (so does a close that fails)
+            await _to_the_end(self._close(session_id, "error", f"{type(e).__name__}: {e}"))
             raise
 
     # -- the loop --------------------------------------------------------------
@@ -457,12 +463,12 @@ class Brain:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _result(self, session_id: str, call: dict[str, Any], out: ToolOutput) -> None:
+    async def _result(self, session_id: str, call: dict[str, Any], out: ToolOutput, closing: bool = False) -> None:
         payload = {"tool_use_id": call["id"], "name": call["name"], "content": out.content, "is_error": out.is_error, **out.details}
         if self.redact is not None:
             # every string, tracebacks and display text included, before the log or the model sees it
             payload = _map_strings(payload, self.redact, skip=BASE64_KEYS)
-        await self._append(session_id, "tool_result", payload)
+        await (self._closing if closing else self._append)(session_id, "tool_result", payload)
 
     async def _append(self, session_id: str, type: str, payload: dict[str, Any],
                       before: Callable[[Any], None] | None = None) -> Event:
@@ -489,19 +495,36 @@ class Brain:
     # -- ending a turn that did not end by itself ------------------------------------
 
     async def _close(self, session_id: str, how: str, detail: str) -> None:
-        """Close the open turn after an interrupt (`interrupted`) or a harness failure (`error`)."""
+        """Close the open turn after an interrupt (`interrupted`) or a harness failure (`error`); every event
+        of the closing goes through `_closing`, so a turn is closed whatever its error's text holds."""
         if not (await self.conversation(session_id)).state.open:
             return  # it ended already (an interrupt that came just after turn_ended)
         if how == "interrupted":
             hands = self._hands.get(session_id)
             if hands is not None:
                 await hands.interrupt()
-            await self._append(session_id, "interrupted", {"by": detail})
+            await self._closing(session_id, "interrupted", {"by": detail})
             await self._answer_pending(session_id, INTERRUPTED_CALL)
         else:
-            await self._append(session_id, "turn_failed", {"error": detail[:2000]})
+            await self._closing(session_id, "turn_failed", {"error": detail[:2000]})
             await self._answer_pending(session_id, f"not finished: the turn failed ({detail[:300]})")
-        await self._end(session_id, how)
+        await self._closing(session_id, "turn_ended", {"stop_reason": how})
+
+    async def _closing(self, session_id: str, event_type: str, payload: dict[str, Any]) -> Event:
+        """Append an event that closes a turn. One the log refuses as it is (a lone surrogate in an error's
+        text, one too big for its max_payload_bytes, a write that failed) is written once more, minimal: every
+        string made storable (`storable`). One refused even so raises: a turn must never stay open quietly."""
+        try:
+            return await self._append(session_id, event_type, payload)
+        except Exception as refused:
+            log.warning("workbench: the log refused %s of session %s as it was (%s); writing it minimal", event_type,
+                        session_id, storable(str(refused)))
+            try:
+                return await self._append(session_id, event_type, _map_strings(payload, storable))
+            except Exception as e:
+                raise RuntimeError(f"the turn of session {session_id} cannot be closed: the log refused its {event_type} "
+                                   f"twice, the second time a minimal one ({type(e).__name__}: {storable(str(e))}); "
+                                   "it stays open until it is resumed") from refused
 
     async def _finish_cut_off(self, session_id: str, call: dict[str, Any]) -> ToolOutput:
         """A cut-off call's result: its tool's `resume` re-attaches to work that outlived the process;
@@ -512,12 +535,12 @@ class Brain:
         return await self._call(session_id, call, resuming=True)
 
     async def _answer_pending(self, session_id: str, why: str) -> None:
-        """Give an error result to every tool call of the open turn that has none."""
+        """Give an error result to every tool call of the open turn that has none (part of its closing)."""
         st = await self.turn_state(session_id)
         for call in tool_uses(st.last_message or {}):
             if call["id"] not in st.answered:
                 note = why if call["id"] in st.started else "not run: the turn was interrupted before this call started"
-                await self._result(session_id, call, _error(note, interrupted=True))
+                await self._result(session_id, call, _error(note, interrupted=True), closing=True)
 
     async def _resume(self, session_id: str) -> str:
         """Finish a cut-off turn (its `resumed` is committed): answer cut-off calls, then go on."""
@@ -583,6 +606,16 @@ def _map_strings(value: Any, fn: Callable[[str], str], skip: tuple[str, ...] = (
     if isinstance(value, dict):
         return {k: (v if k in skip and isinstance(v, str) else _map_strings(v, fn, skip)) for k, v in value.items()}
     return value
+
+
+MINIMAL_CHARS = 200  # each string of a closing event written minimal: room for any max_payload_bytes but a tiny one
+
+
+def storable(text: str) -> str:
+    """Text every log stores and every terminal shows: a lone surrogate and NUL escaped (`\\ud800`, `\\x00`),
+    at most MINIMAL_CHARS characters."""
+    safe = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+    return safe if len(safe) <= MINIMAL_CHARS else safe[:MINIMAL_CHARS - 3] + "..."
 
 
 def _batches(calls: list[dict[str, Any]], concurrent: Callable[[dict[str, Any]], bool]) -> list[list[dict[str, Any]]]:
