@@ -486,12 +486,21 @@ def _hands_model() -> type[BaseModel]:
         elif f.name == "env":
             kind = Annotated[dict[env_name, Annotated[Text(MAX_ENV_VALUE_CHARS), AfterValidator(_no_nul)]],
                              Field(max_length=MAX_ENV)]
+        elif f.name == "workdir":  # used as it is: a relative one would be under whatever directory the server runs in
+            kind = Annotated[Text(MAX_PATH_CHARS), AfterValidator(_no_nul), AfterValidator(_absolute)] | None
         elif typing.get_origin(hint) in (typing.Union, types.UnionType) and str in typing.get_args(hint):
             kind = Annotated[Text(MAX_PATH_CHARS), AfterValidator(_no_nul)] | None
         else:  # a field this module does not know yet: any JSON value (already bounded by the body's checks)
             kind = Any
         fields[f.name] = (kind | None if kind is not Any else Any, None)
     return create_model("HandsConfigBody", __base__=Body, **fields)
+
+
+def _absolute(path: str) -> str:
+    if not path.startswith("/"):
+        raise ValueError(f"must be an absolute path, not {path[:40]!r} (a relative one would be under the server's "
+                         "working directory)")
+    return path
 
 
 def _env_name(name: str) -> str:
