@@ -133,7 +133,8 @@ def test_dependencies_point_one_way():
         if name.startswith("workbench.brain"):
             assert not any(d.startswith(("workbench.server", "workbench.host", "workbench.cli", "workbench.memory"))
                            for d in deps), (name, deps)
-    assert g["workbench.config"] <= {"workbench.errors", "workbench"}  # a leaf
+    assert g["workbench.config"] <= {"workbench.errors", "workbench.strictnum", "workbench"}  # leaves
+    assert g["workbench.strictnum"] <= {"workbench"}
 
 
 MUTATORS = {"append", "extend", "insert", "update", "setdefault", "add", "pop", "popitem", "remove", "discard",
