@@ -326,7 +326,7 @@ async def test_the_key_is_found_after_a_restart(tmp_path):
 
 
 @pytest.mark.asyncio
-async def test_a_lone_surrogate_or_nul_in_the_error_text_still_closes_the_turn():
+async def test_a_lone_surrogate_or_nul_in_the_error_text_still_closes_the_turn(caplog):
     from workbench.brain import BUILTIN_TOOLS, Tool
 
     async def broken(inp, ctx):
@@ -346,6 +346,9 @@ async def test_a_lone_surrogate_or_nul_in_the_error_text_still_closes_the_turn()
     assert all(r["is_error"] for r in results) and "\\ud800" in results[0]["content"][0]["text"]
     assert await brain.run_turn(sid, "again") == "end_turn"  # the session goes on
     await brain.close()
+    # what the brain logged can be written to a UTF-8 file (or sent by a test runner to its parent)
+    for record in caplog.records:
+        caplog.handler.format(record).encode("utf-8")
 
 
 @pytest.mark.asyncio
@@ -436,7 +439,8 @@ async def test_a_turn_the_log_will_not_close_fails_loudly(tmp_path, caplog):
         await brain.start_turn(sid, "again")
         while brain.running(sid):
             await asyncio.sleep(0.01)
-        assert any(r.levelname == "ERROR" and "cannot be closed" in str(r.exc_info[1]) for r in caplog.records if r.exc_info)
+        errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert any("Traceback" in m and "cannot be closed" in m for m in errors), errors
         await brain.close()
     finally:
         log.close()

@@ -27,7 +27,7 @@ from .models import FatalModelError, MessageBuilder, Model, RetryableError, make
 from .request import Conversation, TurnState, tool_uses
 from .sessions import PromptHook, session_payload
 from .tools import BUILTIN_TOOLS, Tool, ToolContext, ToolOutput, tool_named
-from .turns import Turns
+from .turns import Turns, printable
 
 log = logging.getLogger("workbench.brain")
 
@@ -615,7 +615,7 @@ MINIMAL_CHARS = 200  # each string of a closing event written minimal: room for 
 def storable(text: str) -> str:
     """Text every log stores and every terminal shows: a lone surrogate and NUL escaped (`\\ud800`, `\\x00`),
     at most MINIMAL_CHARS characters."""
-    safe = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+    safe = printable(text)
     return safe if len(safe) <= MINIMAL_CHARS else safe[:MINIMAL_CHARS - 3] + "..."
 
 
