@@ -29,7 +29,7 @@ def snapshot(db_path) -> list:
 def test_run_streams_text_and_continues_a_session(db_path):
     p = wb("run", "```python\nprint(2 + 3)\n```", "--session", "s1", "--db", str(db_path))
     assert p.returncode == 0, p.stderr
-    assert "I'll run that in my kernel." in p.stdout and "Here is what it printed:\n\n5" in p.stdout
+    assert "I'll run that in my kernel." in p.stdout and "Here is what it printed:\n\n```\n5\n```" in p.stdout
     assert "print(2 + 3)" in p.stderr  # tool calls go to stderr, the assistant's text to stdout
     p = wb("run", "hello again", "--session", "s1", "--db", str(db_path))
     assert p.returncode == 0 and "You said: hello again" in p.stdout
