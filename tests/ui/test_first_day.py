@@ -1,11 +1,17 @@
 """A researcher's first day in the sidebar (issue 25): math typeset, the user's own Markdown rendered, the
-offline model's summaries keeping a printed frame's layout, Stop keeping what a call printed, and a missing
-module that says how to get it. A real `jupyter lab`, driven in headless Chromium."""
+offline model's summaries keeping a printed frame's layout, Stop keeping what a call printed, a missing
+module that says how to get it, and a real key's models in the picker. A real `jupyter lab`, driven in
+headless Chromium."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import httpx
 import pytest
 from wbui import CHROMIUM, JupyterProcess, lab_api, new_session, open_sidebar, send, shot, wait_idle
+
+from workbench.testing import FakeMessagesAPI, Reply
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs the Debian package chromium (scripts/test.sh installs it)")
 
@@ -99,4 +105,37 @@ def test_a_missing_module_says_how_to_get_it(page, lab: JupyterProcess):
     reply.filter(has_text="pip install scikit-learn").wait_for(timeout=60_000)
     wait_idle(page)
     shot(page, "first-day-missing-module")
+    assert page.blocked == []
+
+
+@pytest.fixture(scope="module")
+def keyed_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[JupyterProcess, FakeMessagesAPI]]:
+    """JupyterLab with an API key, at the fake Messages API (which serves the Models API too)."""
+    api = FakeMessagesAPI({"claude-opus-5-5": "default", "claude-haiku-5-5": [Reply(text="haiku answers")]}).start()
+    proc = JupyterProcess(tmp_path_factory.mktemp("keyed"))
+    proc.env.update(ANTHROPIC_API_KEY="sk-test-not-a-real-key", ANTHROPIC_BASE_URL=api.url)
+    try:
+        yield proc.start(), api
+    finally:
+        proc.stop()
+        api.stop()
+
+
+def test_with_a_key_the_picker_offers_the_models_the_key_can_use(page, keyed_lab):
+    lab, api = keyed_lab
+    panel = open_sidebar(page, lab)
+    picker = panel.locator("select.jp-wb-model")
+    picker.locator("option[value='claude-haiku-5-5']").wait_for(state="attached", timeout=30_000)
+    options = picker.locator("option").evaluate_all("os => os.map(o => o.value)")
+    assert options == ["claude-opus-5-5", "scripted", "claude-haiku-5-5"], options
+    picker.select_option("claude-haiku-5-5")
+    sid = new_session(panel)
+    send(panel, "hello")
+    panel.locator(".jp-wb-assistant").filter(has_text="haiku answers").wait_for(timeout=60_000)
+    assert lab_api(lab, "GET", f"sessions/{sid}")["model"] == "claude-haiku-5-5"
+    # a name the key cannot use is refused by the server, naming those it can
+    refused = httpx.post(f"{lab.url}/workbench/api/sessions", json={"model": "claude-opus-5"}, headers=lab.headers,
+                         timeout=30)
+    assert refused.status_code == 400 and "it can use: claude-haiku-5-5, claude-opus-5-5" in refused.text, refused.text
+    assert api.model_lists == 1, "the server asked the Models API once"
     assert page.blocked == []
