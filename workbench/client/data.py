@@ -83,7 +83,7 @@ def pack_value(name: str, value: Any) -> Packed:
                 return _done(name, f"{name}.parquet", "dataframe", out,
                              f"{what} `{name}`, {shape}; load it with pd.read_parquet('{name}.parquet')")
             except Exception as e:  # columns pyarrow cannot store (mixed objects): a pickle keeps everything
-                why = f"pyarrow cannot store it ({type(e).__name__}: {str(e)[:200]})"
+                why = f"pyarrow cannot store it ({type(e).__name__}: {' '.join(str(e).split())[:200]})"
         out.seek(0)
         out.truncate()
         frame.to_pickle(out)
