@@ -29,7 +29,7 @@ def snapshot(db_path) -> list:
 def test_run_streams_text_and_continues_a_session(db_path):
     p = wb("run", "```python\nprint(2 + 3)\n```", "--session", "s1", "--db", str(db_path))
     assert p.returncode == 0, p.stderr
-    assert "I'll run that in my kernel." in p.stdout and "Here is what it printed:\n\n5" in p.stdout
+    assert "I'll run that in my kernel." in p.stdout and "Here is what it printed:\n\n```\n5\n```" in p.stdout
     assert "print(2 + 3)" in p.stderr  # tool calls go to stderr, the assistant's text to stdout
     p = wb("run", "hello again", "--session", "s1", "--db", str(db_path))
     assert p.returncode == 0 and "You said: hello again" in p.stdout
@@ -79,6 +79,23 @@ def test_bad_input_gets_one_clear_line_and_writes_nothing(db_path, args, message
     assert p.stderr.startswith("workbench: error: ") and message in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert snapshot(db_path) == before
+
+
+def test_with_a_key_run_refuses_a_model_that_does_not_exist_naming_those_that_do(db_path, fake_api):
+    """`workbench run --model` checks the name against the key's Models API before anything is written, and
+    `workbench models` offers what the key can use (issue 25, item 7)."""
+    fake_api.use({"claude-opus-5-5": [Reply(text="opus here")], "claude-haiku-5-5": "default"})
+    env = cli_env(ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=fake_api.url)
+    p = wb("run", "hi", "--model", "claude-opus-5", "--db", str(db_path), env=env)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert p.stderr.strip() == ("workbench: error: model 'claude-opus-5' does not exist for this key; it can use: "
+                                "claude-haiku-5-5, claude-opus-5-5"), p.stderr
+    assert not db_path.exists() or snapshot(db_path) == []
+    assert fake_api.requests == [], "no model call for a name that does not exist"
+    p = wb("run", "hi", "--db", str(db_path), env=env)  # the default, claude-opus-5-5, exists
+    assert p.returncode == 0 and "opus here" in p.stdout, p.stderr
+    p = wb("models", "--db", str(db_path), env=env)
+    assert p.returncode == 0 and "claude-haiku-5-5" in p.stdout, p.stdout
 
 
 def test_unreadable_missing_and_locked_databases(tmp_path, db_path):

@@ -30,6 +30,21 @@ def all_event_types() -> set[str]:
     return set(EVENT_TYPES) | {t for p in load_plugins() for t in p.event_types()}
 
 
+def test_the_readmes_install_gives_the_hands_pandas_matplotlib_and_pyarrow():
+    """The hands run on the server's environment, offline: what the README's own example needs (load data,
+    plot it, a DataFrame sent with --with as Parquet) must come with the install the README names."""
+    import tomllib
+
+    root = DOCS.parent
+    install = re.search(r"pip install (-e )?\.(\[[\w,-]+\])?(?=\s)", (root / "README.md").read_text())
+    assert install, "the README names no `pip install .` command"
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    extras = (install.group(2) or "[]").strip("[]").split(",")
+    wanted = project["dependencies"] + [d for e in extras if e for d in project["optional-dependencies"][e]]
+    names = {re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0].lower() for d in wanted}
+    assert {"pandas", "matplotlib", "pyarrow"} <= names, f"`{install.group(0)}` installs {sorted(names)}"
+
+
 def test_every_event_type_is_documented_and_every_documented_type_exists():
     documented = headings("events.md")
     assert all_event_types() - documented == set(), "event types missing from docs/events.md"

@@ -14,6 +14,7 @@ from wbsupport import LOOP, WORKBENCH, cli_env, ticks
 
 from workbench.brain import Brain
 from workbench.hands import Observation
+from workbench.hands.observing import result_content
 
 pytestmark = pytest.mark.slow
 
@@ -69,6 +70,35 @@ async def test_a_watcher_arriving_mid_call_gets_the_output_so_far(brain):
     assert snaps[0]["hands"] == "busy"
     await turn
     assert brain.live.snapshots(sid) == []
+
+
+@pytest.mark.asyncio
+async def test_an_interrupted_call_keeps_what_it_printed_in_the_log_and_for_the_model(brain, log):
+    """Stop keeps a call's output so far, as a stopped notebook cell keeps its output (issue 25, item 2)."""
+    sid = brain.create_session(model="scripted")["id"]
+    turn = asyncio.ensure_future(brain.run_turn(sid, LOOP.format(n=600, dt=0.2)))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not turn.done():
+        snaps = brain.live.snapshots(sid)
+        if snaps and "tick 3" in snaps[0]["text"]:
+            break
+        await asyncio.sleep(0.1)
+    assert await brain.interrupt(sid)
+    with pytest.raises(asyncio.CancelledError):  # the caller waiting for the turn sees it end interrupted
+        await turn
+    result = next(e for e in log.events(sid) if e.type == "tool_result").payload
+    assert result["interrupted"] and result["is_error"]
+    printed = Observation.from_json(result["observation"]).stdout
+    shown = sorted(ticks(printed))
+    assert shown[:4] == [0, 1, 2, 3] and shown == list(range(len(shown))), printed
+    # the model reads the same: the output so far, and that the call was interrupted there
+    text = "\n".join(b["text"] for b in result_content(result))
+    assert text.startswith("[interrupted after it printed:]\ntick 0 "), text
+    assert text.rstrip().endswith("[interrupted by the user; the call's effect is unknown]"), text
+    request = (await brain.conversation(sid)).request()
+    sent = [b for m in request["messages"] if isinstance(m["content"], list) for b in m["content"]
+            if b.get("type") == "tool_result"]
+    assert "tick 3 " in str(sent[-1]["content"]), sent[-1]
 
 
 @pytest.mark.asyncio

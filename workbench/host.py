@@ -263,11 +263,12 @@ class Host:
         return Prices.parse(self.settings.prices)
 
     def model_choices(self) -> list[dict[str, Any]]:
-        """The models offered when a session is created (setting `models`), the default first, with their settings."""
+        """The models offered when a session is created (setting `models`, then those the API key can use), the
+        default first, with their settings."""
         default = self.models.default_name()
         names = [n.strip() for n in self.settings.models.split(",") if n.strip()] or ["scripted"]
         out: list[dict[str, Any]] = []
-        for name in dict.fromkeys([default, *names]):
+        for name in dict.fromkeys([default, *names, *(self.models.available() or ())]):
             claude = name.startswith(("claude", "anthropic:"))
             out.append({
                 "name": name, "default": name == default,

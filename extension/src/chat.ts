@@ -47,8 +47,9 @@ export class ChatLog {
         this.lastUserText = String(p.text ?? '');
         this.retryButton?.remove();
         this.retryButton = null;
+        // Rendered as a reply is (Markdown, LaTeX, code blocks with their actions), sanitized the same way.
         this.add(
-          h('div', { class: 'jp-wb-msg jp-wb-user' }, this.render.plain(String(p.text ?? '')))
+          h('div', { class: 'jp-wb-msg jp-wb-user' }, this.render.markdown(String(p.text ?? '')))
         );
         break;
       case 'assistant_turn':
@@ -237,9 +238,13 @@ export class ChatLog {
     card.classList.remove('jp-mod-running');
     card.dataset.done = '1';
     card.classList.toggle('jp-mod-error', !!p.is_error);
+    // cut short by Stop or an interrupt: what it printed until then stays, marked (docs/events.md)
+    card.classList.toggle('jp-mod-interrupted', !!p.interrupted);
     const out = card.querySelector('.jp-wb-output') as HTMLElement;
     out.replaceChildren();
     const obs = p.observation;
+    const hint = () =>
+      obs?.hint && out.append(h('div', { class: 'jp-wb-hint', role: 'note' }, String(obs.hint)));
     if (!obs) {
       for (const block of p.content || []) {
         out.append(this.contentBlock(block));
@@ -247,20 +252,29 @@ export class ChatLog {
     } else {
       const stream = (text: string, cls: string) =>
         text && out.append(h('pre', { class: cls }, stripAnsi(text)));
+      const error = (e: any) =>
+        stream(
+          (e.traceback || []).map(stripAnsi).join('\n') || `${e.ename}: ${e.evalue}`,
+          'jp-wb-stderr'
+        );
       if (Array.isArray(obs.outputs)) {
         // the call's outputs in their order, as the notebook showed them (see docs/events.md)
         for (const o of obs.outputs) {
           if (o?.output_type === 'stream') {
             stream(String(o.text ?? ''), o.name === 'stderr' ? 'jp-wb-stderr' : 'jp-wb-stdout');
           } else if (o?.output_type === 'error') {
-            const tb = (o.traceback || []).map(stripAnsi).join('\n');
-            stream(tb || `${o.ename}: ${o.evalue}`, 'jp-wb-stderr');
+            error(o);
           } else if (o?.output_type === 'set_next_input') {
             stream(String(o.text ?? ''), 'jp-wb-stdout');
           } else if (o?.data && typeof o.data === 'object') {
             out.append(this.render.bundle(o.data, o.metadata));
           }
         }
+        // the error's own output is not among them when the call ended without one (an interrupt)
+        if (obs.error && !obs.outputs.some((o: any) => o?.output_type === 'error')) {
+          error(obs.error);
+        }
+        hint();
         this.scroll();
         return;
       }
@@ -272,9 +286,9 @@ export class ChatLog {
         }
       }
       if (obs.error) {
-        const tb = (obs.error.traceback || []).map(stripAnsi).join('\n');
-        stream(tb || `${obs.error.ename}: ${obs.error.evalue}`, 'jp-wb-stderr');
+        error(obs.error);
       }
+      hint();
     }
     this.scroll();
   }

@@ -56,14 +56,7 @@ export class ChatRenderer {
     this.renderers = [];
   }
 
-  /** Text as written (a user's message): fenced code blocks as code with their actions, the rest as text. */
-  plain(text: string): HTMLElement {
-    const box = richText(text);
-    this.decorate(box);
-    return box;
-  }
-
-  /** Markdown text (a message), rendered by JupyterLab's Markdown renderer, sanitized. */
+  /** Markdown text (a message, the user's or a reply), rendered by JupyterLab's Markdown renderer, sanitized. */
   markdown(text: string): HTMLElement {
     const host = h('div', { class: 'jp-wb-text jp-wb-markdown' });
     const rm = this.ctx.rendermime;
@@ -77,7 +70,10 @@ export class ChatRenderer {
     host.append(renderer.node);
     renderer
       .renderModel(new MimeModel({ data: { 'text/markdown': text }, trusted: false }))
-      .then(() => this.decorate(host))
+      .then(() => {
+        this.typeset(renderer.node);
+        this.decorate(host);
+      })
       .catch(() => {
         host.replaceChildren(richText(text));
         this.decorate(host);
@@ -127,9 +123,23 @@ export class ChatRenderer {
       metadata && typeof metadata === 'object' && !Array.isArray(metadata) ? metadata : {};
     renderer
       .renderModel(new MimeModel({ data: data as any, metadata: safeMeta as any, trusted: false }))
-      .then(() => this.labelImages(host, data))
+      .then(() => {
+        this.typeset(renderer.node);
+        this.labelImages(host, data);
+      })
       .catch(() => host.replaceChildren(this.plainBundle(data)));
     return host;
+  }
+
+  /**
+   * Math through the app's LaTeX typesetter (MathJax), as a Markdown cell typesets it. A renderer types
+   * set only once Lumino attaches its widget, and the chat places renderer nodes itself, so it asks here.
+   */
+  private typeset(node: HTMLElement): void {
+    const typesetter = this.ctx.rendermime?.latexTypesetter;
+    if (typesetter) {
+      void Promise.resolve(typesetter.typeset(node)).catch(() => undefined); // the source stays as written
+    }
   }
 
   /** A bundle without rendermime: an image, an SVG as a picture, or its text. */

@@ -82,3 +82,40 @@ def test_a_model_that_is_not_a_string_is_a_404_not_a_crash(api):
     for model in (["claude-opus-5-5"], {"a": 1}, None, 7):
         r = httpx.post(f"{api.url}/v1/messages", json={**body, "model": model}, headers={"x-api-key": "k"}, timeout=30)
         assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+
+
+def test_with_a_key_the_catalog_offers_the_models_it_can_use_and_refuses_others_by_name(api):
+    """The Models API, through the SDK (issue 25, item 7): listed once and kept; an unknown name is refused
+    before anything is written, with the names that exist; the picker offers them."""
+    from workbench.errors import UnknownModel
+    from workbench.host import Host, HostSettings
+    from workbench.log import MemoryLog
+
+    api.use({"claude-opus-5-5": "default", "claude-haiku-5-5": "default", "local-7b": "default"})
+    catalog = ModelCatalog()
+    assert catalog.available() == ("claude-haiku-5-5", "claude-opus-5-5", "anthropic:local-7b")
+    catalog.check("claude-haiku-5-5")
+    catalog.check("anthropic:local-7b")
+    catalog.check("scripted")  # not the API's: never refused for its list
+    for wrong in ("claude-opus-5", "anthropic:local-8b"):
+        with pytest.raises(UnknownModel) as e:
+            catalog.check(wrong)
+        assert str(e.value) == (f"model {wrong!r} does not exist for this key; it can use: "
+                                "claude-haiku-5-5, claude-opus-5-5, anthropic:local-7b")
+    assert api.model_lists == 1, "the list is asked for once and kept"
+    # the model picker (GET /models, `workbench models`) offers them after the configured ones
+    host = Host.build(settings=HostSettings(), hands=False, plugins=[], log=MemoryLog())
+    try:
+        offered = [m["name"] for m in host.model_choices()]
+    finally:
+        asyncio.run(host.close())
+    assert offered == ["claude-opus-5-5", "scripted", "claude-haiku-5-5", "anthropic:local-7b"], offered
+
+
+def test_without_a_models_api_names_are_not_checked(api):
+    """An Anthropic-compatible server with no Models API (the fake one answering any model): nothing is refused."""
+    api.use("default")
+    catalog = ModelCatalog()
+    assert catalog.available() is None
+    catalog.check("claude-opus-5")
+    assert api.model_lists == 0

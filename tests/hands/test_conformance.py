@@ -15,7 +15,7 @@ import psutil
 import pytest
 import pytest_asyncio
 
-from workbench.hands import Hands
+from workbench.hands import Hands, Observation
 from workbench.hands.factory import HandsFactory, HandsSettings
 
 
@@ -68,6 +68,24 @@ async def test_execute_reports_stdout_result_and_error(hands: Hands):
     assert obs.stderr == "warn\n"
     assert obs.error["ename"] == "ZeroDivisionError" and obs.error["traceback"]
     assert "ZeroDivisionError" in obs.text()
+
+
+@pytest.mark.asyncio
+async def test_a_missing_module_says_where_to_install_it(hands: Hands, backend):
+    """A ModuleNotFoundError comes with one line on how to get the module into the hands' environment, which
+    the model reads after the traceback and the sidebar shows (issue 25, item 1)."""
+    obs = await hands.execute("import sklearn.linear_model as _never_installed_here")
+    if obs.ok:
+        pytest.skip("scikit-learn is installed here")
+    assert obs.error["ename"] == "ModuleNotFoundError" and obs.hint, obs.error
+    assert "`sklearn` is not installed" in obs.hint and "pip install scikit-learn" in obs.hint, obs.hint
+    if not backend.startswith("gateway"):  # the interpreter named is the one the kernel runs on
+        python = (await hands.execute("import sys; print(sys.executable, end='')")).stdout
+        assert f"{python} -m pip install scikit-learn" in obs.hint, (python, obs.hint)
+    assert obs.content_blocks()[-1]["text"].endswith(f"[{obs.hint}]")
+    assert Observation.from_json(obs.to_json()).hint == obs.hint
+    assert (await hands.execute("1 / 0")).hint is None
+    assert "hint" not in (await hands.execute("print(1)")).to_json()
 
 
 @pytest.mark.asyncio

@@ -4,6 +4,8 @@ in a notebook run by nbclient, and wb.attach / files / get / load with their ref
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import nbformat
 import numpy as np
@@ -97,6 +99,29 @@ def test_client_refusals_are_clear(server, tmp_path):
         c.attach(sid, "small", "huge", namespace={"small": [1, 2], "huge": b"\0" * ((1 << 20) + 1)})
     assert e.value.status == 413 and "cannot attach 'huge' as 'huge.bin'" in str(e.value)
     assert "attached before it: small.json" in str(e.value)
+
+
+WITHOUT_PYARROW = """
+import sys
+sys.modules["pyarrow"] = None  # a Python without pyarrow: its import fails, for pandas too
+import pandas as pd
+from workbench.client.data import pack_value
+p = pack_value("frame", pd.DataFrame({"a": [1, 2]}))
+print(p.path, p.kind)
+print(p.warning)
+"""
+
+
+def test_a_dataframe_sent_as_a_pickle_says_why():
+    """Without pyarrow (or with columns it cannot store) a DataFrame still goes, as a pickle, and the person is told."""
+    mixed = pack_value("mixed", pd.DataFrame({"m": [1, "two"]}))
+    assert mixed.path == "mixed.pkl" and "pyarrow cannot store it" in mixed.warning, mixed.warning
+    assert pack_value("frame", pd.DataFrame({"a": [1]})).warning == ""
+    run = subprocess.run([sys.executable, "-c", WITHOUT_PYARROW], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    where, warning = run.stdout.splitlines()
+    assert where == "frame.pkl dataframe"
+    assert warning.startswith("sent as a pickle, not Parquet: pyarrow is not installed"), warning
 
 
 def test_values_are_written_by_type_and_read_back():

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from wbui import CHROMIUM, JupyterProcess, artifact, lab_api, shot
+from wbui import CHROMIUM, JupyterProcess, artifact, lab_api, new_session, open_sidebar, send, shot, wait_idle
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs the Debian package chromium (scripts/test.sh installs it)")
 
@@ -46,22 +45,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterProcess]:
 
 
 
-def open_sidebar(page, lab: JupyterProcess):
-    # A workspace of its own: nothing an earlier test left open (a notebook asking for a kernel) comes back.
-    page.goto(f"{lab.url}/lab/workspaces/w{uuid.uuid4().hex[:8]}?token={lab.token}")
-    tab = page.locator('.jp-SideBar.jp-mod-left [data-id="jp-workbench"]')
-    tab.wait_for(timeout=60_000)
-    page.locator("#jupyterlab-splash").wait_for(state="detached", timeout=60_000)
-    panel = page.locator("#jp-workbench")
-    if not panel.locator(".jp-wb-composer").is_visible():
-        tab.click()
-    panel.locator(".jp-wb-composer").wait_for()
-    news = page.get_by_role("button", name="No", exact=True)
-    if news.count():
-        news.first.click()
-    return panel
-
-
 def widen_sidebar(page, dx: int) -> None:
     box = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first.bounding_box()
     x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
@@ -69,27 +52,6 @@ def widen_sidebar(page, dx: int) -> None:
     page.mouse.down()
     page.mouse.move(x + dx, y, steps=5)
     page.mouse.up()
-
-
-def new_session(panel) -> str:
-    before = panel.locator(".jp-wb-session.jp-mod-selected").get_attribute("data-session-id") \
-        if panel.locator(".jp-wb-session.jp-mod-selected").count() else None
-    panel.get_by_role("button", name="+ New session").click()
-    panel.page.wait_for_function(
-        "(b) => { const s = document.querySelector('#jp-workbench .jp-wb-session.jp-mod-selected');"
-        " return s && s.dataset.sessionId !== b; }", arg=before)
-    return panel.locator(".jp-wb-session.jp-mod-selected").get_attribute("data-session-id")
-
-
-def send(panel, text: str) -> None:
-    panel.locator(".jp-wb-input").fill(text)
-    panel.get_by_role("button", name="Send").click()
-
-
-def wait_idle(page) -> None:
-    """The turn is over: the composer's button is Send again."""
-    page.wait_for_function("(b => b.textContent === 'Send' && !b.disabled)"
-                           "(document.querySelector('#jp-workbench .jp-wb-composer button'))", timeout=60_000)
 
 
 def user_messages(lab: JupyterProcess, sid: str) -> list[str]:
@@ -117,8 +79,9 @@ def test_markdown_tables_and_outputs_render_as_in_a_notebook(page, lab: JupyterP
     cells = md.locator("table td").all_inner_texts()
     assert cells == ["sine", "6.28", "square", "2"], cells
     assert "**" not in reply.inner_text(), "Markdown shows its stars"
-    # The user's message shows as written (markup in it is text), its code blocks with their actions.
-    panel.locator(".jp-wb-user").filter(has_text="**sine** waves").wait_for()
+    # The user's message is rendered as the reply is (issue 25, item 3).
+    panel.locator(".jp-wb-user .jp-RenderedMarkdown strong").filter(has_text="sine").wait_for()
+    assert panel.locator(".jp-wb-user table td").all_inner_texts() == ["sine", "6.28", "square", "2"]
     wait_idle(page)
 
     # A DataFrame returned as a value is the table pandas draws; a plot keeps its natural size.

@@ -295,7 +295,10 @@ def test_sidebar_runs_no_planted_script(lab: JupyterProcess, lab_hostile, page, 
     panel.locator(".jp-wb-title").filter(has_text=TITLE).wait_for()
     panel.locator(".jp-wb-stdout").filter(has_text=SHOWN[1]).first.wait_for(timeout=30_000)
     panel.locator(".jp-wb-stderr").filter(has_text=RAISED).first.wait_for()
-    panel.locator(".jp-wb-user").filter(has_text=PREFERENCE).first.wait_for()
+    # the user's message is Markdown rendered as a reply is: its markup sanitized, no handler kept
+    user = panel.locator(".jp-wb-user").filter(has_text="Always keep").first
+    user.locator(".jp-RenderedMarkdown").wait_for()
+    assert user.locator("[onerror]").count() == 0, user.inner_html()
 
     # the same turn live: the streamed deltas, then the committed events
     before = panel.locator(".jp-wb-assistant").count()

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from workbench.testing.jupyter import JupyterProcess as _Jupyter
-from workbench.testing.jupyter import free_port
+from workbench.testing.jupyter import JupyterProcess as _Jupyter, free_port
 
-__all__ = ["ARTIFACTS", "CHROMIUM", "REPO", "JupyterProcess", "artifact", "dream", "free_port", "lab_api", "shot"]
+__all__ = ["ARTIFACTS", "CHROMIUM", "REPO", "JupyterProcess", "artifact", "dream", "free_port", "lab_api", "new_session",
+           "open_sidebar", "send", "shot", "wait_idle"]
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "ui"
@@ -62,7 +63,7 @@ class JupyterProcess(_Jupyter):
             token_prefix="wbui-")
         self.only_workbench, self.db = only_workbench, db
 
-    def start(self, timeout: float = 60) -> "JupyterProcess":
+    def start(self, timeout: float = 60) -> JupyterProcess:
         for d in ("settings", "workspaces"):
             (self.home / d).mkdir(parents=True, exist_ok=True)
         built = REPO / "extension" / "labextension"
@@ -101,3 +102,45 @@ def dream(lab: _Jupyter, sessions: list[str]) -> list[dict[str, Any]]:
     finally:
         client.close()
     return lab_api(lab, "GET", f"dreams/{dream_id}")["proposals"]
+
+
+# -- driving the sidebar ------------------------------------------------------
+
+def open_sidebar(page, lab: _Jupyter):
+    """JupyterLab in a fresh workspace with the workbench sidebar open; returns the sidebar."""
+    # A workspace of its own: nothing an earlier test left open (a notebook asking for a kernel) comes back.
+    page.goto(f"{lab.url}/lab/workspaces/w{uuid.uuid4().hex[:8]}?token={lab.token}")
+    tab = page.locator('.jp-SideBar.jp-mod-left [data-id="jp-workbench"]')
+    tab.wait_for(timeout=60_000)
+    page.locator("#jupyterlab-splash").wait_for(state="detached", timeout=60_000)
+    panel = page.locator("#jp-workbench")
+    if not panel.locator(".jp-wb-composer").is_visible():
+        tab.click()
+    panel.locator(".jp-wb-composer").wait_for()
+    news = page.get_by_role("button", name="No", exact=True)
+    if news.count():
+        news.first.click()
+    return panel
+
+
+def new_session(panel) -> str:
+    """Start a session with + New session; returns its id once it is selected."""
+    before = panel.locator(".jp-wb-session.jp-mod-selected").get_attribute("data-session-id") \
+        if panel.locator(".jp-wb-session.jp-mod-selected").count() else None
+    panel.get_by_role("button", name="+ New session").click()
+    panel.page.wait_for_function(
+        "(b) => { const s = document.querySelector('#jp-workbench .jp-wb-session.jp-mod-selected');"
+        " return s && s.dataset.sessionId !== b; }", arg=before)
+    return panel.locator(".jp-wb-session.jp-mod-selected").get_attribute("data-session-id")
+
+
+def send(panel, text: str) -> None:
+    """Type `text` into the composer and press Send."""
+    panel.locator(".jp-wb-input").fill(text)
+    panel.get_by_role("button", name="Send").click()
+
+
+def wait_idle(page) -> None:
+    """The turn is over: the composer's button is Send again."""
+    page.wait_for_function("(b => b.textContent === 'Send' && !b.disabled)"
+                           "(document.querySelector('#jp-workbench .jp-wb-composer button'))", timeout=60_000)

@@ -15,14 +15,15 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigError, KeyReused, TurnBusy, UnknownSession
-from ..hands import Hands
+from ..hands import Hands, Observation
 from ..log import Event
 from ..log.manage import auto_title, rename
 from .coldread import read_conversation
-from .live import LiveOutput, OutputListener
+from .live import LiveCall, LiveOutput, OutputListener
 from .models import FatalModelError, MessageBuilder, Model, RetryableError, make_model
 from .request import Conversation, TurnState, tool_uses
 from .sessions import PromptHook, session_payload
@@ -36,6 +37,8 @@ DeltaListener = Callable[[str, dict[str, Any]], None]
 HandsMaker = Callable[[str, dict[str, Any], Callable[[str, dict[str, Any]], Awaitable[None]], Any], Hands]
 
 INTERRUPTED_CALL = "interrupted by the user; the call's effect is unknown"
+# a cut-short call keeps the tail of what it printed, as a stopped notebook cell keeps its output
+PRINTED_KEPT_CHARS = 20_000
 CUT_OFF_CALL = ("interrupted; state unknown: the call started but its result was never recorded (the process "
                 "running the turn stopped). It was not re-run.")
 
@@ -89,6 +92,8 @@ class Brain:
         self._held: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         self._unsubscribe = log.subscribe(self._heard)
         self._cancelled_by: dict[str, str] = {}
+        # per session: the live output of calls a cancel cut short, until the turn's closing answers them
+        self._cut_short: dict[str, dict[str, LiveCall]] = {}
 
     # -- sessions ------------------------------------------------------------
 
@@ -435,6 +440,10 @@ class Brain:
         fn = tool.resume if resuming and tool.resume is not None else tool.run
         try:
             return await fn(call.get("input") or {}, ctx)
+        except asyncio.CancelledError:
+            self.live.end(live)  # what was pending is flushed into what the call kept
+            self._cut_short.setdefault(session_id, {})[call["id"]] = live
+            raise
         finally:
             self.live.end(live)  # its `done` goes before the committed result
 
@@ -498,6 +507,7 @@ class Brain:
     async def _close(self, session_id: str, how: str, detail: str) -> None:
         """Close the open turn after an interrupt (`interrupted`) or a harness failure (`error`); every event
         of the closing goes through `_closing`, so a turn is closed whatever its error's text holds."""
+        printed = self._cut_short.pop(session_id, {})
         if not (await self.conversation(session_id)).state.open:
             return  # it ended already (an interrupt that came just after turn_ended)
         if how == "interrupted":
@@ -505,10 +515,11 @@ class Brain:
             if hands is not None:
                 await hands.interrupt()
             await self._closing(session_id, "interrupted", {"by": detail})
-            await self._answer_pending(session_id, INTERRUPTED_CALL)
+            await self._answer_pending(session_id, INTERRUPTED_CALL, printed, "interrupted")
         else:
             await self._closing(session_id, "turn_failed", {"error": detail[:2000]})
-            await self._answer_pending(session_id, f"not finished: the turn failed ({detail[:300]})")
+            await self._answer_pending(session_id, f"not finished: the turn failed ({detail[:300]})", printed,
+                                       "cut short by the turn's failure")
         await self._closing(session_id, "turn_ended", {"stop_reason": how})
 
     async def _closing(self, session_id: str, event_type: str, payload: dict[str, Any]) -> Event:
@@ -535,13 +546,21 @@ class Brain:
             return _error(CUT_OFF_CALL, interrupted=True)
         return await self._call(session_id, call, resuming=True)
 
-    async def _answer_pending(self, session_id: str, why: str) -> None:
-        """Give an error result to every tool call of the open turn that has none (part of its closing)."""
+    async def _answer_pending(self, session_id: str, why: str, printed: Mapping[str, LiveCall] = MappingProxyType({}),
+                              how: str = "interrupted") -> None:
+        """Give an error result to every tool call of the open turn that has none (part of its closing); a call
+        that printed before it was cut short keeps what it printed (`printed`: its live output; `how` it ended)."""
         st = await self.turn_state(session_id)
         for call in tool_uses(st.last_message or {}):
             if call["id"] not in st.answered:
-                note = why if call["id"] in st.started else "not run: the turn was interrupted before this call started"
-                await self._result(session_id, call, _error(note, interrupted=True), closing=True)
+                live = printed.get(call["id"])
+                if call["id"] not in st.started:
+                    out = _error("not run: the turn was interrupted before this call started", interrupted=True)
+                elif live is not None and live.total:
+                    out = _cut_short(why, how, live)
+                else:
+                    out = _error(why, interrupted=True)
+                await self._result(session_id, call, out, closing=True)
 
     async def _resume(self, session_id: str) -> str:
         """Finish a cut-off turn (its `resumed` is committed): answer cut-off calls, then go on."""
@@ -632,6 +651,20 @@ def _batches(calls: list[dict[str, Any]], concurrent: Callable[[dict[str, Any]],
 
 def _error(text: str, **details: Any) -> ToolOutput:
     return ToolOutput([{"type": "text", "text": text}], True, details)
+
+
+def _cut_short(why: str, how: str, live: LiveCall) -> ToolOutput:
+    """The result of a call cut short after it printed: its output so far (the latest PRINTED_KEPT_CHARS
+    characters), then why it stopped, as an observation: the model reads "[interrupted after it printed:] ...",
+    a person sees the output the call showed live, then the interrupt."""
+    text = live.kept[-PRINTED_KEPT_CHARS:]
+    skipped = live.total - len(text)
+    obs = Observation(outputs=[{"output_type": "stream", "name": "stdout", "text": text}],
+                      error={"ename": "Interrupted", "evalue": why, "traceback": [f"[{why}]"]},
+                      notes=[f"[{how} after it printed:]"])
+    if skipped:
+        obs.truncated = [f"[the first {skipped:,} characters it printed are not kept]"]
+    return ToolOutput(content=None, is_error=True, details={"observation": obs.to_json(), "interrupted": True})
 
 
 def replayable_calls(events: list[Any]) -> list[dict[str, Any]]:

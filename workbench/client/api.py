@@ -251,7 +251,8 @@ class WorkbenchClient:
 
     def attach(self, session_id: str | None = None, *names: str, namespace: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Copy variables of `namespace` (by name) and files of this machine (by path) into the session's workspace,
-        each by its type (docs/notebook.md); returns their `file_attached` records, each with a `note` for the agent."""
+        each by its type (docs/notebook.md); returns their `file_attached` records, each with a `note` for the agent
+        (and a `warning` for the person when a value went in another form than expected: a pickle, not Parquet)."""
         from .data import pack_file, pack_value
 
         sid = self._fsid(session_id)
@@ -268,7 +269,8 @@ class WorkbenchClient:
             records: list[dict[str, Any]] = []
             for p in packed:
                 try:
-                    records.append({**self.put_file(sid, p.path, p.stream, name=p.name, kind=p.kind), "note": p.describe})
+                    records.append({**self.put_file(sid, p.path, p.stream, name=p.name, kind=p.kind), "note": p.describe,
+                                    **({"warning": p.warning} if p.warning else {})})
                 except RequestRefused as e:
                     done = f" (attached before it: {', '.join(r['path'] for r in records)})" if records else ""
                     raise RequestRefused(e.status, f"cannot attach {p.name!r} as {p.path!r}: {e.message}{done}") from None

@@ -4,7 +4,7 @@ A variable is written by its type (docs/notebook.md, "Data between notebook and 
 
 | value                          | file              | kind        |
 |--------------------------------|-------------------|-------------|
-| pandas DataFrame (or Series)   | NAME.parquet when pyarrow is there and takes it, else NAME.pkl | dataframe |
+| pandas DataFrame (or Series)   | NAME.parquet when pyarrow is there and takes it, else NAME.pkl (and a warning says why) | dataframe |
 | numpy array (not of objects)   | NAME.npy          | array       |
 | str                            | NAME.txt          | text        |
 | bytes                          | NAME.bin          | file        |
@@ -44,6 +44,7 @@ class Packed:
     stream: IO[bytes]
     bytes: int
     describe: str  # for the note the agent reads
+    warning: str = ""  # for the person: why it is not in the form they would expect (a pickle, not Parquet)
 
 
 def _finite_json(value: Any) -> bool:
@@ -58,10 +59,10 @@ def _spooled() -> IO[bytes]:
     return tempfile.SpooledTemporaryFile(max_size=8 << 20)
 
 
-def _done(name: str, path: str, kind: str, out: IO[bytes], describe: str) -> Packed:
+def _done(name: str, path: str, kind: str, out: IO[bytes], describe: str, warning: str = "") -> Packed:
     size = out.tell()
     out.seek(0)
-    return Packed(name, path, kind, out, size, describe)
+    return Packed(name, path, kind, out, size, describe, warning)
 
 
 def pack_value(name: str, value: Any) -> Packed:
@@ -74,16 +75,21 @@ def pack_value(name: str, value: Any) -> Packed:
         what = "pandas Series (as a one-column DataFrame)" if kind_of[1] == "Series" else "pandas DataFrame"
         try:
             import pyarrow  # noqa: F401
-
-            frame.to_parquet(out)
-            return _done(name, f"{name}.parquet", "dataframe", out,
-                         f"{what} `{name}`, {shape}; load it with pd.read_parquet('{name}.parquet')")
-        except Exception:  # no pyarrow, or columns it cannot store (mixed objects): a pickle keeps everything
-            out.seek(0)
-            out.truncate()
-            frame.to_pickle(out)
-            return _done(name, f"{name}.pkl", "dataframe", out,
-                         f"{what} `{name}`, {shape}; load it with pd.read_pickle('{name}.pkl')")
+        except ImportError:
+            why = "pyarrow is not installed in this kernel's environment (`%pip install pyarrow` installs it)"
+        else:
+            try:
+                frame.to_parquet(out)
+                return _done(name, f"{name}.parquet", "dataframe", out,
+                             f"{what} `{name}`, {shape}; load it with pd.read_parquet('{name}.parquet')")
+            except Exception as e:  # columns pyarrow cannot store (mixed objects): a pickle keeps everything
+                why = f"pyarrow cannot store it ({type(e).__name__}: {' '.join(str(e).split())[:200]})"
+        out.seek(0)
+        out.truncate()
+        frame.to_pickle(out)
+        return _done(name, f"{name}.pkl", "dataframe", out,
+                     f"{what} `{name}`, {shape}; load it with pd.read_pickle('{name}.pkl')",
+                     f"sent as a pickle, not Parquet: {why}")
     if kind_of == ("numpy", "ndarray") and value.dtype != object:
         import numpy as np
 

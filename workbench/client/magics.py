@@ -128,7 +128,8 @@ class AgentMagics(Magics):
             raise WorkbenchError(f"--with needs names of variables or files, comma-separated ({USAGE})")
         records = client.attach(self.session_id, *wanted, namespace=self.shell.user_ns if self.shell else {})
         for r in records:
-            print(f"agent: attached {r['name']} as {r['path']} ({r['bytes']:,} bytes, {r['kind']})")
+            warning = f"; {r['warning']}" if r.get("warning") else ""
+            print(f"agent: attached {r['name']} as {r['path']} ({r['bytes']:,} bytes, {r['kind']}){warning}")
         return note(records) + text if text.strip() else ""
 
 

@@ -183,6 +183,7 @@ class Launcher(Protocol):
     """How kernels of one kind start (local, sandbox, gateway); shared by a host's sessions."""
 
     name: str  # in every `hands_started` (local, sandbox, unsafe-local, gateway)
+    python: str  # the interpreter its kernels run on, named in hints ("": not on this machine, a gateway's)
 
     async def start(self, place: Place | None) -> Kernel:
         """Start a kernel for `place` (None: for the warm pool) and wait until it is ready.

@@ -24,7 +24,7 @@ from typing import Any
 
 from .base import Death, Dropped, EventSink, Hands, Kernel, Launcher, Place
 from .launching.pip import packages_code
-from .observing import TIMED_OUT, Budget, Collector, Observation, OutputSink, death_note, failure, setup_code, stuck_note
+from .observing import TIMED_OUT, Budget, Collector, Observation, OutputSink, death_note, failure, missing_module, setup_code, stuck_note
 from .replay import replay
 
 REPLY_WAIT = 2.0  # seconds to wait for an execute reply after the idle status (it is normally there already)
@@ -446,6 +446,7 @@ class KernelHands(Hands):
             finally:
                 self.last_used = time.monotonic()
             obs.notes = notes + obs.notes
+            obs.hint = obs.hint or missing_module(obs.error, self.launcher.python)
             obs.generation = obs.generation or self.generation
             obs.duration_ms = round((time.perf_counter() - t0) * 1000, 1)
             self._want_spare()  # the session has run code: a replacement waits beside its kernel

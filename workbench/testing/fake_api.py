@@ -32,6 +32,11 @@ A script may be one per model (`FakeMessagesAPI({"claude-opus-5-5": a, "claude-h
 so two models of one run answer differently; a model it does not name gets the 404
 `not_found_error` the real API sends for an unknown model.
 
+It also serves the Models API (`GET /v1/models`, paged with `limit` and `after_id`, and
+`GET /v1/models/{id}`): the models of a per-model script, else those set in `listed`; a server
+whose script answers any model and that lists none has no Models API (a 404, as an
+Anthropic-compatible server without one), so a client cannot check names against it.
+
 Faults can be injected (`fail_next`, `delay`) to test retries and crashes.
 Run it standalone with `python -m workbench.testing.fake_api --port 8765`.
 """
@@ -133,6 +138,8 @@ class FakeMessagesAPI:
         self._thread: threading.Thread | None = None
         self._loop: tornado.ioloop.IOLoop | None = None
         self._ready = threading.Event()
+        self.model_lists = 0  # GET /v1/models requests answered (a client that caches asks once)
+        self.listed: tuple[str, ...] | None = None  # what the Models API lists when the script answers any model
 
     # -- control ---------------------------------------------------------------
 
@@ -149,6 +156,12 @@ class FakeMessagesAPI:
             self.models = None  # any model name is answered
             self.script = _script(script)
         return self
+
+    def model_ids(self) -> list[str] | None:
+        """What the Models API lists: the models of a per-model script, else `listed`; None: no Models API."""
+        if self.models is not None:
+            return sorted(self.models)
+        return list(self.listed) if self.listed is not None else None
 
     @property
     def url(self) -> str:
@@ -168,7 +181,8 @@ class FakeMessagesAPI:
             asyncio.set_event_loop(asyncio.new_event_loop())
             self._loop = tornado.ioloop.IOLoop.current()
             app = tornado.web.Application(
-                [(r"/v1/messages", _MessagesHandler, {"api": self})], log_function=lambda handler: None
+                [(r"/v1/messages", _MessagesHandler, {"api": self}), (r"/v1/models", _ModelsHandler, {"api": self}),
+                 (r"/v1/models/([^/]+)", _ModelsHandler, {"api": self})], log_function=lambda handler: None
             )
             server = tornado.httpserver.HTTPServer(app)
             server.add_sockets(sockets)
@@ -341,7 +355,7 @@ def hmac_ok(key: bytes, block: dict[str, Any]) -> bool:
     return block.get("signature") == sign(block.get("thinking", ""), key)
 
 
-class _MessagesHandler(tornado.web.RequestHandler):
+class _Handler(tornado.web.RequestHandler):
     def initialize(self, api: FakeMessagesAPI) -> None:
         self.api = api
 
@@ -351,9 +365,50 @@ class _MessagesHandler(tornado.web.RequestHandler):
         self.set_header("request-id", "req_fake")
         self.finish({"type": "error", "error": {"type": etype, "message": message}})
 
+    def _unauthenticated(self) -> bool:
+        if self.request.headers.get("x-api-key") or self.request.headers.get("authorization"):
+            return False
+        self._error(401, "authentication_error", "x-api-key header is required")
+        return True
+
+
+def _model_info(model_id: str) -> dict[str, Any]:
+    return {"type": "model", "id": model_id, "display_name": model_id.replace("-", " ").title(),
+            "created_at": "2026-01-01T00:00:00Z"}
+
+
+class _ModelsHandler(_Handler):
+    """The Models API: a page of the models (newest first in the real API; here in name order), or one model."""
+
+    def get(self, model_id: str | None = None) -> None:
+        if self._unauthenticated():
+            return
+        ids = self.api.model_ids()
+        if ids is None:
+            return self._error(404, "not_found_error", "this server has no Models API")
+        if model_id is not None:
+            if model_id not in ids:
+                return self._error(404, "not_found_error", f"model: {model_id[:200]}")
+            self.finish(_model_info(model_id))
+            return
+        with self.api._lock:
+            self.api.model_lists += 1
+        try:
+            limit = min(max(int(self.get_query_argument("limit", "20")), 1), 1000)
+        except ValueError:
+            return self._error(400, "invalid_request_error", "limit: must be an integer")
+        after = self.get_query_argument("after_id", None)
+        start = ids.index(after) + 1 if after in ids else 0
+        page = ids[start:start + limit]
+        self.finish({"data": [_model_info(i) for i in page], "has_more": start + limit < len(ids),
+                     "first_id": page[0] if page else None, "last_id": page[-1] if page else None})
+
+
+class _MessagesHandler(_Handler):
+
     async def post(self) -> None:
-        if not self.request.headers.get("x-api-key") and not self.request.headers.get("authorization"):
-            return self._error(401, "authentication_error", "x-api-key header is required")
+        if self._unauthenticated():
+            return
         try:
             req = json.loads(self.request.body)
         except ValueError:

@@ -8,6 +8,11 @@
   session, its requests in the log and a cassette keep `anthropic:NAME`;
 - `PREFIX` or `PREFIX:ARG`: a model a plugin registers under PREFIX.
 
+With ANTHROPIC_API_KEY set, the catalog asks the Models API once which models the key can use
+(`available`, kept for `LISTED_FOR` seconds): the model picker offers them, and `check` refuses a
+Claude name that is not among them, naming those that are. Where the list cannot be had (no Models
+API at ANTHROPIC_BASE_URL, no network) nothing is refused for it.
+
 A catalog given a `Cassette` (WORKBENCH_CASSETTE, see cassette.py) wraps every
 model it makes in a `CassetteModel` of the same name, so sessions, requests and
 logs look exactly as without it, and a replay needs no key.
@@ -18,11 +23,14 @@ is registered globally.
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
+import time
 from collections.abc import Callable, Mapping
 
 from ...errors import MissingAPIKey, UnknownModel
-from .anthropic import DEFAULT_MODEL, AnthropicModel
+from .anthropic import DEFAULT_MODEL, AnthropicModel, list_models
 from .base import FatalModelError, MessageBuilder, Model, RetryableError, message_events
 from .cassette import Cassette, CassetteError, CassetteMiss, CassetteModel
 from .scripted import BUILTIN_SCRIPTS, Reply, Script, ScriptedModel
@@ -33,9 +41,13 @@ __all__ = [
     "RetryableError", "ScriptedModel", "default_model_name", "make_model", "message_events",
 ]
 
+log = logging.getLogger("workbench.models")
+
 # A plugin's model: called with the text after `PREFIX:` ("" when there is none).
 ModelMaker = Callable[[str], Model]
 RESERVED = ("scripted", "anthropic", "claude")
+LISTED_FOR = 3600.0  # seconds the key's list of models is kept
+UNLISTED_FOR = 300.0  # seconds before a list that could not be had is asked for again
 
 
 def default_model_name() -> str:
@@ -52,6 +64,30 @@ class ModelCatalog:
         self.providers: Mapping[str, ModelMaker] = dict(providers or {})
         self.default = default or None
         self.cassette = cassette
+        self._listed: tuple[float, tuple[str, ...] | None] | None = None  # (until when, the key's models)
+        self._listing = threading.Lock()
+
+    def available(self) -> tuple[str, ...] | None:
+        """The models ANTHROPIC_API_KEY can use, by the names this catalog makes them by (`claude-...` as they
+        are, any other as `anthropic:NAME`); None without a key, or when the Models API cannot list them."""
+        ids = self._api_ids()
+        return None if ids is None else tuple(i if i.startswith("claude-") else f"anthropic:{i}" for i in ids)
+
+    def _api_ids(self) -> tuple[str, ...] | None:
+        """The Models API's ids for the key, kept `LISTED_FOR` seconds (a failure: `UNLISTED_FOR` seconds)."""
+        with self._listing:  # one request at a time: concurrent first uses wait for the same answer
+            if self._listed is not None and time.monotonic() < self._listed[0]:
+                return self._listed[1]
+            try:
+                ids = list_models()
+                listed = tuple(ids) if ids is not None else None
+                self._listed = (time.monotonic() + LISTED_FOR, listed)
+            except Exception as e:  # the SDK's errors: no Models API there, no network, a refused key
+                log.warning("workbench: the Models API did not list this key's models (%s); model names are not "
+                            "checked against it", f"{type(e).__name__}: {str(e)[:200]}")
+                listed = None
+                self._listed = (time.monotonic() + UNLISTED_FOR, None)
+            return listed
 
     def default_name(self) -> str:
         """The model of sessions created without one."""
@@ -89,8 +125,16 @@ class ModelCatalog:
         )
 
     def check(self, name: str) -> None:
-        """Raise UnknownModel / MissingAPIKey now, before anything is written."""
+        """Raise UnknownModel / MissingAPIKey now, before anything is written: also for a Claude name the key's
+        Models API does not list (a cassette being replayed is not asked)."""
         self.make(name)
+        if self.cassette is not None and self.cassette.mode == "replay":
+            return
+        sent = name if name.startswith("claude-") else name.partition(":")[2] if name.startswith("anthropic:") else None
+        ids = self._api_ids() if sent is not None else None
+        if ids is not None and sent not in ids:
+            raise UnknownModel(f"model {name[:100]!r} does not exist for this key; it can use: "
+                               f"{', '.join(self.available() or ()) or 'none'}")
 
 
 def make_model(name: str | None = None) -> Model:

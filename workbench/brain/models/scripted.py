@@ -121,6 +121,14 @@ def last_tool_output(request: dict[str, Any]) -> str:
     return "\n".join(texts)
 
 
+def fenced(text: str) -> str:
+    """Raw output as a Markdown code block, so it keeps its layout (a DataFrame's columns, a traceback's lines):
+    fenced by more backticks than any run of them in it."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text.rstrip(chr(10))}\n{fence}"
+
+
 # -- built-in scripts ---------------------------------------------------------
 
 CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
@@ -134,7 +142,7 @@ def default_script(request: dict[str, Any]) -> Reply:
         return Reply(thinking="", text="I'll run that in my kernel.", code=blocks)
     if blocks:
         out = last_tool_output(request)
-        return Reply(text=f"Here is what it printed:\n\n{out}")
+        return Reply(text=f"Here is what it printed:\n\n{fenced(out)}")
     return Reply(
         thinking="",
         text=(
@@ -178,7 +186,7 @@ def demo_script(request: dict[str, Any]) -> Reply:
     mean = re.search(r"mean ([\d.]+) stdev ([\d.]+)", out)
     week = re.search(r"warmest week (\d)", out)
     if not (mean and week):
-        return Reply(text=f"The analysis did not produce what I expected; the output was:\n{out}")
+        return Reply(text=f"The analysis did not produce what I expected; the output was:\n\n{fenced(out)}")
     return Reply(
         text=(
             f"Done. Over 28 days the mean noon temperature was {mean.group(1)} °C "
@@ -204,7 +212,7 @@ def crash_script(request: dict[str, Any]) -> Reply:
             "As expected, the kernel was replaced: `answer` is gone (NameError), but this "
             "conversation went on because it lives in the session log, not in the kernel."
             if gone
-            else f"Unexpected: the value survived.\n{out}"
+            else f"Unexpected: the value survived.\n\n{fenced(out)}"
         )
     )
 

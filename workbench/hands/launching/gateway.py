@@ -92,6 +92,7 @@ class GatewayLauncher:
     """Starts kernels on a Jupyter Kernel Gateway; one HTTP client for all of them."""
 
     name = "gateway"
+    python = ""  # its kernels' interpreter is on the gateway's machine
 
     def __init__(self, url: str, token: str = "", kernel_name: str = "python3", max_message: int = MAX_MESSAGE,
                  *, limits: Limits | None = None, probe: float = 2.0):

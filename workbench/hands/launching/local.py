@@ -68,6 +68,7 @@ class LocalLauncher:
                  spec_dirs: list[str] | None = None, name: str = "local", max_message: int = MAX_MESSAGE):
         self.limits, self.registry, self.max_message = limits, registry, max_message
         self.kernel_name, self.spec_dirs, self.name = kernel_name, spec_dirs, name
+        self.python = sys.executable  # kernel_env puts its directory first on the kernel's PATH
 
     async def start(self, place: Place | None) -> ProcessKernel:
         """Start a kernel (in `place`'s workdir, or a fresh one of its own) and wait until it is ready."""

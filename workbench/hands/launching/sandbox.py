@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,7 @@ class SandboxLauncher:
         self.max_message = max_message
         self.identities = Identities(self.settings.sandbox_uid, self.settings.sandbox_gid, self.settings.sandbox_ids)
         self._pool_proxy: EgressProxy | None = None
+        self.python = self.settings.sandbox_python or sys.executable
 
     def proxy(self, place: Place | None) -> EgressProxy:
         """A session's egress proxy, built once per session (its request count spans kernels); deny-all for the pool."""

@@ -12,8 +12,9 @@ imports another part of the hands: observing is the hands' ground floor (tests/t
 """
 
 from .collect import TIMED_OUT, Budget, Collector, death_note, setup_code, stuck_note
+from .hints import missing_module
 from .live import OutputSink
 from .observation import Observation, failure, result_content
 
-__all__ = ["TIMED_OUT", "Budget", "Collector", "Observation", "OutputSink", "death_note", "failure", "result_content",
-           "setup_code", "stuck_note"]
+__all__ = ["TIMED_OUT", "Budget", "Collector", "Observation", "OutputSink", "death_note", "failure", "missing_module",
+           "result_content", "setup_code", "stuck_note"]

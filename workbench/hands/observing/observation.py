@@ -30,6 +30,7 @@ class Observation:
     generation: int | None = None
     duration_ms: float | None = None
     notes: list[str] = field(default_factory=list)  # e.g. what was replayed
+    hint: str | None = None  # one line on how to get past the error (a module to install: hints.py)
     # what the model reads of it (content_blocks): characters of text in all, images (None: not bounded)
     text_limit: int | None = None
     max_images: int | None = None
@@ -56,6 +57,7 @@ class Observation:
             "notes": self.notes,
             "text_limit": self.text_limit,
             "max_images": self.max_images,
+            **({"hint": self.hint} if self.hint else {}),
         }
 
     @classmethod
@@ -82,7 +84,8 @@ class Observation:
     def content_blocks(self) -> list[dict[str, Any]]:
         """tool_result content: text and image blocks in the order of the outputs, within the observation's
         text_limit and max_images (see render.py)."""
-        return blocks(self.all_outputs(), self.notes, self.truncated, self.text_limit, self.max_images)
+        after = [*self.truncated, f"[{self.hint}]"] if self.hint else self.truncated
+        return blocks(self.all_outputs(), self.notes, after, self.text_limit, self.max_images)
 
     def text(self) -> str:
         """The observation as plain text (its text blocks; images as a mark)."""
