@@ -59,6 +59,7 @@ class Collector:
         self.obs = Observation(generation=generation)
         self.notes: list[str] = []
         self._more_notes = 0
+        self.exiting = False  # the reply asked the kernel to exit (`exit()`): it ends in a moment
 
     def note(self, text: str) -> None:
         """A note for the model about output that was dropped, cut or repaired (a few per call, then a count)."""
@@ -120,6 +121,8 @@ class Collector:
                 continue
             if p.get("source") == "page" and isinstance(p.get("data"), dict):
                 await self._rich("display_data", p["data"], None, {"source": "page"})
+            elif p.get("source") == "ask_exit" and not p.get("keepkernel"):
+                self.exiting = True
             elif p.get("source") == "set_next_input" and isinstance(p.get("text"), str):
                 self.fold.other({"output_type": "set_next_input", "text": self._cut(p["text"], "the proposed next input")})
 
@@ -316,8 +319,12 @@ def setup_code(limit: int) -> str:
     return source + f"\ninstall({int(limit)})\ndel install, terminal_write, RAW_FACTOR\n"
 
 
-def death_note(how: str) -> str:
-    """What the model is told when the kernel died during its call."""
+def death_note(how: str, started: bool = True) -> str:
+    """What the model is told when the kernel died during its call, or before the call started in it."""
+    if not started:
+        return (f"the kernel died ({how}) before it said this call started: its code may not have run at all, or was "
+                "stopped as it began; the kernel's in-memory state (variables, imports, open files) is gone. The next "
+                "call runs in a fresh kernel.")
     return (f"the kernel died ({how}) while running this call; its in-memory state "
             "(variables, imports, open files) is gone. The next call runs in a fresh kernel.")
 
