@@ -38,6 +38,26 @@ def test_carriage_returns_and_backspaces_leave_what_a_terminal_shows():
     assert texts(f) == ["499%\n"]
 
 
+def test_the_cursor_column_is_kept_across_stream_messages():
+    """A carriage return's cursor stays where it is when the message ends: the next message writes from there, as
+    JupyterLab shows `["\\r 3\\r 4\\r ", "5"]` (` 5`, not ` 45`)."""
+    f = Fold(1000, 20, 10**6)
+    f.stream("stdout", "\r 3\r 4\r ")
+    f.stream("stdout", "5")
+    assert texts(f) == [" 5"]
+    f = Fold(1000, 20, 10**6)
+    for piece in ("abc\r", "X", "\rYZ", "\x08", "!\n", "done"):
+        f.stream("stdout", piece)
+    assert texts(f) == [overwrite("abc\rX\rYZ\x08!\ndone")] == ["Y!\ndone"]
+    # a message split anywhere reads as the whole text does
+    text = "".join(f"\r{i:4d}%|{'#' * (i // 10)}" + ("\x08" * (i % 3)) + ("\n" if i % 37 == 0 else "") for i in range(300))
+    for size in (1, 2, 7, 64):
+        f = Fold(100_000, 20, 10**7)
+        for k in range(0, len(text), size):
+            f.stream("stderr", text[k:k + size])
+        assert texts(f) == [overwrite(text)], size
+
+
 def test_clear_output_now_and_on_the_next_output():
     f = Fold(1000, 20, 10**6)
     f.stream("stdout", "gone")
@@ -98,6 +118,26 @@ async def test_an_update_reaches_only_a_display_still_shown():
                                                   "transient": {"display_id": display_id}})
     outs = second.done().outputs
     assert [(o["data"]["text/plain"], o.get("updated")) for o in outs] == [("'k 2'", True)]
+
+
+@pytest.mark.asyncio
+async def test_every_cut_is_reported_to_the_model():
+    """Text over output_limit in a display, a result or an error is cut with a note in `truncated`, which the
+    model reads, as a stream's cut is."""
+    from workbench.hands.observing.collect import Budget, Collector
+
+    c = Collector(Budget(output_limit=100), 1)
+    await c.feed("display_data", {"data": {"text/html": "<p>" + "h" * 500 + "</p>"}})
+    await c.feed("execute_result", {"data": {"text/plain": "r" * 300}, "execution_count": 1})
+    await c.feed("error", {"ename": "E", "evalue": "v" * 200, "traceback": [f"frame {i}" for i in range(80)]})
+    obs = c.done()
+    notes = "\n".join(obs.truncated)
+    assert "the text/html of a display truncated: showed its first 100 of 507 characters" in notes, notes
+    assert "the text/plain of a result truncated: showed its first 100 of 300 characters" in notes, notes
+    assert "the error's value truncated: showed its first 100 of 200 characters" in notes, notes
+    assert "the traceback truncated: showed its last 50 of 80 lines" in notes, notes
+    obs.text_limit = None  # the model's budget of 100 characters would cut the notes themselves
+    assert all(n in obs.text() for n in obs.truncated)
 
 
 def test_a_long_stream_keeps_its_head_and_its_tail():

@@ -105,6 +105,13 @@ PROBES: dict[str, list[str]] = {
         "sys.stderr.write('\\n')",
         "print('tab\\tseparated\\nunicode: é ✓ 你好')",
     ],
+    "progress": [
+        "import sys, time\nsys.stdout.write('\\r 3\\r 4\\r '); sys.stdout.flush(); time.sleep(0.5)\nsys.stdout.write('5')",
+        "from tqdm import tqdm\nfor i in tqdm(range(10_000), mininterval=0, miniters=1, bar_format='{l_bar}{bar}| {n_fmt}/{total_fmt}'):\n"
+        "    pass",
+        "for i in range(30_000):\n    print(i)\n'the result'",
+        "'x' * 30_000",
+    ],
     "async": [
         "import asyncio\nawait asyncio.sleep(0.1)\nprint('after await')",
         "async def f():\n    return 42\nawait f()",
@@ -116,7 +123,8 @@ PROBES: dict[str, list[str]] = {
 }
 
 # differences docs/fidelity.md lists as intended, and where they are expected
-INTENDED = {("clear_output", 3): None, ("huge, binary and ANSI output", 0): "output cap"}
+INTENDED = {("clear_output", 3): None, ("huge, binary and ANSI output", 0): "output cap", ("progress", 2): "output cap",
+            ("progress", 3): "output cap"}
 # cells whose output a later call changed, or that wrote into an earlier cell's output: the model reads
 # them as the notebook showed them when the call returned
 AT_RETURN = {("written elsewhere", i) for i in range(5)}

@@ -94,6 +94,51 @@ async def test_death_between_calls_is_noticed_and_told(factory):
 
 
 @pytest.mark.asyncio
+async def test_the_call_after_exit_runs_in_a_fresh_kernel_and_is_not_blamed(factory):
+    """`exit()` ends the kernel after its call's reply: the next call, sent at once, never runs in it; it runs in
+    a fresh kernel with a note saying the kernel had ended before it, and the death is the exit's, between calls."""
+    events = []
+
+    async def sink(t, p):
+        events.append((t, p))
+
+    hands = factory("s", {}, sink)
+    for round in range(3):
+        assert (await hands.execute("b = 2\nexit()")).ok
+        obs = await hands.execute("print('b' in dir())\n1 + 1")
+        assert obs.ok and obs.result == "2" and obs.stdout == "False\n", obs.to_json()
+        assert obs.generation == round + 2 and "had ended before this call (it called exit())" in obs.text(), obs.text()
+        assert "while running this call" not in obs.text()
+    died = [p for t, p in events if t == "hands_died"]
+    assert [d["during"] for d in died] == ["idle"] * 3 and [d["generation"] for d in died] == [1, 2, 3]
+
+
+@pytest.mark.asyncio
+async def test_a_death_before_the_call_started_is_not_blamed_on_its_code(factory):
+    """A kernel that dies after a call was sent but before it said the call started: the call's code never ran,
+    and its result says the kernel died before it said the call started, not that it died running it."""
+    events = []
+
+    async def sink(t, p):
+        events.append((t, p))
+
+    hands = factory("s", {}, sink)
+    await hands.execute("a = 1")
+    proc = psutil.Process(hands.status()["pid"])
+    proc.suspend()  # it reads no request and says nothing: the call is sent and waits
+    call = asyncio.create_task(hands.execute("print('ran')"))
+    await asyncio.sleep(1)
+    proc.kill()
+    obs = await asyncio.wait_for(call, 60)
+    assert obs.error["ename"] == "KernelDied", obs.error
+    assert "died (signal SIGKILL) before it said this call started: its code may not have run" in obs.error["evalue"]
+    assert "while running this call" not in obs.text() and obs.stdout == ""
+    died = [p for t, p in events if t == "hands_died"]
+    assert [d["during"] for d in died] == ["call"]
+    assert (await hands.execute("'a' in dir()")).result == "False"
+
+
+@pytest.mark.asyncio
 async def test_interrupt_ignored_means_replaced(factory):
     events = []
 

@@ -29,6 +29,7 @@ from .replay import replay
 
 REPLY_WAIT = 2.0  # seconds to wait for an execute reply after the idle status (it is normally there already)
 POLL = 0.03  # seconds between looks at the kernel (alive? past the deadline?) while a call runs
+DRAIN = 1.0  # seconds at most to read what a kernel that died sent before it died
 
 # Returns the earlier successful calls marked replayable: [{"tool_use_id", "code"}].
 ReplaySource = Callable[[], Awaitable[list[dict[str, Any]]]]
@@ -125,6 +126,7 @@ class KernelHands(Hands):
         self._epoch = 0  # +1 at each close: a spare that finishes booting after one is stopped, not kept
         self.last_used = time.monotonic()  # the end of the last call (or the start): what idle closing measures
         self._freeing: set[asyncio.Task[None]] = set()  # lost kernels being freed in the background
+        self._exiting: Kernel | None = None  # a kernel whose last call asked it to exit (`exit()`): it runs no more
 
     async def __aenter__(self) -> KernelHands:
         return self
@@ -459,6 +461,13 @@ class KernelHands(Hands):
 
     async def _check_idle(self) -> list[str]:
         """Before a call: notes for the model about what happened to the kernel since the last one."""
+        if self.kernel is not None and self.kernel is self._exiting:
+            # it ends a moment after its reply: a call sent now might run in it and die with it, blamed for a death
+            # that is not its own, so it is never sent there
+            self._exiting = None
+            await self._record_death(await self.kernel.death() or Death("it called exit()"), "idle")
+            return ["[the kernel had ended before this call (it called exit()); this call runs in a fresh kernel, "
+                    "so earlier variables and imports are gone]"]
         if self.kernel is not None and (death := await self.kernel.death()) is not None:
             await self._record_death(death, "idle")
             return [f"[the kernel died between calls ({death.how}); this call runs in a fresh kernel, "
@@ -493,7 +502,7 @@ class KernelHands(Hands):
             if now >= next_look:  # even while output floods in
                 next_look = now + POLL
                 if (death := await kernel.death()) is not None:
-                    return await self._died(death, col)
+                    return await self._died(death, col, kernel, call)
                 due = deadline.due(now)
                 if due == "replace":
                     return await self._replace_stuck(timeout, col)
@@ -517,6 +526,8 @@ class KernelHands(Hands):
             if await col.feed(msg_type, content):
                 break
         await self._payloads(kernel, msg_id, col)
+        if col.exiting:
+            self._exiting = kernel
         obs = col.done()
         if deadline.passed:
             obs.truncated.append(TIMED_OUT.format(timeout=timeout))
@@ -560,11 +571,22 @@ class KernelHands(Hands):
                 elif msg_type == "status" and content.get("execution_state") == "idle":
                     return
 
-    async def _died(self, death: Death, col: Collector) -> Observation:
+    async def _died(self, death: Death, col: Collector, kernel: Kernel, call: Call) -> Observation:
+        """The call's result when its kernel died: blamed on it as having run only if the kernel said it started (a
+        kernel killed at once can die before it says so, so a call it never said it started may have run, too)."""
         gen = self.generation
+        # what the kernel sent before it died is still to be read (its output, and the sign that the call started)
+        until = time.monotonic() + DRAIN
+        while time.monotonic() < until and (got := await kernel.message(call.msg_id or "", POLL)) is not None:
+            if isinstance(got, Dropped):
+                col.note(got.note)
+                continue
+            call.started = call.started or got[0] == "execute_input"
+            if await col.feed(*got):
+                break
         await self._record_death(death, "call")
         partial = col.done()
-        return failure(death_note(death.how), ename="KernelDied", generation=gen, stdout=partial.stdout,
+        return failure(death_note(death.how, call.started), ename="KernelDied", generation=gen, stdout=partial.stdout,
                        stderr=partial.stderr, outputs=partial.outputs, text_limit=partial.text_limit,
                        max_images=partial.max_images)
 

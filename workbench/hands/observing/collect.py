@@ -29,6 +29,7 @@ from .observation import Observation, text_by_kind
 
 MAX_NOTES = 12  # notes about dropped or repaired output per call; then one that says there were more
 MAX_MIME_CHARS = 255  # the longest MIME type name kept
+MAX_TRACEBACK = 50  # lines of a traceback kept, the last ones
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Collector:
         self.obs = Observation(generation=generation)
         self.notes: list[str] = []
         self._more_notes = 0
+        self.exiting = False  # the reply asked the kernel to exit (`exit()`): it ends in a moment
 
     def note(self, text: str) -> None:
         """A note for the model about output that was dropped, cut or repaired (a few per call, then a count)."""
@@ -119,8 +121,10 @@ class Collector:
                 continue
             if p.get("source") == "page" and isinstance(p.get("data"), dict):
                 await self._rich("display_data", p["data"], None, {"source": "page"})
+            elif p.get("source") == "ask_exit" and not p.get("keepkernel"):
+                self.exiting = True
             elif p.get("source") == "set_next_input" and isinstance(p.get("text"), str):
-                self.fold.other({"output_type": "set_next_input", "text": self._cut(p["text"])})
+                self.fold.other({"output_type": "set_next_input", "text": self._cut(p["text"], "the proposed next input")})
 
     async def _display(self, msg_type: str, c: dict[str, Any]) -> None:
         data = c.get("data")
@@ -134,7 +138,7 @@ class Collector:
         if msg_type == "update_display_data":
             if display_id is None:
                 return  # a notebook shows an update without an id nowhere
-            bundle, extra = await self._checked(data)
+            bundle, extra = await self._checked(data, "display")
             if self.fold.update(display_id, bundle, extra):
                 return
             if display_id not in self.shown:
@@ -155,13 +159,14 @@ class Collector:
         if sum(1 for o in self.fold.items if getattr(o, "output_type", None) == output_type) >= self.budget.max_displays:
             self.fold.over_count[output_type] = self.fold.over_count.get(output_type, 0) + 1  # unread: over max_displays
             return
-        bundle, more = await self._checked(data)
+        bundle, more = await self._checked(data, "result" if output_type == "execute_result" else "display")
         if bundle:
             self.fold.rich(output_type, bundle, display_id, {**extra, **more})
 
-    async def _checked(self, data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The bundle as kept (see _bundle), and an SVG in it rendered as PNG for the model (`svg_png`)."""
-        bundle = await self._bundle(data)
+    async def _checked(self, data: dict[str, Any], what: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The bundle of a display or result (`what`) as kept (see _bundle), and an SVG in it rendered as PNG for
+        the model (`svg_png`)."""
+        bundle = await self._bundle(data, what)
         extra: dict[str, Any] = {}
         svg = bundle.get("image/svg+xml")
         if isinstance(svg, str) and not any(m in bundle for m in images.IMAGE_TYPES):
@@ -179,15 +184,15 @@ class Collector:
             n = counts.get(name, 0) if ok else None
             if isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**53:
                 tail = tails.get(name) if isinstance(tails, dict) else None
+                if isinstance(tail, str) and tail:  # first: the cut belongs to the output the tail lands in
+                    self.fold.stream(name, clean.text(tail[-(2 * self.fold.tail_room + 2):]))
                 self.fold.cut(name, n)
-                if isinstance(tail, str) and tail:
-                    self.fold.stream(name, clean.text(tail[-self.fold.tail_room:]))
             else:
                 ok = False
         if not ok:
             self.note("[a malformed note of dropped output from the kernel was ignored]")
 
-    async def _bundle(self, data: dict[str, Any]) -> dict[str, Any]:
+    async def _bundle(self, data: dict[str, Any], what: str) -> dict[str, Any]:
         """A display bundle as kept: text cut to output_limit, JSON checked, images fitted; notes for the rest."""
         out: dict[str, Any] = {}
         for mime, value in data.items():
@@ -211,6 +216,9 @@ class Collector:
                     self.note(f"[an image/svg+xml display of {len(value):,} characters was dropped: over "
                               f"max_image_bytes ({self.budget.max_image_bytes:,})]")
             elif isinstance(value, str):
+                if len(value) > self.limit:  # reported as a stream's cut is
+                    self.note(f"[the {mime} of a {what} truncated: showed its first {self.limit:,} of {len(value):,} "
+                              "characters (output_limit); write large output to a file and read parts of it]")
                 out[mime] = clean.cut(clean.text(value[: self.limit + 1]), self.limit, mime)
             elif mime == "application/json" or mime.endswith("+json"):
                 try:
@@ -233,14 +241,19 @@ class Collector:
         if not (isinstance(ename, str) and isinstance(evalue, str) and isinstance(tb, list)
                 and all(isinstance(line, str) for line in tb)):
             self.note("[the kernel's error message was malformed: what could be read of it is shown]")
-        lines = [line for line in tb if isinstance(line, str)][-50:] if isinstance(tb, list) else []
+        lines = [line for line in tb if isinstance(line, str)] if isinstance(tb, list) else []
+        if len(lines) > MAX_TRACEBACK:
+            self.note(f"[the traceback truncated: showed its last {MAX_TRACEBACK} of {len(lines):,} lines]")
+            lines = lines[-MAX_TRACEBACK:]
         return {"ename": clean.text(ename[:200]) if isinstance(ename, str) else "Error",
-                "evalue": self._cut(evalue) if isinstance(evalue, str) else "",
-                "traceback": [self._cut(line) for line in lines]}
+                "evalue": self._cut(evalue, "the error's value") if isinstance(evalue, str) else "",
+                "traceback": [self._cut(line, "a line of the traceback") for line in lines]}
 
-    def _cut(self, s: str) -> str:
-        s = clean.text(s[: self.limit + 1])
-        return s if len(s) <= self.limit else s[: self.limit] + " [... cut]"
+    def _cut(self, s: str, what: str) -> str:
+        if len(s) <= self.limit:
+            return clean.text(s)
+        self.note(f"[{what} truncated: showed its first {self.limit:,} of {len(s):,} characters (output_limit)]")
+        return clean.text(s[: self.limit]) + " [... cut]"
 
     def done(self) -> Observation:
         """The observation so far, within max_observation_bytes, with its notes."""
@@ -292,8 +305,10 @@ class Collector:
                 over = total() - self.budget.max_bytes
         if over > 0:
             for item in f.items:
-                if isinstance(item, Other) and isinstance(item.output.get("traceback"), list):
+                if isinstance(item, Other) and len(item.output.get("traceback") or []) > 1:
                     item.output["traceback"] = item.output["traceback"][-1:]
+                    self.note(f"[a traceback truncated to its last line: the output was over {self.budget.max_bytes:,} "
+                              "bytes (max_observation_bytes)]")
 
 
 def setup_code(limit: int) -> str:
@@ -301,11 +316,15 @@ def setup_code(limit: int) -> str:
     from pathlib import Path
 
     source = Path(__file__).with_name("kernel_cap.py").read_text()
-    return source + f"\ninstall({int(limit)})\ndel install\n"
+    return source + f"\ninstall({int(limit)})\ndel install, terminal_write, RAW_FACTOR\n"
 
 
-def death_note(how: str) -> str:
-    """What the model is told when the kernel died during its call."""
+def death_note(how: str, started: bool = True) -> str:
+    """What the model is told when the kernel died during its call, or before the call started in it."""
+    if not started:
+        return (f"the kernel died ({how}) before it said this call started: its code may not have run at all, or was "
+                "stopped as it began; the kernel's in-memory state (variables, imports, open files) is gone. The next "
+                "call runs in a fresh kernel.")
     return (f"the kernel died ({how}) while running this call; its in-memory state "
             "(variables, imports, open files) is gone. The next call runs in a fresh kernel.")
 

@@ -31,37 +31,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import clean
+from .kernel_cap import terminal_write
 
 OVERWRITE = re.compile(r"[\r\x08]")
 
 
 def overwrite(text: str) -> str:
-    """`text` as a terminal leaves it: `\\r` returns to the line's start and overwrites, `\\b` deletes a character.
-
-    A trailing `\\r` is kept (the next write overwrites the line), so this can be applied to a line
-    again when more text comes.
-    """
+    """`text` as a terminal leaves it: `\\r` returns to the line's start and overwrites, `\\b` deletes a character."""
     if not OVERWRITE.search(text):
         return text
-    text = re.sub(r"\r+\n", "\n", text)
-    lines = []
-    for line in text.split("\n"):
-        if "\x08" in line:
-            chars: list[str] = []
-            for ch in line:
-                if ch == "\x08":
-                    if chars and chars[-1] != "\r":
-                        chars.pop()
-                else:
-                    chars.append(ch)
-            line = "".join(chars)
-        if "\r" in line:
-            cur = ""
-            for part in line.split("\r"):
-                cur = part + cur[len(part):]
-            line = cur + ("\r" if line.endswith("\r") else "")
-        lines.append(line)
-    return "\n".join(lines)
+    done, line, _ = terminal_write("", 0, text)
+    return done + line
 
 
 @dataclass
@@ -73,6 +53,7 @@ class Stream:
     head: str = ""
     cut: int = 0
     tail: str = ""
+    col: int | None = None  # the cursor's column in the last line, when it is not at its end
 
     def text(self) -> str:
         if not self.cut:
@@ -188,14 +169,16 @@ class Fold:
             seg = Stream(name, self.owner)
             self.items.append(seg)
         b = self.streams.setdefault(name, StreamBudget())
-        if OVERWRITE.search(text):
+        if seg.col is not None or OVERWRITE.search(text):  # the last line is written on where its cursor is
             before = seg.cut or seg.tail
             line = seg.last_line()
             if before:
                 b.tail_used -= len(line)
             else:
                 b.head_used -= len(line)
-            text = overwrite(line + text)
+            done, line, col = terminal_write(line, len(line) if seg.col is None else min(seg.col, len(line)), text)
+            seg.col = col if col < len(line) else None
+            text = done + line
         room = self.head_room - b.head_used
         if room > 0 and not seg.cut and not seg.tail:
             seg.head += text[:room]

@@ -3,18 +3,48 @@
 Capping only on the receiving side would still ship a gigabyte print over
 ZMQ into the server's memory. The hands send this file's source to each new
 kernel (a silent execute, so it works for every backend, gateways included)
-and call `install(limit)`: sys.stdout and sys.stderr then keep at most
-`limit` characters per execution and per stream (counted since the last
-`clear_output`); of what comes after, the kernel keeps only the last
-`limit // 2 + 1` characters, and at the end of an execution that dropped
-some it publishes how much, with that tail, as a display of MIME type
-DROPPED_MIME, which the hands fold into the stream (the final state of a
-long run matters most) and into their truncation note.
+and call `install(limit)`: sys.stdout and sys.stderr then send at most
+`limit` characters per execution and per stream *as a person sees them*
+(carriage returns and backspaces applied, as `terminal_write` does; counted
+since the last `clear_output`), so a progress bar that rewrites one line
+ten thousand times costs one line; and at most `RAW_FACTOR * limit`
+characters as written. Of what comes after, the kernel keeps only the last
+`limit - limit // 2` characters as a person sees them, and publishes how
+much it held back, with that tail, as a display of MIME type DROPPED_MIME
+where it was written (before the next display, result or error, or at the
+end of the execution). The hands fold it into the stream in its place (the
+final state of a long run matters most) and into their truncation note.
 Writes below the Python level (a C library or a subprocess writing to
 fd 1) are not seen here; the hands' own cap still bounds those.
 """
 
 DROPPED_MIME = "application/vnd.workbench.dropped+json"
+RAW_FACTOR = 64  # raw characters a call may send per stream, in `limit`s: a progress bar's overwrites cost no room
+
+
+def terminal_write(line, col, text):
+    """`text` written on `line` with the cursor at `col`, as a terminal (and JupyterLab) shows it: a carriage
+    return goes back to the line's start and what follows overwrites, a backspace deletes the character before
+    the cursor. Returns the lines it completed (each with its newline), the line now written, and the cursor's
+    column in it, so that the next write, in this message or the next, goes on where this one left off."""
+    done = []
+    for i, part in enumerate(text.split("\n")):
+        if i:
+            done.append(line + "\n")
+            line, col = "", 0
+        if col == len(line) and "\r" not in part and "\x08" not in part:
+            line += part
+            col = len(line)
+            continue
+        for k, run in enumerate(part.split("\r")):
+            if k:
+                col = 0
+            for j, piece in enumerate(run.split("\x08")):
+                if j and col:
+                    line, col = line[:col - 1] + line[col:], col - 1
+                if piece:
+                    line, col = line[:col] + piece + line[col + len(piece):], col + len(piece)
+    return "".join(done), line, col
 
 
 def install(limit):
@@ -22,7 +52,6 @@ def install(limit):
     import sys
 
     from IPython import get_ipython
-    from IPython.display import publish_display_data
 
     ip = get_ipython()
     if hasattr(ip, "_tee"):
@@ -32,33 +61,59 @@ def install(limit):
         import contextlib
 
         ip._tee = lambda channel: contextlib.nullcontext()
-    kept = {"stdout": 0, "stderr": 0}
-    dropped = {"stdout": 0, "stderr": 0}
-    tails: dict = {"stdout": [], "stderr": []}  # what came after the limit, the last of it kept
     room_after = limit - limit // 2
+    raw_cap = RAW_FACTOR * limit
+    write_on = terminal_write  # by this name: the source's own names are deleted from the user's namespace
+    streams: dict = {}  # name: what a person sees of it since the last clear_output, and what was held back
 
-    def keep_tail(name, s):
-        tail = tails[name]
-        tail.append(s[-room_after:])
-        n = sum(len(t) for t in tail)
-        while len(tail) > 1 and n - len(tail[0]) >= room_after:
-            n -= len(tail.pop(0))
-        if len(tail) > 64:  # many small writes: join them
-            tail[:] = ["".join(tail)[-room_after:]]
+    def reset():
+        for name in ("stdout", "stderr"):
+            # done: characters of the lines it completed; line and col: the line being written, its cursor;
+            # raw: characters sent. Once over the limit: after, characters of the lines completed since, the last
+            # of which are kept in tail; cut, characters of a line too long to keep; whole, whether the tail starts
+            # at the start of a line the hands hold `held` characters of; dirty, whether anything came since
+            streams[name] = {"done": 0, "line": "", "col": 0, "raw": 0, "over": False, "after": 0, "tail": [],
+                             "cut": 0, "whole": True, "held": 0, "dirty": False}
 
     def capped(name, write):
         def capped_write(s):
-            n = len(s)
-            room = limit - kept[name]
-            if n <= room:
-                kept[name] += n
-                return write(s)
-            if room > 0:
-                write(s[:room])
-                kept[name] = limit
-            dropped[name] += n - max(room, 0)
-            keep_tail(name, s[max(room, 0):])
-            return n
+            m = streams[name]
+            if not m["over"]:
+                if len(s) <= raw_cap - m["raw"]:
+                    done, line, col = write_on(m["line"], m["col"], s)
+                    if m["done"] + len(done) + len(line) <= limit:
+                        m["raw"] += len(s)
+                        m["done"] += len(done)
+                        m["line"], m["col"] = line, col
+                        return write(s)
+                m.update(over=True, whole=True, held=len(m["line"]))
+                room = min(limit - m["done"] - len(m["line"]), raw_cap - m["raw"])
+                if room > 0 and m["col"] == len(m["line"]) and "\r" not in s[:room] and "\x08" not in s[:room]:
+                    write(s[:room])  # appended text: what fits still goes, and the tail starts after it
+                    m.update(raw=m["raw"] + room, done=m["done"] + room, line="", col=0, whole=False, held=0)
+                    s = s[room:]
+            m["dirty"] = True
+            if len(s) > 4 * limit:  # a flood in one write: only its end can be shown
+                m["cut"] += len(m["line"]) + len(s) - 2 * limit
+                m.update(line="", col=0, tail=[], whole=False)
+                s = s[-2 * limit:]
+            done, line, col = write_on(m["line"], m["col"], s)
+            m["done"] += len(done)
+            m["after"] += len(done)
+            tail = m["tail"]
+            if done:
+                tail.append(done[-room_after:])
+            n = sum(len(t) for t in tail)
+            while len(tail) > 1 and n - len(tail[0]) >= room_after:
+                n -= len(tail.pop(0))
+            if len(tail) > 64:  # many small writes: join them
+                tail[:] = ["".join(tail)[-room_after:]]
+            if len(line) > 2 * room_after:  # a line longer than can be shown: only its end is kept
+                k = len(line) - room_after
+                line, col = line[k:], max(0, col - k)
+                m["cut"] += k
+            m["line"], m["col"] = line, col
+            return len(s)
 
         return capped_write
 
@@ -69,26 +124,42 @@ def install(limit):
                 stream.write = capped(name, stream.write)
                 stream.write._workbench_capped = True
 
-    def reset(*args):
-        for d in (kept, dropped):
-            d["stdout"] = d["stderr"] = 0
-        for t in tails.values():
-            t.clear()
-
     def pre(*args):
         # wrap here, in each cell, not at install: the cell that installs this is itself
         # wrapped by IPython, which puts the stream's write back when that cell ends
         wrap()
         reset()
 
-    def report(*args):
-        if dropped["stdout"] or dropped["stderr"]:
-            tail = {name: "".join(t)[-room_after:] for name, t in tails.items()}
-            counts = {name: dropped[name] - len(tail[name]) for name in tail}
-            publish_display_data({DROPPED_MIME: {**counts, "tail": tail}})
-
     pub = ip.display_pub
-    clear = pub.clear_output
+    publish, clear = pub.publish, pub.clear_output
+
+    def report(*args):
+        """Send what was held back since the limit (how much, and its end as a person sees it) where it was written:
+        before the next display, result or error, or at the call's end."""
+        counts, tails = {}, {}
+        for name, m in streams.items():
+            if not m["dirty"]:
+                continue
+            getattr(sys, name).flush()
+            line, col = m["line"][-room_after:], m["col"] - max(0, len(m["line"]) - room_after)
+            kept = "".join(m["tail"])[-(room_after - len(line)):] if len(line) < room_after else ""
+            cut = m["after"] - len(kept) + m["cut"] + len(m["line"]) - len(line)
+            counts[name] = max(0, cut - m["held"])
+            # from the start of the line the hands hold in part (a carriage return) when all of it is here; the
+            # cursor is put back where it is, so that the next write goes on from there
+            tails[name] = ("\r" if m["whole"] and not cut else "") + kept + line + (
+                "\r" + line[:col] if 0 <= col < len(line) else "")
+            # the hands hold this line now
+            m.update(after=0, tail=[], cut=0, whole=True, held=len(m["line"]), dirty=False)
+        if tails:
+            publish(data={DROPPED_MIME: {**counts, "tail": tails}}, metadata={})
+
+    def before(show):
+        def shown(*args, **kw):
+            report()
+            return show(*args, **kw)
+
+        return shown
 
     def clear_output(*args, **kw):
         # what was shown is gone, so the budget starts again: a progress loop keeps its last frame
@@ -97,6 +168,11 @@ def install(limit):
         reset()
         return clear(*args, **kw)
 
+    reset()
+    pub.publish = before(publish)
+    ip.displayhook.start_displayhook = before(ip.displayhook.start_displayhook)
+    if hasattr(ip, "_showtraceback"):  # ipykernel's: it sends the error message
+        ip._showtraceback = before(ip._showtraceback)
     pub.clear_output = clear_output
     ip.events.register("pre_execute", pre)
     ip.events.register("post_execute", report)

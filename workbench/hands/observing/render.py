@@ -35,7 +35,7 @@ MAX_CELL = 60  # characters of one table cell shown
 
 def terminal(text: str) -> str:
     """Stream text as a terminal leaves it: no ANSI escapes, carriage returns applied."""
-    return overwrite(ANSI.sub("", text)).replace("\r", "")
+    return overwrite(ANSI.sub("", text))
 
 
 def image_of(output: dict[str, Any]) -> tuple[str, str] | None:
