@@ -106,6 +106,10 @@ class SessionLog(Protocol):
         """One row of `sessions()`; raises UnknownSession."""
         ...
 
+    def session_kind(self, session_id: str) -> str:
+        """A session's kind, read once and then known (a kind never changes); raises UnknownSession."""
+        ...
+
     def sessions(self, ids: list[str] | None = None, kind: str | None = None) -> list[dict[str, Any]]:
         """Sessions oldest first: id, created_at, updated_at, title, model, kind, events, last_seq, last_type, state."""
         ...

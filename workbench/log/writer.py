@@ -198,6 +198,11 @@ class WriterTx:
         self._log = log
         self.appended: list[Event] = []
         self.last: dict[str, int] = {}  # the last seq this transaction gave each session
+        # what the log learns once this transaction commits (and forgets if it does not): kinds of new
+        # sessions, sessions seen with a title, sessions removed
+        self.kinds: dict[str, str] = {}
+        self.titled: set[str] = set()
+        self.removed: set[str] = set()
 
     def append(self, session_id: str, type: str, payload: dict[str, Any]) -> Event:
         """Append an event; it is committed with the rest of the transaction, or not at all."""
@@ -213,6 +218,8 @@ class WriterTx:
         seq += 1
         ts = utcnow()
         self._insert(session_id, seq, ts, type, data)
+        if type == "session_created":
+            self._created(session_id, copy)
         self.last[session_id] = seq
         event = Event(session_id, seq, ts.replace(tzinfo=UTC), type, copy)
         self.appended.append(event)
@@ -237,28 +244,45 @@ class WriterTx:
             raise SessionExists(f"session {_show(session_id)} already exists")
         self._insert_session(session_id, utcnow(), title, model, kind)
         self.last[session_id] = 0
+        self.kinds[session_id] = kind
+        if title:
+            self.titled.add(session_id)
 
     def session_fields(self, session_id: str) -> dict[str, Any]:
         """{title, model, kind, archived} of a session as this transaction sees it; UnknownSession."""
         row = self._session_fields(session_id) if valid_id(session_id) else None
         if row is None:
             raise UnknownSession(f"no session {_show(session_id)}")
+        if row["title"]:
+            self.titled.add(session_id)
         return row
+
+    def has_title(self, session_id: str) -> bool:
+        """Whether the session is known to have a title, without a read (a title, once set, is never removed)."""
+        return session_id in self.titled or session_id in self._log._titled
 
     def set_session(self, session_id: str, **fields: Any) -> None:
         """Change a session's row: its `title` and/or `archived` (the caller appends the event that says so)."""
         assert set(fields) <= {"title", "archived"}, fields
         self._set_session(session_id, fields)
+        if fields.get("title"):
+            self.titled.add(session_id)
 
     def remove_session(self, session_id: str) -> int:
         """Remove a session's rows (events, summary, session) in this transaction; returns how many events it had."""
         n = self._remove_session(session_id)
         self.last.pop(session_id, None)
+        self.removed.add(session_id)
+        self.kinds.pop(session_id, None)
+        self.titled.discard(session_id)
         # what this transaction appended to it is gone with it: nobody is told of it
         self.appended = [e for e in self.appended if e.session_id != session_id]
         return n
 
     # -- what each log's transaction provides --------------------------------
+
+    def _created(self, session_id: str, payload: dict[str, Any]) -> None:
+        """A session's `session_created` was appended (a log that keeps its parent_id in the row learns it here)."""
 
     def _session_fields(self, session_id: str) -> dict[str, Any] | None:
         raise NotImplementedError
@@ -305,6 +329,12 @@ class WriterLog:
         self._closed = False
         self._queue: deque[_Job] = deque()  # writes waiting for the next group commit (under _submit_lock)
         self._draining = False  # whether a drain of the queue is submitted to the writer and not yet done
+        # What commits taught: a session's kind never changes and a title once set is never removed, so
+        # neither needs a read again (changed on the writer thread only, after a commit; read anywhere)
+        self._kinds: dict[str, str] = {}
+        self._titled: set[str] = set()
+        self._removals = 0  # sessions removed so far: a kind read before a removal is not kept after it
+        self._learned = threading.Lock()
 
     # -- what each log provides ----------------------------------------------
 
@@ -433,9 +463,32 @@ class WriterLog:
             if rest:
                 self._commit_group(rest)
             return
+        self._learn(tx)
         self._announce(tx.appended)
         for job, result in zip(jobs, results, strict=True):
             job.future.set_result(result)
+
+    def _learn(self, tx: WriterTx) -> None:
+        """After a commit: what it says of sessions' kinds and titles, and which sessions are gone."""
+        with self._learned:
+            if tx.removed:
+                self._removals += 1
+                for sid in tx.removed:
+                    self._kinds.pop(sid, None)
+                    self._titled.discard(sid)
+            self._kinds.update(tx.kinds)
+            self._titled.update(tx.titled)
+
+    def session_kind(self, session_id: str) -> str:
+        """A session's kind (chat, dream, eval, ...): read once, then known (a kind never changes); UnknownSession."""
+        kind = self._kinds.get(session_id)
+        if kind is None:
+            removals = self._removals
+            kind = self.session(session_id)["kind"]
+            with self._learned:
+                if removals == self._removals:  # no session was removed meanwhile (it may have been this one)
+                    self._kinds[session_id] = kind
+        return kind
 
     def _announce(self, events: list[Event]) -> None:
         # the events are committed: a failing subscriber must not make its writer think otherwise,
@@ -602,10 +655,16 @@ class WriterLog:
 
     def session(self, session_id: str) -> dict[str, Any]:
         """One session's row (see `sessions`); raises UnknownSession."""
-        rows = self.sessions(ids=[session_id])
-        if not rows:
+        self._check_open()
+        row = self._session(session_id) if valid_id(session_id) else None
+        if row is None:
             raise UnknownSession(f"no session {_show(session_id)}")
-        return rows[0]
+        return row
+
+    def _session(self, session_id: str) -> dict[str, Any] | None:
+        """One session's row, or None."""
+        rows = self._sessions(Listing(ids=[session_id]))
+        return rows[0] if rows else None
 
     def sessions(self, ids: list[str] | None = None, kind: str | None = None, **filters: Any) -> list[dict[str, Any]]:
         """Every session (or those of `ids`, of `kind`, ...), oldest first, with its event count, last event and state.
