@@ -349,7 +349,10 @@ def test_requests_handed_out_are_copies_of_the_message_list():
 
 @pytest.mark.asyncio
 async def test_an_assistant_turn_is_committed_with_what_follows_it_in_order():
-    """Six transactions for a turn with one call (not eight); a pause_turn is written before the next request."""
+    """Four transactions for a turn with one call (not eight): the user message with the first model_request, the
+    assistant turn with its tool_started, the result with the next model_request, the last assistant turn with
+    turn_ended; each model_request says how many messages the model was sent. A pause_turn is written before the
+    next request."""
     from workbench.brain import Tool, ToolOutput
     from workbench.brain.models import Reply, ScriptedModel
 
@@ -364,15 +367,20 @@ async def test_an_assistant_turn_is_committed_with_what_follows_it_in_order():
         return ToolOutput([{"type": "text", "text": "echoed"}])
 
     log = Counting()
-    steps = [Reply(thinking="t", tool_calls=[("echo", {})]), Reply(text="done"), Reply(text="wait", stop_reason="pause_turn"),
-             Reply(text="went on")]
+    sent: list[int] = []
+
+    def seen(reply):
+        return lambda request: (sent.append(len(request["messages"])), reply)[1]
+
+    steps = [seen(Reply(thinking="t", tool_calls=[("echo", {})])), seen(Reply(text="done")),
+             seen(Reply(text="wait", stop_reason="pause_turn")), seen(Reply(text="went on"))]
     tools = {"echo": Tool("echo", "echo", {"type": "object"}, echo)}
     brain = Brain(log, hands_factory=None, model_factory=lambda name: ScriptedModel(steps), tools=tools)
     try:
         sid = brain.create_session(model="s", tools=["echo"])["id"]
         before = Counting.writes
         assert await brain.run_turn(sid, "go") == "end_turn"
-        assert Counting.writes - before == 6
+        assert Counting.writes - before == 4
         assert [e.type for e in log.events(sid)][1:] == [
             "user_message", "model_request", "assistant_turn", "tool_started", "tool_result", "model_request",
             "assistant_turn", "turn_ended"]
@@ -380,6 +388,7 @@ async def test_an_assistant_turn_is_committed_with_what_follows_it_in_order():
         assert [e.type for e in log.events(sid)][-6:] == [
             "user_message", "model_request", "assistant_turn", "model_request", "assistant_turn", "turn_ended"]
         assert [e.payload["message"]["stop_reason"] for e in log.events(sid, types=["assistant_turn"])][-2:] == ["pause_turn", "end_turn"]
+        assert [e.payload["messages"] for e in log.events(sid, types=["model_request"])] == sent == [1, 3, 5, 6]
         assert canon((await brain.conversation(sid)).request()) == canon(reference_request(log.events(sid)))
     finally:
         await brain.close()

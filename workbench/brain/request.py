@@ -198,6 +198,14 @@ class Conversation:
         request.update(context_request(frozen.get("context")))
         return request
 
+    def request_size(self) -> int:
+        """How many messages `request()` holds, without building it (tool results still owed do not change it)."""
+        return len(self.messages) - self._start + (1 if self._order else 0)
+
+    def size_with_message(self) -> int:
+        """How many messages `request()` will hold once the next user message is folded in."""
+        return 1 if self._per_turn else len(self.messages) - self._start + 1
+
     def tokens(self) -> int:
         """The estimated input tokens of the next request (4 bytes of JSON a token)."""
         return _tokens(self.request()) if not self._clearing else self._base + sum(self._tokens[self._start:])
