@@ -363,6 +363,10 @@ async def test_an_assistant_turn_is_committed_with_what_follows_it_in_order():
             Counting.writes += 1
             return super().write(fn)
 
+        def write_soon(self, fn):
+            Counting.writes += 1
+            return super().write_soon(fn)
+
     async def echo(inp, ctx):
         return ToolOutput([{"type": "text", "text": "echoed"}])
 

@@ -491,7 +491,7 @@ class Brain:
                 tx.append(session_id, t, p)
             return event
 
-        done = asyncio.wrap_future(self.log.write(write))
+        done = self.log.write_soon(write)
         try:
             return await asyncio.shield(done)
         except asyncio.CancelledError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -185,10 +186,32 @@ def valid_id(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class _Job:
-    """A write waiting for its group commit: the function to run in the transaction, and its caller's Future."""
+    """A write waiting for its group commit: the function to run in the transaction, its caller's Future,
+    and, for a caller on an event loop, the loop's future that hears the outcome (in one callback per group)."""
 
     fn: Callable[[Any], Any]
     future: Future
+    waiter: asyncio.Future | None = None
+
+
+def _settle(heard: list[tuple[CommitSubscriber, list[Event]]], jobs: list[_Job]) -> None:
+    """On a loop: its subscribers hear the group's commits, then each waiting future gets its write's outcome
+    (unless it was cancelled meanwhile)."""
+    for fn, events in heard:
+        try:
+            fn(events)
+        except Exception:
+            logger.exception("a subscriber of the session log failed on a commit of %d events; they are committed",
+                             len(events))
+    for job in jobs:
+        waiter = job.waiter
+        if waiter is None or waiter.done():
+            continue
+        error = job.future.exception()
+        if error is not None:
+            waiter.set_exception(error)
+        else:
+            waiter.set_result(job.future.result())
 
 
 class WriterTx:
@@ -324,6 +347,8 @@ class WriterLog:
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="workbench-log-writer")
         self._subscribers: list[Subscriber] = []
         self._commit_subscribers: list[CommitSubscriber] = []
+        self._loop_subscribers: list[tuple[asyncio.AbstractEventLoop, CommitSubscriber]] = []
+        self._heard: list[tuple[asyncio.AbstractEventLoop, CommitSubscriber, list[Event]]] = []  # for the next _wake
         self._submit_lock = threading.Lock()
         self._arrived = threading.Condition(self._submit_lock)  # notified when a write is queued
         self._closed = False
@@ -415,9 +440,23 @@ class WriterLog:
             jobs = [j for j in jobs if j.future.set_running_or_notify_cancel()]
             if jobs:
                 self._commit_group(jobs)
+                self._wake([j for j in jobs if j.waiter is not None])
 
     def _queued(self, n: int) -> bool:
         return len(self._queue) >= n
+
+    def _wake(self, jobs: list[_Job]) -> None:
+        """Hand a group's commits and outcomes to the loops that hear or wait for them: one callback per loop."""
+        heard, self._heard = self._heard, []
+        by_loop: dict[asyncio.AbstractEventLoop, tuple[list[Any], list[_Job]]] = {}
+        for loop, fn, events in heard:
+            by_loop.setdefault(loop, ([], []))[0].append((fn, events))
+        for job in jobs:
+            assert job.waiter is not None
+            by_loop.setdefault(job.waiter.get_loop(), ([], []))[1].append(job)
+        for loop, (calls, some) in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits there any more
+                loop.call_soon_threadsafe(_settle, calls, some)
 
     def _commit_group(self, jobs: list[_Job]) -> None:
         """Run every job's fn in one transaction and commit it; then announce the events, then answer the callers.
@@ -495,6 +534,8 @@ class WriterLog:
         # nor keep the other subscribers from hearing of them
         if not events:
             return
+        for loop, fn in list(self._loop_subscribers):
+            self._heard.append((loop, fn, events))
         for fn in list(self._commit_subscribers):
             try:
                 fn(events)
@@ -516,19 +557,37 @@ class WriterLog:
         Writes that arrive while another commits are committed together (a group commit);
         see `_commit_group` for what happens when one of them fails.
         """
+        return self._enqueue(fn)
+
+    def _enqueue(self, fn: Callable[[Any], T], waiter: asyncio.Future | None = None) -> Future[T]:
         future: Future[T] = Future()
         with self._submit_lock:
             self._check_open()
-            self._queue.append(_Job(fn, future))
+            self._queue.append(_Job(fn, future, waiter))
             self._arrived.notify()
             if not self._draining:
                 self._draining = True
                 self._writer.submit(self._drain)
         return future
 
+    def write_soon(self, fn: Callable[[Any], T]) -> asyncio.Future[T]:
+        """`write` for a caller on an event loop: a future of the running loop, set once the write is committed.
+
+        The outcomes of a group's writes reach each loop in one callback (one wake-up per group, not one per
+        write). Cancelling the future does not stop the write."""
+        waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._enqueue(fn, waiter)
+        return waiter
+
     async def awrite(self, fn: Callable[[Any], T]) -> T:
-        """`write` awaited without blocking the event loop."""
-        return await asyncio.wrap_future(self.write(fn))
+        """`write` awaited without blocking the event loop (cancelled before it runs, it is not run)."""
+        waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        future = self._enqueue(fn, waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
 
     def prepare(self, type: str, payload: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
         """An event's checked type and payload as (the JSON bytes to store, a fresh copy decoded from them).
@@ -550,7 +609,7 @@ class WriterLog:
     async def aappend(self, session_id: str, type: str, payload: dict[str, Any]) -> Event:
         """`append` without blocking the event loop."""
         data, copy = self.prepare(type, payload)
-        return await asyncio.wrap_future(self.write(lambda tx: tx.append_prepared(session_id, type, data, copy)))
+        return await self.awrite(lambda tx: tx.append_prepared(session_id, type, data, copy))
 
     def create_session(
         self,
@@ -642,12 +701,16 @@ class WriterLog:
         self._subscribers.append(fn)
         return lambda: self._subscribers.remove(fn) if fn in self._subscribers else None
 
-    def subscribe_commits(self, fn: CommitSubscriber) -> Callable[[], None]:
-        """Call fn(events) on the writer thread once per commit, with its events in order; returns an unsubscribe.
+    def subscribe_commits(self, fn: CommitSubscriber, loop: asyncio.AbstractEventLoop | None = None) -> Callable[[], None]:
+        """Call fn(events) once per commit, with its events in order; returns an unsubscribe.
 
-        One call per group commit instead of one per event: for a subscriber that hands events
-        to another thread (the server's event loop), one hop per commit.
+        On the writer thread; or, given a `loop`, on that loop, in the one callback per group commit that
+        also answers the writes its tasks wait for (no wake-up of its own).
         """
+        if loop is not None:
+            entry = (loop, fn)
+            self._loop_subscribers.append(entry)
+            return lambda: self._loop_subscribers.remove(entry) if entry in self._loop_subscribers else None
         self._commit_subscribers.append(fn)
         return lambda: self._commit_subscribers.remove(fn) if fn in self._commit_subscribers else None
 

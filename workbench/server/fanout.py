@@ -83,6 +83,8 @@ class Fanout:
     def events(self, events: list[Event]) -> None:
         """Committed events (one commit's, in order): each session's pending deltas go first."""
         for e in events:
+            if not self.watched(e.session_id):
+                continue
             if e.session_id in self._deltas:
                 self._flush(e.session_id)
             self._send(e.session_id, "event", e)

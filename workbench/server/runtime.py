@@ -45,7 +45,7 @@ class Runtime:
         self.stopping = False
         self._serving = 0  # requests being served now
         self._idle: asyncio.Event | None = None
-        self._unsubscribe = self.log.subscribe_commits(self._on_commit)
+        self._unsubscribe: Callable[[], None] = lambda: None  # hearing the log's commits, from `ready` on
         self._unlisten = self.brain.listen(self._on_delta)
         self._unlisten_output = self.brain.listen_output(self._on_output)
 
@@ -60,6 +60,8 @@ class Runtime:
             raise ServerStopping(STOPPING)
         if self._started is None:
             self._loop = asyncio.get_running_loop()
+            # on the loop, in the callback that also answers the brain's writes: no wake-up of its own
+            self._unsubscribe = self.log.subscribe_commits(self.fanout.events, loop=self._loop)
             self._started = asyncio.ensure_future(self.host.start())
         await asyncio.shield(self._started)
 
@@ -75,16 +77,6 @@ class Runtime:
             self._serving -= 1
             if not self._serving and self._idle is not None:
                 self._idle.set()
-
-    def _on_commit(self, events: list[Event]) -> None:
-        # Called on the log's writer thread after a commit, with all its events: one hop to the loop per
-        # commit (a group commit may hold many events), and none when nobody watches these sessions.
-        # call_soon_threadsafe keeps commit order, so watchers see seqs in order.
-        loop = self._loop
-        watched = [e for e in events if self.fanout.watched(e.session_id)]
-        if watched and loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # the loop closed in between
-                loop.call_soon_threadsafe(self.fanout.events, watched)
 
     def _on_delta(self, session_id: str, ev: dict[str, Any]) -> None:
         self.fanout.delta(session_id, ev)
