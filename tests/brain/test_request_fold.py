@@ -420,3 +420,39 @@ def test_context_mode_turn_sends_only_the_turns_own_messages(tmp_path):
     assert warm.request()["messages"] == [{"role": "user", "content": [{"type": "text", "text": "chunk three"}]}]
     assert canon(read_conversation(log, sid).request()) == canon(warm.request()) == canon(build_request(log.events(sid)))
     log.close()
+
+
+@pytest.mark.asyncio
+async def test_a_cold_read_starts_at_the_latest_compaction_the_brain_recorded(tmp_path):
+    """After a compaction the brain records (with its next write) where requests start; a cold read reads from
+    there: an event before it is never read again (here one no fold could take), and the request and turn
+    state equal the full fold's. The kept message list holds only what is sent."""
+    from workbench.brain.models import Reply, ScriptedModel
+
+    path = tmp_path / "log.duckdb"
+    log = DuckDBLog(path)
+    sid = make_session(log, {"mode": "compact", "trigger": 50_000})
+    for type_, payload in every_kind():
+        log.append(sid, type_, payload)
+    for type_, payload in [("tool_result", result(10, [{"type": "text", "text": "10"}])),
+                           ("assistant_turn", msg(14, [{"type": "text", "text": "all done"}], "end_turn")),
+                           ("turn_ended", {"stop_reason": "end_turn"})]:
+        log.append(sid, type_, payload)
+    later = next(e.seq for e in log.events(sid, types=["user_message"]) if e.payload["text"] == "later")
+    brain = Brain(log, hands_factory=None, model_factory=lambda name: ScriptedModel([Reply(text="ok")]))
+    try:
+        assert await brain.run_turn(sid, "next") == "end_turn"
+    finally:
+        await brain.close()
+    assert log.cursor().execute("SELECT request_from FROM sessions WHERE id = ?", [sid]).fetchone() == (later,)
+    full = Conversation().feed_all(log.events(sid))
+    # an early assistant turn no fold can take: read again, it would fail the cold read
+    early = log.events(sid, types=["assistant_turn"])[0].seq
+    log.write(lambda tx: tx.execute("UPDATE events SET payload = '{}' WHERE session_id = ? AND seq = ?", [sid, early])).result()
+    with pytest.raises(KeyError):
+        Conversation().feed_all(log.events(sid))
+    log.close()
+    with DuckDBLog(path) as again:
+        cold = read_conversation(again, sid)
+    assert canon(cold.request()) == canon(full.request()) and cold.state == full.state and cold.seq == full.seq
+    assert len(cold.messages) == len(cold.request()["messages"]) == len(full.messages) < len(every_kind()) // 4

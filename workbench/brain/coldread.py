@@ -1,11 +1,15 @@
 """Reading a session's request from the log when the brain has none kept: a cold resume.
 
 A step costs what is new (request.Conversation); this is the one read that
-costs the whole session, paid when a session is first used by a process (or
-again after the brain's session cache dropped it). It reads only what a
-request and a turn's state depend on: six event types of the thirteen, and of
-a tool result only its id, content and error flag (not the observation, which
-repeats the content with more detail). From a DuckDB log the projection runs
+costs the session, paid when a session is first used by a process (or again
+after the brain's session cache dropped it). It reads only what a request and
+a turn's state depend on: `session_created`, then the events from the user
+message the latest compaction's requests start at (the session row's
+`request_from`, which the brain records after a compaction: nothing before it
+is sent again), of six event types of the thirteen, and of a tool result only
+its id, content and error flag (not the observation, which repeats the content
+with more detail). A `request_from` behind the latest compaction (a process
+that died before recording it) costs more events, never a different request. From a DuckDB log the projection runs
 in SQL and the payloads arrive as JSON text, parsed here with the garbage
 collector paused (building tens of thousands of small objects otherwise
 triggers collection after collection over the growing heap). Any other log
@@ -35,7 +39,9 @@ SELECT seq, type, CASE type
                                         'is_error', payload->'is_error')
     WHEN 'tool_started' THEN json_object('tool_use_id', payload->'tool_use_id')
     ELSE payload END::VARCHAR
-FROM events WHERE session_id = ? AND type IN ({_TYPES}) ORDER BY seq
+FROM events WHERE session_id = ? AND type IN ({_TYPES})
+  AND (seq = 1 OR seq >= coalesce((SELECT request_from FROM sessions WHERE id = ?), 1))
+ORDER BY seq
 """
 
 
@@ -61,7 +67,7 @@ def _duckdb_rows(source: DuckDBLog, session_id: str) -> list[tuple[int, str, str
 
     cur = source.cursor()
     try:
-        return cur.execute(_SQL, [session_id]).fetchall()
+        return cur.execute(_SQL, [session_id, session_id]).fetchall()
     except duckdb.Error:  # e.g. a row an older version wrote that DuckDB's JSON functions refuse
         log.warning("workbench: the projected read of session %s failed; reading every event", session_id, exc_info=True)
         return None

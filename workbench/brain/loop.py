@@ -480,6 +480,9 @@ class Brain:
         arriving meanwhile waits for the write to finish, so whoever handles the cancel reads a log that already
         holds it (never a second turn_ended)."""
         held = self._held.pop(session_id, None)  # popped and submitted with no await between: order is kept
+        view = self._views.get(session_id)
+        # where a cold read may start, once a compaction moved it: recorded with the next write, never ahead of it
+        mark = view.conv.start_seq if view is not None and view.conv.start_seq > view.marked else None
 
         def write(tx: Any) -> Event:
             for t, p in held or ():
@@ -489,15 +492,20 @@ class Brain:
             event = tx.append(session_id, type, payload)
             for t, p in then:
                 tx.append(session_id, t, p)
+            if mark is not None:
+                tx.set_session(session_id, request_from=mark)
             return event
 
         done = self.log.write_soon(write)
         try:
-            return await asyncio.shield(done)
+            event = await asyncio.shield(done)
         except asyncio.CancelledError:
             if not done.done():
                 await asyncio.wait({done})
             raise
+        if mark is not None and view is not None:
+            view.marked = max(view.marked, mark)
+        return event
 
     # -- ending a turn that did not end by itself ------------------------------------
 
@@ -585,6 +593,7 @@ class _View:
         self.inbox: deque[Event] = deque()
         self.lock = asyncio.Lock()
         self.used = 0
+        self.marked = 1  # the request_from this process recorded (1: none; after a cold read, recorded once again)
 
 
 def _map_strings(value: Any, fn: Callable[[str], str], skip: tuple[str, ...] = ()) -> Any:

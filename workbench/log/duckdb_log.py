@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     model      VARCHAR,
     kind       VARCHAR NOT NULL,     -- 'chat', 'dream' or 'eval'
     archived   BOOLEAN NOT NULL DEFAULT false,  -- set by session_archived events
-    parent_id  VARCHAR               -- the session that started this one (its session_created's parent_id)
+    parent_id  VARCHAR,              -- the session that started this one (its session_created's parent_id)
+    request_from BIGINT              -- the seq a cold read of its request starts at (after a compaction), or NULL
 );
 CREATE TABLE IF NOT EXISTS session_summary (   -- kept in memory by the writer, written lazily (see DuckDBLog)
     session_id VARCHAR PRIMARY KEY,
@@ -426,6 +427,7 @@ class DuckDBLog(WriterLog):
             # a database from before archiving: the column, false for every session
             con.execute("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS archived BOOLEAN DEFAULT false")
             con.execute("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS parent_id VARCHAR")
+            con.execute("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS request_from BIGINT")
             con.execute("INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT DO NOTHING", [SCHEMA_VERSION])
             meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
             if "summary_version" not in meta or meta.get("summary_clean") == "0" or "parents_version" not in meta:

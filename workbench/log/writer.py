@@ -285,8 +285,9 @@ class WriterTx:
         return session_id in self.titled or session_id in self._log._titled
 
     def set_session(self, session_id: str, **fields: Any) -> None:
-        """Change a session's row: its `title` and/or `archived` (the caller appends the event that says so)."""
-        assert set(fields) <= {"title", "archived"}, fields
+        """Change a session's row: its `title` and/or `archived` (the caller appends the event that says so), or
+        `request_from` (the seq a cold read of its request may start at: the brain's, after a compaction)."""
+        assert set(fields) <= {"title", "archived", "request_from"}, fields
         self._set_session(session_id, fields)
         if fields.get("title"):
             self.titled.add(session_id)
