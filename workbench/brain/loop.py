@@ -242,9 +242,16 @@ class Brain:
                 await asyncio.wait({task})
             raise
 
+    async def _made(self, session_id: str) -> None:
+        """The session's model made (once), off the event loop: an SDK import and client take seconds."""
+        conv = await self._require(session_id)
+        model: str = (conv.frozen or {})["model"]  # session_payload always writes it; the request reads it so too
+        if model not in self._models:
+            await asyncio.to_thread(self.model, model)
+
     async def start_resume(self, session_id: str) -> bool:
         """Resume a turn that was cut off, in the background; False when there is none."""
-        await self._require(session_id)
+        await self._made(session_id)
         async with self.turns.lock(session_id):
             if self.turns.running(session_id):
                 # a turn whose turn_ended is committed (a client may answer it at once) is only finishing up
@@ -278,10 +285,7 @@ class Brain:
     async def _start(self, session_id: str, text: Any, name_untitled: bool = False) -> tuple[Event, asyncio.Task]:
         if not isinstance(text, str) or not text.strip():
             raise ConfigError("the message is empty")
-        conv = await self._require(session_id)
-        model: str = (conv.frozen or {})["model"]  # session_payload always writes it; the request reads it so too
-        if model not in self._models:  # an SDK import and client take seconds: not on the event loop
-            await asyncio.to_thread(self.model, model)
+        await self._made(session_id)
         busy = f"a turn is already running in session {session_id}; wait for it or interrupt it"
         async with self.turns.lock(session_id):
             if self.turns.running(session_id):

@@ -18,15 +18,11 @@ never the value itself (the reason goes back to a model, into the log):
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
-
-from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
-from detect_secrets.core.scan import _process_line_based_plugins
-from detect_secrets.filters.heuristic import is_sequential_string
-from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString, HexHighEntropyString
-from detect_secrets.settings import default_settings, transient_settings
+from typing import Any
 
 # entropy plugins at detect-secrets' defaults; IPPublicDetector flags any public address, which memories name freely
 ENTROPY_LIMIT_BASE64 = 4.5
@@ -39,11 +35,19 @@ MAX_SCAN_CHARS = 200_000  # the longest memory field is 10,000 characters; past 
 
 # detect-secrets keeps its settings in one global: scans take turns
 _lock = threading.Lock()
-_base64 = Base64HighEntropyString(limit=ENTROPY_LIMIT_BASE64)
-_hex = HexHighEntropyString(limit=ENTROPY_LIMIT_HEX)
+
+
+@functools.cache
+def _entropy() -> tuple[Any, Any]:
+    """detect-secrets' entropy plugins (base64, hex), imported at the first scan: not at every server's start."""
+    from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString, HexHighEntropyString
+
+    return Base64HighEntropyString(limit=ENTROPY_LIMIT_BASE64), HexHighEntropyString(limit=ENTROPY_LIMIT_HEX)
 
 
 def _plugins() -> list[dict[str, object]]:
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+
     classes: list[type] = list(get_mapping_from_secret_type_to_class().values())
     names = sorted(c.__name__ for c in classes)
     out: list[dict[str, object]] = [{"name": n} for n in names if n not in SKIPPED]
@@ -61,6 +65,11 @@ def _lines(text: str) -> list[str]:
 
 def _detected(lines: list[str]) -> Iterator[tuple[int, str, str]]:
     """(line index, kind, value) of each likely secret detect-secrets' plugins and filters find in lines."""
+    from detect_secrets.core.scan import _process_line_based_plugins
+    from detect_secrets.filters.heuristic import is_sequential_string
+    from detect_secrets.settings import default_settings, transient_settings
+
+    base64, hex_ = _entropy()
     numbered = [(i + 1, line) for i, line in enumerate(lines)]
     with _lock, default_settings(), transient_settings({"plugins_used": _plugins()}):
         found = [(s.line_number - 1, s.type, s.secret_value or "") for s in _process_line_based_plugins(numbered, "memory")]
@@ -69,11 +78,11 @@ def _detected(lines: list[str]) -> Iterator[tuple[int, str, str]]:
         for m in WORD.finditer(line):
             word = m.group().strip("=.-_~")
             if (len(word) >= 20 and re.search("[a-z]", word) and re.search("[A-Z]", word) and re.search("[0-9]", word)
-                    and not is_sequential_string(word) and _base64.calculate_shannon_entropy(word) > ENTROPY_LIMIT_BASE64):
+                    and not is_sequential_string(word) and base64.calculate_shannon_entropy(word) > ENTROPY_LIMIT_BASE64):
                 yield i, "High Entropy String", word
         if NAMES_A_SECRET.search(line):
             for m in HEX_WORD.finditer(line):
-                if _hex.calculate_shannon_entropy(m.group()) > ENTROPY_LIMIT_HEX:
+                if hex_.calculate_shannon_entropy(m.group()) > ENTROPY_LIMIT_HEX:
                     yield i, "Hex High Entropy String", m.group()
 
 
