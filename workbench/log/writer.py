@@ -184,14 +184,32 @@ def valid_id(value: Any) -> bool:
     return isinstance(value, str) and encodable(value)
 
 
-@dataclass(frozen=True)
 class _Job:
-    """A write waiting for its group commit: the function to run in the transaction, its caller's Future,
-    and, for a caller on an event loop, the loop's future that hears the outcome (in one callback per group)."""
+    """A write waiting for its group commit: the function to run in the transaction, and where its outcome goes:
+    a thread's Future, or, for a caller on an event loop, that loop's future (set in one callback per group, with
+    no Future of its own: a Future's lock costs more than the rest of an append's hand-off)."""
 
-    fn: Callable[[Any], Any]
-    future: Future
-    waiter: asyncio.Future | None = None
+    __slots__ = ("fn", "future", "waiter", "cancelled", "result", "error")
+
+    def __init__(self, fn: Callable[[Any], Any], future: Future | None, waiter: asyncio.Future | None) -> None:
+        self.fn, self.future, self.waiter = fn, future, waiter
+        self.cancelled = False  # a loop caller withdrew it before it ran (under the log's submit lock)
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def start(self) -> bool:
+        """Whether the write is still wanted; from now on it cannot be withdrawn."""
+        return self.future.set_running_or_notify_cancel() if self.future is not None else not self.cancelled
+
+    def set_result(self, result: Any) -> None:
+        if self.future is not None:
+            self.future.set_result(result)
+        self.result = result
+
+    def set_exception(self, error: BaseException) -> None:
+        if self.future is not None:
+            self.future.set_exception(error)
+        self.error = error
 
 
 def _settle(heard: list[tuple[CommitSubscriber, list[Event]]], jobs: list[_Job]) -> None:
@@ -207,11 +225,10 @@ def _settle(heard: list[tuple[CommitSubscriber, list[Event]]], jobs: list[_Job])
         waiter = job.waiter
         if waiter is None or waiter.done():
             continue
-        error = job.future.exception()
-        if error is not None:
-            waiter.set_exception(error)
+        if job.error is not None:
+            waiter.set_exception(job.error)
         else:
-            waiter.set_result(job.future.result())
+            waiter.set_result(job.result)
 
 
 class WriterTx:
@@ -436,9 +453,9 @@ class WriterLog:
                     # A lone writer (groups of one) never waits.
                     self._arrived.wait_for(functools.partial(self._queued, last), self.settings.group_wait)
                 n = min(len(self._queue), self.settings.max_group)
-                jobs = [self._queue.popleft() for _ in range(n)]
+                # started under the lock a withdrawal takes: a job is run, or withdrawn, never both
+                jobs = [j for j in (self._queue.popleft() for _ in range(n)) if j.start()]
             last = n
-            jobs = [j for j in jobs if j.future.set_running_or_notify_cancel()]
             if jobs:
                 self._commit_group(jobs)
                 self._wake([j for j in jobs if j.waiter is not None])
@@ -473,7 +490,7 @@ class WriterLog:
             tx = self._begin()
         except BaseException as e:  # a read-only log, a connection gone: every caller hears why
             for job in jobs:
-                job.future.set_exception(e)
+                job.set_exception(e)
             return
         results: list[Any] = []
         failed: tuple[int, BaseException] | None = None
@@ -489,7 +506,7 @@ class WriterLog:
             except BaseException as exc:
                 self._rollback(tx)
                 if len(jobs) == 1:
-                    jobs[0].future.set_exception(exc)
+                    jobs[0].set_exception(exc)
                     return
                 logger.warning("a group commit of %d writes failed (%s); committing each alone", len(jobs), exc)
                 for job in jobs:
@@ -498,7 +515,7 @@ class WriterLog:
         else:
             self._rollback(tx)
             i, error = failed
-            jobs[i].future.set_exception(error)
+            jobs[i].set_exception(error)
             rest = jobs[:i] + jobs[i + 1:]
             if rest:
                 self._commit_group(rest)
@@ -506,7 +523,7 @@ class WriterLog:
         self._learn(tx)
         self._announce(tx.appended)
         for job, result in zip(jobs, results, strict=True):
-            job.future.set_result(result)
+            job.set_result(result)
 
     def _learn(self, tx: WriterTx) -> None:
         """After a commit: what it says of sessions' kinds and titles, and which sessions are gone."""
@@ -558,18 +575,23 @@ class WriterLog:
         Writes that arrive while another commits are committed together (a group commit);
         see `_commit_group` for what happens when one of them fails.
         """
-        return self._enqueue(fn)
-
-    def _enqueue(self, fn: Callable[[Any], T], waiter: asyncio.Future | None = None) -> Future[T]:
         future: Future[T] = Future()
+        self._enqueue(_Job(fn, future, None))
+        return future
+
+    def _enqueue(self, job: _Job) -> None:
         with self._submit_lock:
             self._check_open()
-            self._queue.append(_Job(fn, future, waiter))
+            self._queue.append(job)
             self._arrived.notify()
             if not self._draining:
                 self._draining = True
                 self._writer.submit(self._drain)
-        return future
+
+    def _withdraw(self, job: _Job) -> None:
+        """A loop caller no longer wants its write: it is not run unless it has started."""
+        with self._submit_lock:
+            job.cancelled = True
 
     def write_soon(self, fn: Callable[[Any], T]) -> asyncio.Future[T]:
         """`write` for a caller on an event loop: a future of the running loop, set once the write is committed.
@@ -577,17 +599,18 @@ class WriterLog:
         The outcomes of a group's writes reach each loop in one callback (one wake-up per group, not one per
         write). Cancelling the future does not stop the write."""
         waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._enqueue(fn, waiter)
+        self._enqueue(_Job(fn, None, waiter))
         return waiter
 
     async def awrite(self, fn: Callable[[Any], T]) -> T:
         """`write` awaited without blocking the event loop (cancelled before it runs, it is not run)."""
         waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        future = self._enqueue(fn, waiter)
+        job = _Job(fn, None, waiter)
+        self._enqueue(job)
         try:
             return await waiter
         except asyncio.CancelledError:
-            future.cancel()
+            self._withdraw(job)
             raise
 
     def prepare(self, type: str, payload: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
