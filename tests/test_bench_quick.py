@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SECTIONS = {"first_response", "recovery", "hands_scale", "tool_round_trip", "log", "logscale", "scale", "harness", "dreaming", "evals", "delegate"}
+SECTIONS = {"first_response", "recovery", "hands_scale", "tool_round_trip", "log", "logscale", "scale", "harness", "start",
+            "dreaming", "evals", "delegate"}
+GOALS = {"harness", "start", "log", "logscale", "hands_scale", "evals"}  # where issue 24's Done-when is measured
 
 
 def _number(x) -> bool:
@@ -58,7 +60,14 @@ def test_quick_mode_reports_every_section(tmp_path):
         for c in s["comparisons"]:
             assert _number(c["value"]), (key, c)
             assert c["target"] is None or isinstance(c["met"], bool), (key, c)
-    # the table went to stdout, with the targets named
+        # each goal against its floor, measured in the same run; one not met says why, from a profile
+        assert bool(s["goals"]) == (key in GOALS), (key, s["goals"])
+        for g in s["goals"]:
+            assert _number(g["value"]) and g["target"] and isinstance(g["met"], bool), (key, g)
+            assert g["floor"] is None or (_number(g["floor"]) and g["floor"] > 0 and _number(g["ratio"])), (key, g)
+            assert g["met"] or g["why"], (key, g)
+    # the table went to stdout: the goals first, then the other targets
+    assert "### Done when (issue 24)" in stdout and "| goal | measured | floor (same run) |" in stdout
     assert "### Targets" in stdout and "| target | figure | met |" in stdout
 
 
