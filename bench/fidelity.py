@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.hands.render import blocks
+from workbench.hands.observing.render import blocks
 
 # cells that stop the kernel, or never end on their own: both sides would only measure the kill
 KILLS = re.compile(r"os\.kill\(|os\._exit\(|sys\.exit\(|\bquit\(\)|\bexit\(\)|do_shutdown\(")

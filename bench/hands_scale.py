@@ -100,7 +100,7 @@ def _tree_pss(pid: int | None) -> tuple[int, float]:
 
 def _route_b(tmp: Path, trials: int) -> dict[str, Any]:
     """Host bind mount under a slot a running bwrap sandbox binds → the workspace's file visible inside."""
-    from workbench.hands.sandbox import base_args
+    from workbench.hands.isolating.bubblewrap import base_args
 
     if os.geteuid() != 0:
         return {"error": "needs root (mount)"}

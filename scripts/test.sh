@@ -15,14 +15,28 @@ node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(
   echo "scripts/test.sh: Node.js $(node --version) is too old to build the JupyterLab extension; install 20.19 or newer" >&2; exit 1; }
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+# uv resolves and installs in a fraction of pip's time (pip took about 4 minutes here, mostly resolving); pip
+# remains the way when uv cannot be had or cannot reach the index (it reads no pip configuration)
+if ! { .venv/bin/pip install -q --disable-pip-version-check uv && .venv/bin/uv pip install -q --python .venv/bin/python -e '.[test]'; }; then
+  echo "scripts/test.sh: installing with uv failed (above); installing with pip instead" >&2
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+fi
+# jsonschema builds an Earley grammar for its IRI formats at import when rfc3987-syntax is installed (jupyter-events
+# asks for it): 2 to 5 s of CPU in every Jupyter server, pytest worker and nbformat process the suite starts, and
+# nothing here checks an IRI; without it jsonschema leaves those two formats unchecked
+.venv/bin/python -m pip uninstall -y -q rfc3987-syntax >/dev/null 2>&1 || true
 # lint and types first (seconds; mypy's first run about a minute): both read pyproject.toml, and mypy
 # runs from .venv so it checks against the dependencies installed above
 .venv/bin/python -m ruff check workbench || {
   echo "scripts/test.sh: ruff check workbench failed (above); many are fixed by .venv/bin/ruff check --fix workbench" >&2; exit 1; }
 .venv/bin/python -m mypy workbench || {
   echo "scripts/test.sh: mypy workbench failed: the type errors are listed above" >&2; exit 1; }
-.venv/bin/python -m pytest "$@"
+# several worker processes, each test file whole in one of them (its module fixtures, servers and browser shared
+# as written), in the order the suite's conftest gives (the longest first; xdist would start the files with the
+# most tests first): most tests wait on kernels, servers and subprocesses, so more workers than cores finish
+# sooner (WORKBENCH_TEST_WORKERS=N for another number, 0 for one process)
+workers=(-n "${WORKBENCH_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder)
+.venv/bin/python -m pytest "${workers[@]}" "$@"
 # CI runs as root; a researcher's server does not. The whole suite's sandbox, quota, identity and escape tests
 # run again as an ordinary user (scripts/unprivileged.sh), where the sandbox has no uid of its own to give
 if [ "$(id -u)" = 0 ] && [ $# -eq 0 ]; then

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 who=wbunpriv
 id -u "$who" >/dev/null 2>&1 || useradd --create-home --user-group --shell /usr/sbin/nologin "$who"
 uid=$(id -u "$who"); gid=$(id -g "$who"); home=$(getent passwd "$who" | cut -d: -f6)
-run=$(mktemp -d /tmp/wb-unprivileged.XXXXXX)
+run=$(mktemp -d /tmp/wbu.XXXXXX)  # short: a socket path under it must fit in 107 bytes
 chown "$uid:$gid" "$run"
 trap 'rm -rf "$run"' EXIT
 repo=$(pwd -P)

@@ -63,6 +63,7 @@ SLOW_MODULES = ("test_brain.py", "test_cli.py", "test_cli_manage.py", "test_benc
 # The sandbox, quota, identity and escape tests: CI runs them a second time as an unprivileged user
 # (scripts/unprivileged.sh -m isolation), since a researcher's server is not root and CI's is.
 ISOLATION_DIRS = ("sandbox",)
+ISOLATION_MODULES = ("test_swap.py", "test_workspace_copy.py", "test_descriptors.py", "test_workspaces.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -70,8 +71,17 @@ def pytest_collection_modifyitems(config, items):
         rel = Path(str(item.fspath)).relative_to(REPO / "tests")
         if rel.parts[0] in SLOW_DIRS or rel.name in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
-        if rel.parts[0] in ISOLATION_DIRS:
+        if rel.parts[0] in ISOLATION_DIRS or rel.name in ISOLATION_MODULES:
             item.add_marker(pytest.mark.isolation)
+    # The files of the longest tests (those given a timeout above the default: minutes each) run first, so that in
+    # several worker processes (scripts/test.sh: a file whole in one worker, in this order) none of them starts
+    # last and runs on alone while the other workers idle
+    longest: dict[str, float] = {}
+    for item in items:
+        mark = item.get_closest_marker("timeout")
+        seconds = (mark.args[0] if mark.args else mark.kwargs.get("timeout", 0)) if mark else 0
+        longest[item.fspath] = max(longest.get(item.fspath, 0), seconds or 0)
+    items.sort(key=lambda item: -longest[item.fspath])  # stable: within a file, and among equals, as collected
 
 
 # -- no process this run started outlives it: see leakcheck.py -------------------------------------------------

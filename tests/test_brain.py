@@ -10,6 +10,8 @@ import pytest
 import pytest_asyncio
 
 from workbench.brain import Brain, BrainSettings, build_request
+from workbench.hands import Observation
+from workbench.render import result_blocks
 from workbench.testing import Reply
 
 MODEL = "claude-opus-5-5"
@@ -75,7 +77,7 @@ async def test_multi_turn_tool_use_with_thinking_reaches_end_turn_verbatim(api, 
     assert any(b["type"] == "redacted_thinking" for b in blocks)
     # the tool results the model saw came from the real kernel
     results = [e.payload for e in log.events(sid, types=["tool_result"])]
-    assert [r["content"][0]["text"] for r in results] == ["42", "43", "3", "1764"]
+    assert [result_blocks(r)[0]["text"] for r in results] == ["42", "43", "3", "1764"]
     # the request the brain would build now equals the last request plus the final answer
     assert len(build_request(log.events(sid))["messages"]) == len(api.requests[-1]["messages"]) + 1
     # usage and latency of every model call were recorded
@@ -178,7 +180,7 @@ async def test_kernel_never_sees_the_api_key(api, brain, log):
     )
     sid = brain.create_session(model=MODEL)["id"]
     assert await brain.run_turn(sid, "look for secrets") == "end_turn"
-    out = log.events(sid, types=["tool_result"])[0].payload["observation"]["stdout"]
+    out = Observation.from_json(log.events(sid, types=["tool_result"])[0].payload["observation"]).stdout
     assert out.splitlines() == ["[]", "False"]
 
 

@@ -10,10 +10,10 @@ import re
 import pytest
 from PIL import Image
 
-from workbench.hands.base import Observation
-from workbench.hands.fold import Fold, overwrite
-from workbench.hands.images import svg_png
-from workbench.hands.render import blocks, html_text
+from workbench.hands import Observation
+from workbench.hands.observing.fold import Fold, overwrite
+from workbench.hands.observing.images import svg_png
+from workbench.hands.observing.render import blocks, html_text
 
 
 def texts(fold: Fold) -> list[str]:
@@ -82,7 +82,7 @@ def test_a_new_display_with_a_shown_id_updates_the_earlier_ones_and_clears_are_r
 async def test_an_update_reaches_only_a_display_still_shown():
     """A later call's update of a display an earlier call cleared is shown nowhere, as in a notebook; one of a
     display still shown reads as an updated display; a new kernel starts with none shown."""
-    from workbench.hands.collect import Budget, Collector
+    from workbench.hands.observing.collect import Budget, Collector
 
     shown: set[str] = set()
     first = Collector(Budget(), 1, shown)
@@ -227,3 +227,33 @@ def test_an_observation_stored_before_outputs_reads_as_before():
     assert [o["output_type"] for o in obs.outputs] == ["stream", "display_data", "execute_result"]
     assert [b["type"] for b in obs.content_blocks()] == ["text", "image", "text"]
     assert Observation.from_json(obs.to_json()).to_json() == obs.to_json()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_stored_observation_reads_back_as_the_model_read_it(seed):
+    """Stored once (its outputs, notes and budget, not its text by kind), an observation gives the same blocks and the
+    same stdout, stderr and result when it is read back, whatever it holds."""
+    import orjson
+
+    from workbench.hands.observing.observation import text_by_kind
+
+    rng = random.Random(seed)
+    kinds = [lambda: {"output_type": "stream", "name": rng.choice(["stdout", "stderr"]), "text": "x\r y\n" * rng.randint(0, 50)},
+             lambda: {"output_type": "display_data", "data": {"image/png": png_b64()}},
+             lambda: {"output_type": "execute_result", "data": {"text/plain": "r" * rng.randint(1, 300)}, "execution_count": 1},
+             lambda: {"output_type": "display_data", "data": {"text/plain": "<x>", "text/html": "<p>ü</p>" * rng.randint(1, 90)}},
+             lambda: {"output_type": "error", "ename": "E", "evalue": "v", "traceback": ["\x1b[31mE\x1b[0m"]}]
+    for _ in range(200):
+        outputs = [rng.choice(kinds)() for _ in range(rng.randint(0, 8))]
+        obs = Observation(outputs=outputs, notes=["[n]"] * rng.randint(0, 2), truncated=["[t]"] * rng.randint(0, 2),
+                          text_limit=rng.choice([None, rng.randint(1, 3000)]), max_images=rng.choice([None, rng.randint(0, 3)]),
+                          error=rng.choice([None, {"ename": "KernelDied", "evalue": "gone", "traceback": []}]))
+        obs.stdout, obs.stderr, obs.result = text_by_kind(outputs)
+        stored = orjson.loads(orjson.dumps(obs.to_json()))
+        assert not {"stdout", "stderr", "result"} & set(stored)
+        back = Observation.from_json(stored)
+        assert back.content_blocks() == obs.content_blocks()
+        assert (back.stdout, back.stderr, back.result) == (obs.stdout, obs.stderr, obs.result)
+    # a failure that kept only the text of what ran (no outputs) keeps it
+    died = Observation(stdout="partial\n", error={"ename": "KernelDied", "evalue": "gone", "traceback": []})
+    assert Observation.from_json(died.to_json()).content_blocks() == died.content_blocks()

@@ -50,7 +50,7 @@ def test_the_generic_table_is_every_served_route_without_a_generator():
     for r in generic_table():  # what the generic generator needs of a handler, found from it
         assert r.verbs, r
     by_path = {r.path.removeprefix(API): r for r in generic_table()}
-    assert by_path["/evals"].body is not None and "models" in by_path["/evals"].body.model_fields
+    assert by_path["/sessions/{id}/fork"].body is not None and "seq" in by_path["/sessions/{id}/fork"].body.model_fields
     assert by_path["/sessions/{id}/files"].raw_body and "path" in by_path["/sessions/{id}/files"].args
     assert "path" in by_path["/sessions/{id}/files/content"].args
 

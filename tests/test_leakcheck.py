@@ -38,14 +38,14 @@ def test_nothing_left():
 '''
 
 
-def inner_run(tmp: Path, name: str, source: str) -> subprocess.CompletedProcess:
+def inner_run(tmp: Path, name: str, source: str, *args: str) -> subprocess.CompletedProcess:
     d = tmp / name
     d.mkdir()
     (d / "pytest.ini").write_text("[pytest]\n")  # a run of its own, not this repository's configuration
     (d / f"test_{name}.py").write_text(source)
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
     env.pop("TMPDIR", None)  # the inner run makes its own root, as a run started from a shell would
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "leakcheck", "-q", "-p", "no:cacheprovider", str(d)],
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "leakcheck", "-q", "-p", "no:cacheprovider", *args, str(d)],
                           cwd=d, env=env, capture_output=True, text=True, timeout=180)
 
 
@@ -64,16 +64,19 @@ def test_the_leak_check_stops_its_own_leftovers_and_nothing_else(tmp_path):
             time.sleep(0.1)
         assert kernel_procs, "the server's kernel did not start"
 
-        leaky = inner_run(tmp_path, "leaky", LEAKY)
-        assert leaky.returncode == pytest.ExitCode.TESTS_FAILED, leaky.stdout + leaky.stderr
-        assert "outlived it (now killed)" in leaky.stdout
-        leftover = [line for line in leaky.stdout.splitlines() if "time.sleep(300)" in line]
-        assert len(leftover) == 1, leaky.stdout
-        pid = int(leftover[0].split("pid ")[1].split(":")[0])
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        # in one process, and in pytest-xdist workers (each checks its own tests; the controller reports for all)
+        for name, args in (("leaky", ()), ("leaky_workers", ("-n", "2"))):
+            leaky = inner_run(tmp_path, name, LEAKY, *args)
+            assert leaky.returncode == pytest.ExitCode.TESTS_FAILED, leaky.stdout + leaky.stderr
+            assert "outlived it (now killed)" in leaky.stdout
+            leftover = [line for line in leaky.stdout.splitlines() if "time.sleep(300)" in line]
+            assert len(leftover) == 1, leaky.stdout
+            pid = int(leftover[0].split("pid ")[1].split(":")[0])
+            assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
-        clean = inner_run(tmp_path, "clean", CLEAN)
-        assert clean.returncode == 0, clean.stdout + clean.stderr
+        for name, args in (("clean", ()), ("clean_workers", ("-n", "2"))):
+            clean = inner_run(tmp_path, name, CLEAN, *args)
+            assert clean.returncode == 0, clean.stdout + clean.stderr
 
         # the user's kernel lived through both runs' checks
         assert all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in kernel_procs)

@@ -13,6 +13,7 @@ import pytest_asyncio
 from wbsupport import LOOP, WORKBENCH, cli_env, ticks
 
 from workbench.brain import Brain
+from workbench.hands import Observation
 
 pytestmark = pytest.mark.slow
 
@@ -46,10 +47,10 @@ async def test_output_arrives_while_the_call_runs_and_is_never_logged(brain, log
     # the committed tool_result is the only record
     events = log.events(sid)
     result = next(e for e in events if e.type == "tool_result")
-    assert sorted(ticks(result.payload["observation"]["stdout"])) == list(range(8))
+    assert sorted(ticks(Observation.from_json(result.payload["observation"]).stdout)) == list(range(8))
     assert {e.type for e in events} <= {"session_created", "user_message", "model_request", "assistant_turn", "tool_started",
                                         "tool_result", "turn_ended", "hands_started"}
-    line0 = next(line for line in result.payload["observation"]["stdout"].splitlines() if line.startswith("tick 0 "))
+    line0 = next(line for line in Observation.from_json(result.payload["observation"]).stdout.splitlines() if line.startswith("tick 0 "))
     assert {e.type for e in events if line0 in str(e.payload)} <= {"tool_result", "assistant_turn"}  # the model quotes it
 
 

@@ -10,6 +10,7 @@ import pytest
 import pytest_asyncio
 
 from workbench.brain import Brain, BrainSettings, Tool, ToolOutput
+from workbench.render import result_blocks
 from workbench.testing import FakeMessagesAPI, Reply
 from workbench.testing.fake_api import count_tokens
 
@@ -68,7 +69,7 @@ async def run_long(api, brain, log, context: str, turns: int) -> tuple[str, int]
         for req in api.requests:
             biggest = max(biggest, count_tokens(req))
         api.requests.clear()  # what was sent was checked by the fake API as it came; keep memory flat
-    passed = sum(len(e.payload["content"][0]["text"]) for e in log.events(sid, types=["tool_result"])) // 4
+    passed = sum(len(result_blocks(e.payload)[0]["text"]) for e in log.events(sid, types=["tool_result"])) // 4
     assert not api.rejections
     assert biggest <= WINDOW
     return sid, passed

@@ -8,6 +8,7 @@ run late: a cycle through a lazy import is still a cycle in the design. Imports 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "workbench"
@@ -18,8 +19,14 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache
+def _parsed() -> tuple[tuple[str, Path, ast.Module], ...]:
+    return tuple((module_name(p), p, ast.parse(p.read_text(), str(p))) for p in sorted(PKG.rglob("*.py")))
+
+
 def modules() -> dict[str, tuple[Path, ast.Module]]:
-    return {module_name(p): (p, ast.parse(p.read_text(), str(p))) for p in sorted(PKG.rglob("*.py"))}
+    """Every module of the package, parsed (once per run: the trees are only read)."""
+    return {name: (p, tree) for name, p, tree in _parsed()}
 
 
 def _type_checking_blocks(tree: ast.AST) -> set[int]:
@@ -31,27 +38,37 @@ def _type_checking_blocks(tree: ast.AST) -> set[int]:
     return out
 
 
-def imports(name: str, path: Path, tree: ast.Module, known: set[str]) -> set[str]:
-    """The workbench modules `name` imports (a package import counts as its __init__; `from . import x` as x)."""
+def import_statements(name: str, path: Path, tree: ast.Module) -> list[tuple[str, list[str], int]]:
+    """Each import of module `name` that runs: (the module named, absolute; the names taken from it, none for a
+    plain `import`; its line)."""
     skip = _type_checking_blocks(tree)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out: set[str] = set()
+    out: list[tuple[str, list[str], int]] = []
     for node in ast.walk(tree):
         if id(node) in skip:
             continue
         if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
+            out += [(a.name, [], node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
-            # `from pkg import mod` depends on that module; `from pkg import name` on pkg itself
-            subs = [f"{mod}.{a.name}" for a in node.names]
-            targets = [t for t in subs if t in known] + ([mod] if any(t not in known for t in subs) else [])
+            out.append((mod, [a.name for a in node.names], node.lineno))
+    return out
+
+
+def imports(name: str, path: Path, tree: ast.Module, known: set[str]) -> set[str]:
+    """The workbench modules `name` imports (a package import counts as its __init__; `from . import x` as x)."""
+    out: set[str] = set()
+    for mod, names, _ in import_statements(name, path, tree):
+        if not names:
+            targets = [mod]
         else:
-            continue
+            # `from pkg import mod` depends on that module; `from pkg import name` on pkg itself
+            subs = [f"{mod}.{n}" for n in names]
+            targets = [t for t in subs if t in known] + ([mod] if any(t not in known for t in subs) else [])
         for t in targets:
             while t and t not in known:
                 t = t.rpartition(".")[0]
@@ -116,7 +133,8 @@ def test_dependencies_point_one_way():
         if name.startswith("workbench.brain"):
             assert not any(d.startswith(("workbench.server", "workbench.host", "workbench.cli", "workbench.memory"))
                            for d in deps), (name, deps)
-    assert g["workbench.config"] <= {"workbench.errors", "workbench"}  # a leaf
+    assert g["workbench.config"] <= {"workbench.errors", "workbench.strictnum", "workbench"}  # leaves
+    assert g["workbench.strictnum"] <= {"workbench"}
 
 
 MUTATORS = {"append", "extend", "insert", "update", "setdefault", "add", "pop", "popitem", "remove", "discard",
@@ -170,3 +188,143 @@ def test_launchers_are_used_through_their_protocol():
                     and call.args and "launcher" in ast.unparse(call.args[0])):
                 problems.append(f"{name}:{call.lineno}: {ast.unparse(call)}")
     assert problems == []
+
+
+# -- the hands' rooms ---------------------------------------------------------------------------------------------
+
+HANDS = "workbench.hands"
+ROOMS = ("observing", "launching", "isolating")
+# The hands' floors, from the ground: a module of the hands imports only hands modules of its own floor or
+# below (docs/architecture.md). A room's modules are on its floor; its face too.
+HANDS_FLOORS = (
+    ("workbench.hands.observing",),  # a call's outputs, pure data: nothing else of the hands
+    ("workbench.hands.base", "workbench.hands.files"),  # the protocols; the workspace's files
+    ("workbench.hands.isolating",),  # what keeps a kernel in its place; never starts one
+    ("workbench.hands.launching",),  # how kernels start, talk and end
+    ("workbench.hands.kernel", "workbench.hands.replay", "workbench.hands.factory", "workbench.hands"),
+)
+
+
+def hands_floor(module: str) -> int | None:
+    """The floor of a hands module (None: not a hands module, or on no floor)."""
+    for n, floor in enumerate(HANDS_FLOORS):
+        for place in floor:
+            if module == place or (place != HANDS and module.startswith(place + ".")):
+                return n
+    return None
+
+
+def floor_problems(g: dict[str, set[str]]) -> list[str]:
+    """Hands modules that import a hands module above their floor, or stand on no floor."""
+    problems = []
+    for name, deps in sorted(g.items()):
+        if name != HANDS and not name.startswith(HANDS + "."):
+            continue
+        floor = hands_floor(name)
+        if floor is None:
+            problems.append(f"{name} is on no floor of HANDS_FLOORS: put it in a room (or on the hands' top floor)")
+            continue
+        for d in sorted(deps):
+            above = hands_floor(d)
+            if above is not None and above > floor:
+                problems.append(f"{name} (floor {floor}) imports {d} (floor {above}): the hands' floors depend downward")
+    return problems
+
+
+def face_names(tree: ast.Module) -> set[str]:
+    """What a package's face exports: its `__all__`."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return {ast.literal_eval(e) for e in node.value.elts}  # type: ignore[attr-defined]
+    return set()
+
+
+def room_reaches(mods: dict[str, tuple[Path, ast.Module]]) -> list[str]:
+    """Imports outside the hands that reach past a room's face: a room's module, or a name its face does not export."""
+    faces = {f"{HANDS}.{room}": face_names(mods[f"{HANDS}.{room}"][1]) for room in ROOMS if f"{HANDS}.{room}" in mods}
+    problems = []
+    for name, (path, tree) in sorted(mods.items()):
+        if name == HANDS or name.startswith(HANDS + "."):
+            continue
+        for mod, names, line in import_statements(name, path, tree):
+            face = next((f for f in faces if mod == f or mod.startswith(f + ".")), None)
+            if face is None:
+                continue
+            if mod != face:
+                problems.append(f"{name}:{line}: imports {mod}, inside a room: import it from {face}")
+            elif missing := sorted(set(names) - faces[face]):
+                problems.append(f"{name}:{line}: takes {', '.join(missing)} from {face}, whose face does not export it")
+    return problems
+
+
+def test_the_hands_rooms_depend_one_way():
+    """observing is the ground floor; isolating never imports launching; launching never imports the hands above."""
+    assert floor_problems(graph()) == []
+
+
+def test_the_floor_check_catches_an_import_upward():
+    g = {"workbench.hands.observing.fold": {"workbench.hands.launching.local", "workbench.hands.observing.clean"},
+         "workbench.hands.isolating.quota": {"workbench.hands.base"},  # downward: fine
+         "workbench.hands.newthing": set()}
+    assert floor_problems(g) == [
+        "workbench.hands.newthing is on no floor of HANDS_FLOORS: put it in a room (or on the hands' top floor)",
+        "workbench.hands.observing.fold (floor 0) imports workbench.hands.launching.local (floor 3): the hands' floors "
+        "depend downward",
+    ]
+
+
+def test_other_packages_reach_a_room_only_through_its_face():
+    assert room_reaches(modules()) == []
+
+
+def test_the_face_check_catches_a_reach_inside_a_room():
+    mods = modules()
+    source = ("from ..hands.observing.fold import Fold\n"
+              "from ..hands.isolating import quota\n"
+              "from ..hands.isolating import preflight\n"
+              "from ..hands import files\n"
+              "import workbench.hands.launching.local\n")
+    mods["workbench.brain.intruder"] = (PKG / "brain" / "intruder.py", ast.parse(source))
+    assert room_reaches(mods) == [
+        "workbench.brain.intruder:1: imports workbench.hands.observing.fold, inside a room: import it from "
+        "workbench.hands.observing",
+        "workbench.brain.intruder:2: takes quota from workbench.hands.isolating, whose face does not export it",
+        "workbench.brain.intruder:5: imports workbench.hands.launching.local, inside a room: import it from "
+        "workbench.hands.launching",
+    ]
+
+
+HANDS_IMPLEMENTATIONS = ("KernelHands", "RefusedHands")
+
+
+def hands_probes(mods: dict[str, tuple[Path, ast.Module]]) -> list[str]:
+    """Where a package outside the hands asks what a session's hands are instead of using the `Hands` protocol: an
+    isinstance on an implementation, or a getattr/hasattr probe of hands for a feature they may lack."""
+    problems = []
+    for name, (_, tree) in sorted(mods.items()):
+        if name == HANDS or name.startswith(HANDS + "."):
+            continue
+        for call in ast.walk(tree):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.args):
+                continue
+            probe = call.func.id in ("getattr", "hasattr") and "hands" in ast.unparse(call.args[0])
+            downcast = call.func.id == "isinstance" and len(call.args) > 1 and any(
+                impl in ast.unparse(call.args[1]) for impl in HANDS_IMPLEMENTATIONS)
+            if probe or downcast:
+                problems.append(f"{name}:{call.lineno}: {ast.unparse(call)}")
+    return problems
+
+
+def test_hands_are_used_through_their_protocol():
+    """The workspace, its owner and freezing are in the `Hands` protocol, which every implementation subclasses."""
+    assert hands_probes(modules()) == []
+
+
+def test_the_protocol_check_catches_a_probe_and_a_downcast():
+    source = ("if isinstance(hands, KernelHands):\n    pass\n"
+              "vault = getattr(host.hands, 'vault', None)\n"
+              "ok = isinstance(hands, Hands) and getattr(log, 'path', None)\n")
+    mods = {"workbench.delegate.intruder": (PKG / "delegate" / "intruder.py", ast.parse(source)),
+            "workbench.hands.factory": (PKG / "hands" / "factory.py", ast.parse(source))}  # the hands' own: theirs
+    assert hands_probes(mods) == ["workbench.delegate.intruder:1: isinstance(hands, KernelHands)",
+                                  "workbench.delegate.intruder:3: getattr(host.hands, 'vault', None)"]

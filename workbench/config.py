@@ -4,7 +4,7 @@ Each component has one config object: a dataclass whose fields are read from
 `WORKBENCH_<FIELD>` (or a component prefix such as `WORKBENCH_HANDS_`), or
 traitlets on the server extension. Which classes exist is the host's
 business (`workbench.host.settings_classes`): this module imports nothing
-of the workbench but its errors.
+of the workbench but its errors and how numbers from outside are read (strictnum).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import ConfigError
+from .strictnum import INT_MAX, INT_MIN, NumberRefused, number, shown
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance  # the protocol dataclasses.fields() takes; only type checkers have it
@@ -67,13 +68,12 @@ def _parse(f: dataclasses.Field, raw: str, name: str) -> Any:
                 return False
             raise ValueError(raw)
         if kind in (int, float):
-            value = kind(raw.strip())
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ValueError(raw)
-            return value
+            return number(raw, kind)  # bounded before it is parsed: plain ASCII, finite, 64 bits
         return raw
+    except NumberRefused as e:
+        raise ConfigError(f"{name}: {e}") from None
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a valid {kind.__name__}") from None
+        raise ConfigError(f"{name}={shown(raw)} is not a valid {kind.__name__}") from None
 
 
 def _check(f: dataclasses.Field, value: Any, name: str) -> Any:
@@ -87,6 +87,8 @@ def _check(f: dataclasses.Field, value: Any, name: str) -> Any:
             raise ConfigError(f"{name} must be a{'n integer' if kind is int else ' number'}, not {value!r}"[:200])
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{name} must be a finite number")
+        if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
+            raise ConfigError(f"{name} is outside the integers of 64 bits")
     elif kind is str and not isinstance(value, str):
         raise ConfigError(f"{name} must be a string, not {value!r}"[:200])
     elif kind is None and isinstance(value, float) and not math.isfinite(value):

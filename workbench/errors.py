@@ -3,6 +3,7 @@
     WorkbenchError                 anything the workbench raises on purpose
      ├── ConfigError               a setting, CLI argument or request body is invalid
      │    ├── BodyTooLarge         a request body over its route's limit (413)
+     │    ├── KeyReused            an idempotency key sent again with a different message (422)
      │    └── VaultUnsafe          the credential vault is readable by other users
      ├── LogError                  the session log cannot do what was asked
      │    ├── DatabaseLocked       another process holds the DuckDB file
@@ -51,6 +52,12 @@ class BodyTooLarge(ConfigError):
     """A request body over the route's limit."""
 
     http_status = 413
+
+
+class KeyReused(ConfigError):
+    """A message's idempotency key was sent before with a different message."""
+
+    http_status = 422
 
 
 class VaultUnsafe(ConfigError):

@@ -106,9 +106,7 @@ def settings_classes(plugins: Iterable[Plugin] = ()) -> list[type]:
     """Every config class whose fields docs/settings.md documents: the core's and the plugins'."""
     from .egress import EgressSettings
     from .hands.files import FilesSettings
-    from .hands.quota import WorkspaceSettings
-    from .hands.sandbox import SandboxSettings
-    from .hands.seccomp import SeccompSettings
+    from .hands.isolating import SandboxSettings, SeccompSettings, WorkspaceSettings
 
     classes: list[type] = [HostSettings, LogSettings, BrainSettings, HandsConfig, HandsSettings, SandboxSettings,
                            SeccompSettings, WorkspaceSettings, EgressSettings, FilesSettings]
@@ -212,7 +210,7 @@ class Host:
         self._started = True
         if self.hands is not None:
             if self.settings.reap_on_start:
-                from .hands.reaper import reap_orphans
+                from .hands.launching import reap_orphans
 
                 reaped = await asyncio.to_thread(reap_orphans, self.hands.registry.dir)
                 if reaped:

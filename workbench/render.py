@@ -33,9 +33,20 @@ def tool_input(name: Any, inp: Any) -> str:
     return compact(inp)
 
 
+def result_blocks(payload: Mapping[str, Any]) -> list[Any]:
+    """The content blocks a tool result gave the model: as stored, or rendered from its observation (a python
+    call's result keeps its outputs once: hands/observing, docs/events.md)."""
+    content = payload.get("content")
+    if isinstance(content, list) or not isinstance(payload.get("observation"), Mapping):
+        return content if isinstance(content, list) else []
+    from .hands.observing import result_content  # only here: what renders outputs is the hands', and this stays cheap
+
+    return result_content(dict(payload))
+
+
 def result_text(payload: Mapping[str, Any]) -> str:
     """The text a tool result gave the model, with a note per image."""
-    blocks = [b for b in payload.get("content") or [] if isinstance(b, Mapping)]
+    blocks = [b for b in result_blocks(payload) if isinstance(b, Mapping)]
     texts = [str(b.get("text", "")) for b in blocks if b.get("type") == "text"]
     images = sum(1 for b in blocks if b.get("type") == "image")
     return "\n".join(texts + ([f"[{images} image(s)]"] if images else []))

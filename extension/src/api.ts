@@ -103,6 +103,15 @@ export class ApiError extends Error {
   }
 }
 
+/** How often a message that got no answer is sent again, with its key. */
+const SEND_RETRIES = 2;
+
+/** A random idempotency key (crypto.randomUUID needs a secure context; a server over plain HTTP is not one). */
+function newKey(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, b => b.toString(16).padStart(2, '0')).join('');
+}
+
 export class WorkbenchApi {
   constructor(readonly settings = ServerConnection.makeSettings()) {}
 
@@ -158,8 +167,21 @@ export class WorkbenchApi {
     return this.post('sessions', body);
   }
 
-  send(id: string, text: string): Promise<{ session_id: string; seq: number }> {
-    return this.post(`sessions/${id}/messages`, { text });
+  /**
+   * Send a message with an idempotency key of its own, and send it again with the same key when the
+   * connection fails: the server records it once (docs/api.md, "Retrying safely").
+   */
+  async send(id: string, text: string): Promise<{ session_id: string; seq: number }> {
+    const body = { text, idempotency_key: newKey() };
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.post(`sessions/${id}/messages`, body);
+      } catch (e) {
+        if (!(e instanceof ServerConnection.NetworkError) || attempt >= SEND_RETRIES) {
+          throw e;
+        }
+      }
+    }
   }
 
   interrupt(id: string): Promise<{ interrupted: boolean }> {

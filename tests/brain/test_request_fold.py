@@ -8,14 +8,18 @@ brain's fold is checked against it after every event, through the brain's own vi
 
 from __future__ import annotations
 
+import base64
 import copy
+import io
 import json
 
 import pytest
+from PIL import Image
 
 from workbench.brain import Brain, BrainSettings, build_request, turn_state
 from workbench.brain.coldread import read_conversation
 from workbench.brain.request import CLEARED, Conversation
+from workbench.hands import Observation
 from workbench.log import DuckDBLog, MemoryLog
 
 IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo" + "A" * 64}}
@@ -53,7 +57,9 @@ def reference_request(events):
             order.extend(b["id"] for b in msg["content"] if b["type"] == "tool_use")
         elif e.type == "tool_result":
             p = e.payload
-            block = {"type": "tool_result", "tool_use_id": p["tool_use_id"], "content": p["content"]}
+            # a python call's result holds its observation alone: the model reads the blocks rendered from it
+            content = p["content"] if "content" in p else Observation.from_json(p["observation"]).content_blocks()
+            block = {"type": "tool_result", "tool_use_id": p["tool_use_id"], "content": content}
             if p.get("is_error"):
                 block["is_error"] = True
             results[p["tool_use_id"]] = block
@@ -456,3 +462,144 @@ async def test_a_cold_read_starts_at_the_latest_compaction_the_brain_recorded(tm
         cold = read_conversation(again, sid)
     assert canon(cold.request()) == canon(full.request()) and cold.state == full.state and cold.seq == full.seq
     assert len(cold.messages) == len(cold.request()["messages"]) == len(full.messages) < len(every_kind()) // 4
+
+
+@pytest.mark.asyncio
+async def test_a_cold_read_from_the_latest_compaction_still_knows_the_keys_of_the_messages_before_it(tmp_path):
+    """A message retried with its idempotency key after a restart starts nothing, even when the message is
+    older than the latest compaction (which a cold read starts from); the same key with another text is refused."""
+    from workbench.brain.models import Reply, ScriptedModel
+    from workbench.errors import KeyReused
+
+    path = tmp_path / "log.duckdb"
+    log = DuckDBLog(path)
+    sid = make_session(log, {"mode": "compact", "trigger": 50_000})
+    for type_, payload in every_kind():
+        if payload.get("text") == "first":
+            payload = {**payload, "idempotency_key": "k-first"}
+        log.append(sid, type_, payload)
+    for type_, payload in [("tool_result", result(10, [{"type": "text", "text": "10"}])),
+                           ("assistant_turn", msg(14, [{"type": "text", "text": "all done"}], "end_turn")),
+                           ("turn_ended", {"stop_reason": "end_turn"})]:
+        log.append(sid, type_, payload)
+    first = next(e for e in log.events(sid, types=["user_message"]) if e.payload["text"] == "first")
+    brain = Brain(log, hands_factory=None, model_factory=lambda name: ScriptedModel([Reply(text="ok")]))
+    try:
+        assert await brain.run_turn(sid, "next") == "end_turn"
+    finally:
+        await brain.close()
+    (start,) = log.cursor().execute("SELECT request_from FROM sessions WHERE id = ?", [sid]).fetchone()
+    assert start > first.seq  # the cold read below does not read the message itself
+    last = log.events(sid)[-1].seq
+    log.close()
+    with DuckDBLog(path) as again:
+        brain = Brain(again, hands_factory=None, model_factory=lambda name: ScriptedModel([Reply(text="ok")]))
+        try:
+            event = await brain.start_turn(sid, "first", key="k-first")
+            assert (event.seq, event.payload) == (first.seq, first.payload)
+            with pytest.raises(KeyReused):
+                await brain.start_turn(sid, "another text", key="k-first")
+        finally:
+            await brain.close()
+        assert again.events(sid)[-1].seq == last  # nothing was recorded, no turn started
+
+
+# -- a python call's result, stored once -------------------------------------------------------------------------
+
+def png() -> str:
+    out = io.BytesIO()
+    Image.new("RGB", (4, 2), "red").save(out, "PNG")
+    return base64.b64encode(out.getvalue()).decode()
+
+
+PNG = png()
+
+
+async def collected() -> list[Observation]:
+    """Observations as the hands collect them: long text, HTML, more images than the model is shown, an error;
+    a death that kept what the call printed; a kernel that could not start."""
+    from workbench.hands.observing import Budget, Collector, death_note, failure
+
+    col = Collector(Budget(output_limit=3_000, max_images=3), 1)
+    await col.feed("stream", {"name": "stdout", "text": "".join(f"row {i}\n" for i in range(2_000))})
+    await col.feed("display_data", {"data": {"text/plain": "<IPython.core.display.HTML object>",
+                                             "text/html": "<table><tr><th>a</th></tr><tr><td>ünï \u2028</td></tr></table>"}})
+    for i in range(5):
+        await col.feed("display_data", {"data": {"text/plain": f"<Figure {i}>", "image/png": PNG}})
+    await col.feed("stream", {"name": "stderr", "text": "\x1b[31mwarned\x1b[0m\r\n"})
+    await col.feed("error", {"ename": "ValueError", "evalue": "bad", "traceback": ["\x1b[31mValueError\x1b[0m: bad"]})
+    first = col.done()
+    col = Collector(Budget(), 2)
+    await col.feed("stream", {"name": "stdout", "text": "before the kill\n"})
+    partial = col.done()
+    died = failure(death_note("signal SIGKILL"), ename="KernelDied", generation=2, stdout=partial.stdout,
+                   outputs=partial.outputs, text_limit=partial.text_limit, max_images=partial.max_images)
+    unstarted = failure("the kernel could not start: no", ename="KernelStartError", notes=["[replayed 1 call]"])
+    return [first, died, unstarted]
+
+
+@pytest.mark.asyncio
+async def test_a_python_result_is_stored_once_and_the_model_reads_what_it_read_before(tmp_path, caplog):
+    from workbench.brain import Tool
+    from workbench.brain.models import Reply, ScriptedModel
+    from workbench.brain.tools import PYTHON, observation_output
+
+    observations = await collected()
+    before = [o.content_blocks() for o in observations]  # what results held beside the observation until now
+    queue = list(observations)
+
+    async def run(inp, ctx):
+        return observation_output(queue.pop(0))
+
+    sent = []
+
+    def script(request):
+        sent.append(request)
+        return Reply(code=["1"]) if len(sent) <= len(observations) else Reply(text="done")
+
+    log = DuckDBLog(tmp_path / "log.duckdb")
+    brain = Brain(log, hands_factory=None, model_factory=lambda name: ScriptedModel(script, name=name),
+                  tools={"python": Tool("python", PYTHON.description, PYTHON.input_schema, run)})
+    try:
+        sid = brain.create_session(model="scripted")["id"]
+        assert await brain.run_turn(sid, "go") == "end_turn"
+    finally:
+        await brain.close()
+    results = [e.payload for e in log.events(sid, types=["tool_result"])]
+    # the outputs once: no content beside them, no stdout, stderr or result repeating their text, an image once
+    assert all("content" not in r and not {"stdout", "stderr", "result"} & set(r["observation"]) for r in results)
+    assert json.dumps(results[0]).count(PNG) == 5  # five figures, of which the model reads three
+    assert len(json.dumps(results[0])) < len(json.dumps({"content": before[0], **results[0]})) - 3 * 64
+    # the model read, in every request, the blocks it read of the live observation
+    assert [b["content"] for m in sent[-1]["messages"] for b in m["content"] if b.get("type") == "tool_result"] == before
+    # and a fold of the events, a build from scratch and a cold read of the file give that request, by the projection
+    events = log.events(sid)
+    cold = read_conversation(log, sid)
+    assert canon(cold.request()) == canon(Conversation().feed_all(events).request()) == canon(build_request(events))
+    assert canon(cold.request()["messages"]) == canon(reference_request(events)["messages"])
+    assert not [r for r in caplog.records if "projected read" in r.getMessage()]
+    assert [Observation.from_json(r["observation"]).stdout for r in results] == [o.stdout for o in observations]
+    log.close()
+
+
+def test_a_result_stored_before_reads_its_stored_content(tmp_path):
+    """A result that held content beside its observation (all of them before): the model reads that content, even
+    where the observation would render otherwise (it held no budget then)."""
+    log = DuckDBLog(tmp_path / "log.duckdb")
+    sid = make_session(log)
+    said = [{"type": "text", "text": "as it was sent"}]
+    for type_, payload in [
+        ("user_message", {"text": "go"}),
+        ("assistant_turn", msg(1, [call(1)], "tool_use")),
+        ("tool_started", {"tool_use_id": "toolu_1", "name": "python", "input": {"code": "1"}}),
+        ("tool_result", {"tool_use_id": "toolu_1", "name": "python", "content": said, "is_error": False,
+                         "observation": {"outputs": [{"output_type": "stream", "name": "stdout", "text": "x" * 99_000}],
+                                         "stdout": "x" * 99_000, "stderr": "", "result": None, "error": None,
+                                         "truncated": [], "generation": 1, "duration_ms": 1.0, "notes": []}}),
+    ]:
+        log.append(sid, type_, payload)
+    events = log.events(sid)
+    for conv in (read_conversation(log, sid), Conversation().feed_all(events)):
+        assert conv.request()["messages"][-1]["content"] == [{"type": "tool_result", "tool_use_id": "toolu_1", "content": said}]
+    assert canon(build_request(events)) == canon(reference_request(events))
+    log.close()

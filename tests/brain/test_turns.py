@@ -14,8 +14,8 @@ import pytest
 
 from workbench.brain import Brain, BrainSettings, turn_state
 from workbench.brain.models import Reply, ScriptedModel
-from workbench.errors import ConfigError, TurnBusy, UnknownSession
-from workbench.log import MemoryLog
+from workbench.errors import ConfigError, KeyReused, TurnBusy, UnknownSession
+from workbench.log import DuckDBLog, MemoryLog
 
 
 def make_brain(log, script, *, delay: float = 0.0, tools=None) -> Brain:
@@ -251,3 +251,211 @@ async def test_closing_the_brain_interrupts_running_turns_as_shutdown():
         assert log.events(sid, types=["interrupted"])[0].payload["by"] == "shutdown"
     with pytest.raises(TurnBusy):
         await brain.start_turn(sids[0], "after close")
+
+
+# -- a message sent again with its idempotency key is recorded once ------------------------------------------
+# A client whose POST got no answer cannot know whether the message was recorded; sending it again with the same
+# key is safe: the brain finds the key in the session's messages (its fold of the log, so also after a restart)
+# and answers with the first one's event, starting nothing. The same key with another message is KeyReused.
+
+
+async def idle(brain, sid) -> None:
+    while brain.running(sid):
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.asyncio
+async def test_a_message_sent_again_with_its_key_is_recorded_once():
+    log = MemoryLog()
+    brain = make_brain(log, lambda req: Reply(text="an answer"), delay=0.05)
+    sid = brain.create_session(model="scripted")["id"]
+    first = await brain.start_turn(sid, "hello", key="k-1")
+    assert first.payload == {"text": "hello", "idempotency_key": "k-1"}
+    again = await brain.start_turn(sid, "hello", key="k-1")  # while its turn runs: not TurnBusy, the same answer
+    assert again == first
+    await idle(brain, sid)
+    assert await brain.start_turn(sid, "hello", key="k-1") == first  # after it ended: still nothing new
+    before = log.events(sid)
+    with pytest.raises(KeyReused, match="k-1"):
+        await brain.start_turn(sid, "another message", key="k-1")
+    assert log.events(sid) == before  # refused: nothing written
+    # sent concurrently, a message is recorded once, and every sender gets its event
+    events = await asyncio.gather(*(brain.start_turn(sid, "twice?", key="k-2") for _ in range(8)))
+    assert len({e.seq for e in events}) == 1
+    await idle(brain, sid)
+    kinds = consistent(log, sid)
+    assert kinds.count("user_message") == 2 and [e.payload["text"] for e in log.events(sid, types=["user_message"])] == \
+        ["hello", "twice?"]
+    # a message without a key is a new message each time
+    await brain.start_turn(sid, "hello")
+    await idle(brain, sid)
+    assert consistent(log, sid).count("user_message") == 3
+    await brain.close()
+
+
+@pytest.mark.asyncio
+async def test_the_key_is_found_after_a_restart(tmp_path):
+    path = tmp_path / "wb.duckdb"
+    log = DuckDBLog(path)
+    brain = make_brain(log, lambda req: Reply(text="an answer"))
+    sid = brain.create_session(model="scripted")["id"]
+    first = await brain.start_turn(sid, "hello", key="0f8e2a7c-4b1d-4c9e-9a51-7d3b2e6f0a11")
+    await idle(brain, sid)
+    await brain.close()
+    log.close()
+
+    log = DuckDBLog(path)  # a new process: the brain knows the session only from its log (a cold read)
+    try:
+        brain = make_brain(log, lambda req: Reply(text="an answer"))
+        before = log.events(sid)
+        again = await brain.start_turn(sid, "hello", key="0f8e2a7c-4b1d-4c9e-9a51-7d3b2e6f0a11")
+        assert (again.seq, again.payload) == (first.seq, first.payload)
+        with pytest.raises(KeyReused):
+            await brain.start_turn(sid, "hello?", key="0f8e2a7c-4b1d-4c9e-9a51-7d3b2e6f0a11")
+        assert log.events(sid) == before and not brain.running(sid)
+        await brain.close()
+    finally:
+        log.close()
+
+
+# -- a turn can always be closed -----------------------------------------------------------------------------
+# `_close` writes turn_failed (or interrupted) with the error's text, the results owed to pending calls, and
+# turn_ended. The log refuses a payload with a lone surrogate, and a write may fail: the fuzzer found a chat
+# turn left open with nothing running. A closing event refused as it is is written again, minimal; refused
+# even so, the turn's task fails loudly instead of leaving the turn open quietly.
+
+
+@pytest.mark.asyncio
+async def test_a_lone_surrogate_or_nul_in_the_error_text_still_closes_the_turn(caplog):
+    from workbench.brain import BUILTIN_TOOLS, Tool
+
+    async def broken(inp, ctx):
+        raise Boom("the tool broke on \ud800 and \x00")
+
+    tools = {**BUILTIN_TOOLS, "broken": Tool("broken", "a tool with a bug", {"type": "object"}, broken)}
+    log = MemoryLog()
+    brain = make_brain(log, [Reply(tool_calls=[("broken", {}), ("broken", {})]), Reply(text="after")], tools=tools)
+    sid = brain.create_session(model="scripted", tools=["broken"])["id"]
+    with pytest.raises(Boom):
+        await brain.run_turn(sid, "use it")
+    kinds = consistent(log, sid)  # closed: one turn_ended, every call answered
+    assert kinds[-4:] == ["turn_failed", "tool_result", "tool_result", "turn_ended"]
+    error = log.events(sid, types=["turn_failed"])[0].payload["error"]
+    assert error == "Boom: the tool broke on \\ud800 and \\x00"  # escaped, not dropped
+    results = [e.payload for e in log.events(sid, types=["tool_result"])]
+    assert all(r["is_error"] for r in results) and "\\ud800" in results[0]["content"][0]["text"]
+    assert await brain.run_turn(sid, "again") == "end_turn"  # the session goes on
+    await brain.close()
+    # what the brain logged can be written to a UTF-8 file (or sent by a test runner to its parent)
+    for record in caplog.records:
+        caplog.handler.format(record).encode("utf-8")
+
+
+@pytest.mark.asyncio
+async def test_an_oversized_error_is_cut_and_the_turn_closed():
+    log = MemoryLog()
+
+    def script(request):
+        raise Boom("x" * 5_000_000)
+
+    brain = make_brain(log, script)
+    sid = brain.create_session(model="scripted")["id"]
+    with pytest.raises(Boom):
+        await brain.run_turn(sid, "go")
+    assert consistent(log, sid)[-2:] == ["turn_failed", "turn_ended"]
+    assert len(log.events(sid, types=["turn_failed"])[0].payload["error"]) <= 2000
+    await brain.close()
+
+
+class RefusingLog(DuckDBLog):
+    """A real DuckDB log whose commit fails (as a full disk would) for transactions that write `refuse` events,
+    `times` times."""
+
+    def __init__(self, path, refuse: str, times: int):
+        super().__init__(path)
+        self.refuse, self.times, self.refused = refuse, times, 0
+
+    def _commit(self, tx):
+        if self.refused < self.times and any(e.type == self.refuse for e in tx.appended):
+            self.refused += 1
+            raise OSError(28, "No space left on device")
+        super()._commit(tx)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("refuse", ["turn_failed", "tool_result", "turn_ended", "interrupted"])
+async def test_a_closing_write_the_log_refuses_once_is_written_again_and_the_turn_closed(tmp_path, refuse):
+    from workbench.brain import BUILTIN_TOOLS, Tool
+
+    async def slow(inp, ctx):
+        await asyncio.sleep(60)
+
+    async def broken(inp, ctx):
+        raise Boom("tool bug")
+
+    tools = {**BUILTIN_TOOLS, "slow": Tool("slow", "slow", {"type": "object"}, slow),
+             "broken": Tool("broken", "broken", {"type": "object"}, broken)}
+    log = RefusingLog(tmp_path / "wb.duckdb", refuse, times=0)
+    try:
+        # an interrupt closes with interrupted; a harness failure with turn_failed: both answer a pending call
+        name = "slow" if refuse == "interrupted" else "broken"
+        brain = make_brain(log, [Reply(tool_calls=[(name, {}), (name, {})]), Reply(text="after")], tools=tools)
+        sid = brain.create_session(model="scripted", tools=[name])["id"]
+        log.times = 1
+        if refuse == "interrupted":
+            await brain.start_turn(sid, "go")
+            while not log.events(sid, types=["tool_started"]):
+                await asyncio.sleep(0.01)
+            assert await brain.interrupt(sid)
+        else:
+            with pytest.raises(Boom):
+                await brain.run_turn(sid, "go")
+        assert log.refused == 1
+        kinds = consistent(log, sid)
+        assert kinds.count(refuse) >= 1 and kinds[-1] == "turn_ended" and not brain.running(sid)
+        await brain.close()
+    finally:
+        log.close()
+
+
+@pytest.mark.asyncio
+async def test_a_turn_the_log_will_not_close_fails_loudly(tmp_path, caplog):
+    log = RefusingLog(tmp_path / "wb.duckdb", "turn_failed", times=0)
+    try:
+        brain = make_brain(log, lambda req: (_ for _ in ()).throw(Boom("model adapter bug")))
+        sid = brain.create_session(model="scripted")["id"]
+        log.times = 2  # the closing and its minimal second try
+        with pytest.raises(RuntimeError, match=f"the turn of session {sid} cannot be closed") as e:
+            await brain.run_turn(sid, "go")
+        assert isinstance(e.value.__cause__, OSError)  # the first refusal; the second is in the message
+        assert log.session(sid)["state"] == "unfinished"  # open: the next resume closes it
+        log.times = 0
+        with pytest.raises(Boom):  # the model fails again, and this time its closing is written
+            await brain.resume(sid)
+        assert consistent(log, sid)[-2:] == ["turn_failed", "turn_ended"]
+        # started in the background, the failure is logged as an error with its traceback, never silent
+        log.times, log.refused = 2, 0
+        caplog.clear()
+        await brain.start_turn(sid, "again")
+        while brain.running(sid):
+            await asyncio.sleep(0.01)
+        errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert any("Traceback" in m and "cannot be closed" in m for m in errors), errors
+        await brain.close()
+    finally:
+        log.close()
+
+
+@pytest.mark.asyncio
+async def test_a_turn_cancelled_before_its_first_step_tells_its_starter():
+    """A shutdown's cancel landing between a turn's spawn and its first step: the turn wrote nothing, and the
+    request that started it is answered (it waited for ever for the turn's first event)."""
+    log = MemoryLog()
+    brain = make_brain(log, [Reply(text="never")])
+    sid = brain.create_session(model="scripted")["id"]
+    await brain.conversation(sid)  # kept, and its model made: starting the turn waits for nothing before the spawn
+    brain.model("scripted")
+    started, closed = await asyncio.wait_for(asyncio.gather(brain.start_turn(sid, "hello"), brain.close(),
+                                                            return_exceptions=True), 30)
+    assert isinstance(started, TurnBusy) and "nothing was written" in str(started), started
+    assert closed is None and [e.type for e in log.events(sid)] == ["session_created"]

@@ -18,6 +18,7 @@ from workbench.evals import Task, TaskLimits, Verifier, load_tasks, results
 from workbench.evals.results import COLUMNS
 from workbench.hands.factory import HandsSettings
 from workbench.host import Host
+from workbench.render import result_blocks
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
 
@@ -120,7 +121,7 @@ async def test_the_agent_cannot_alter_the_grader_or_its_result(tmp_path):
         df = await host.plugin("evals").make_run(tasks, ["scripted:eval"]).run()
         row = df.iloc[0]
         events = host.log.events(row.session_id)
-        outputs = [e.payload["content"][0]["text"] for e in events if e.type == "tool_result"]
+        outputs = [result_blocks(e.payload)[0]["text"] for e in events if e.type == "tool_result"]
         assert "could not reach the grader" in outputs[2] and outputs[2].rstrip().endswith("right"), outputs[2]
         assert "fractions.py" in outputs[1] and "verdict.json" in outputs[1]
         (verdict,) = [e.payload for e in events if e.type == "eval_verdict"]

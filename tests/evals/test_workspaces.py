@@ -14,10 +14,11 @@ import pytest
 
 from workbench.evals import Task, TaskLimits, Verifier
 from workbench.hands.factory import HandsSettings
-from workbench.hands.preflight import preflight
+from workbench.hands.isolating import preflight
 from workbench.host import Host
+from workbench.render import result_blocks
 
-pytestmark = [pytest.mark.slow, pytest.mark.asyncio, pytest.mark.isolation,
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio,
               pytest.mark.skipif(not preflight().ok, reason="no working bubblewrap here")]
 
 FILL = Task(
@@ -54,7 +55,7 @@ async def test_an_attempt_fills_its_own_workspace_and_no_more_and_finds_it_again
         df = await host.plugin("evals").make_run([FILL], ["scripted:eval"], run_id="quota").run()
         row = df.iloc[0]
         events = host.log.events(row.session_id)
-        out = json.loads(next(e.payload["content"][0]["text"] for e in events if e.type == "tool_result"))
+        out = json.loads(next(result_blocks(e.payload)[0]["text"] for e in events if e.type == "tool_result"))
         started = next(e.payload for e in events if e.type == "hands_started")
     assert bool(row.passed), row.reason
     assert out["error"] in ("ENOSPC", "EDQUOT") and out["written"] <= 16 << 20, out

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from bench.fidelity import compare_notebook
-from workbench.hands.preflight import preflight
+from workbench.hands.isolating import preflight
 
 PNG_MAKERS = """
 import io

@@ -21,6 +21,7 @@ from workbench.brain.models import ScriptedModel
 from workbench.brain.models.scripted import Reply
 from workbench.hands import Observation
 from workbench.hands.factory import HandsFactory, HandsSettings
+from workbench.render import result_blocks
 
 MB = 1 << 20
 
@@ -240,7 +241,8 @@ async def test_through_the_brain_hostile_output_is_a_tool_result_the_log_stores(
     assert "turn_failed" not in [e.type for e in events]
     first, lost, last = [e.payload for e in events if e.type == "tool_result"]
     observation = first["observation"]
-    assert observation["stdout"].endswith("end\n") and last["observation"]["stdout"] == "next call\n"
+    assert Observation.from_json(observation).stdout.endswith("end\n")
+    assert Observation.from_json(last["observation"]).stdout == "next call\n"
     assert any("output was lost" in n for n in lost["observation"]["truncated"])
     assert 1 <= len([o for o in observation["outputs"] if o["output_type"] == "display_data"]) <= 20
     assert len(json.dumps(first, ensure_ascii=False).encode()) < 2 * 4 * MB + 100_000  # the observation, about twice
@@ -272,9 +274,9 @@ async def test_whatever_a_call_shows_the_model_reads_within_one_text_budget_and_
     outputs = result["observation"]["outputs"]
     assert sum(o["output_type"] == "display_data" for o in outputs) == 550  # the record keeps them all
     assert len(json.dumps(outputs, ensure_ascii=False).encode()) <= 4 * MB  # within max_observation_bytes
-    texts = [b["text"] for b in result["content"] if b["type"] == "text"]
+    texts = [b["text"] for b in result_blocks(result) if b["type"] == "text"]
     assert sum(map(len, texts)) <= 20_000, sum(map(len, texts))
-    assert sum(b["type"] == "image" for b in result["content"]) == 20  # max_images: the first 20
+    assert sum(b["type"] == "image" for b in result_blocks(result)) == 20  # max_images: the first 20
     shown = "\n".join(texts)
     assert shown.startswith("start ooo") and "the end'" in shown  # the first output, and the last
     assert re.search(r"\[\.\.\. [0-9,]+ characters cut here: the model reads at most output_limit", shown)

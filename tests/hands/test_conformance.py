@@ -27,7 +27,7 @@ SHORT = {"timeout": 5, "interrupt_grace": 1.0, "startup_timeout": 60}
 def _backend_settings(param: str, request, tmp_path) -> HandsSettings:
     backend, _, pooled = param.partition("+")
     if backend == "sandbox":
-        from workbench.hands.preflight import preflight
+        from workbench.hands.isolating import preflight
 
         check = preflight()
         if not check.ok:

@@ -10,7 +10,9 @@ import pytest
 from workbench.brain import Brain
 from workbench.brain.models import ScriptedModel
 from workbench.brain.models.scripted import Reply
+from workbench.hands import Observation
 from workbench.hands.factory import HandsFactory
+from workbench.render import result_blocks
 
 KILLS = 20
 
@@ -39,8 +41,8 @@ async def test_twenty_sigkills_in_one_session(log, settings):
     assert len(results) == KILLS + 1
     died = [r for r in results[:KILLS] if r["is_error"] and r["observation"]["error"]["ename"] == "KernelDied"]
     assert len(died) == KILLS
-    assert "signal SIGKILL" in died[0]["content"][0]["text"]
-    assert results[-1]["observation"]["stdout"] == "alive False\n"
+    assert "signal SIGKILL" in result_blocks(died[0])[0]["text"]
+    assert Observation.from_json(results[-1]["observation"]).stdout == "alive False\n"
     started = [e.payload for e in events if e.type == "hands_started"]
     assert [s["generation"] for s in started] == list(range(1, KILLS + 2))
     assert len({s["pid"] for s in started}) == KILLS + 1  # 21 distinct kernels

@@ -19,12 +19,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from workbench.hands.preflight import preflight
-from workbench.log import DuckDBLog
-from workbench.testing import JupyterProcess
-
 from wbsupport import WORKBENCH, cli_env
+
+from workbench.hands import Observation
+from workbench.hands.isolating import preflight
+from workbench.log import DuckDBLog
+from workbench.render import result_blocks
+from workbench.testing import JupyterProcess
 
 PROBE = r"""
 import json, os
@@ -85,8 +86,8 @@ def strangers(report: dict) -> list[str]:
 
 def probe_result(events: list) -> dict:
     result = next(e for e in events if e.type == "tool_result")
-    assert not result.payload["is_error"], result.payload["content"]
-    return json.loads(result.payload["observation"]["stdout"])
+    assert not result.payload["is_error"], result_blocks(result.payload)
+    return json.loads(Observation.from_json(result.payload["observation"]).stdout)
 
 
 @pytest.mark.parametrize("backend", backends())
@@ -125,13 +126,13 @@ def test_under_a_jupyter_server_logging_to_a_file(tmp_path, backend):
     finally:
         server.stop()
     result, fd_result = [e["payload"] for e in events if e["type"] == "tool_result"]
-    assert not result["is_error"], result["content"]
-    report = json.loads(result["observation"]["stdout"])
+    assert not result["is_error"], result_blocks(result)
+    report = json.loads(Observation.from_json(result["observation"]).stdout)
     log_target = str(server.logfile.resolve())
     assert not [t for t, *_ in report["fds"].values() if t == log_target]
     assert strangers(report) == []
-    shown = fd_result["content"][0]["text"]
-    assert "fd-level-" + "shell" in shown and "fd-level-" + "c-write" in shown, fd_result["content"]
+    shown = result_blocks(fd_result)[0]["text"]
+    assert "fd-level-" + "shell" in shown and "fd-level-" + "c-write" in shown, result_blocks(fd_result)
     assert "fd-level-" not in server.logfile.read_text(errors="replace")
 
 

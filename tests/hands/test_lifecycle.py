@@ -16,9 +16,9 @@ import psutil
 import pytest
 
 from workbench.errors import ConfigError
-from workbench.hands import quota
+from workbench.hands.isolating import quota
 from workbench.hands.factory import HandsFactory, HandsSettings
-from workbench.hands.reaper import KernelRegistry, reap_orphans
+from workbench.hands.launching import KernelRegistry, LocalLauncher, reap_orphans
 from workbench.log import DuckDBLog
 
 WORKBENCH = [sys.executable, "-m", "workbench.cli"]
@@ -210,7 +210,7 @@ def _mentioning(root: str) -> list[psutil.Process]:
 def test_a_host_killed_while_kernels_boot_leaves_no_process(hands_tmp, backend):
     """SIGKILL a host at many points of many kernel boots: nothing of any of them may live on."""
     if backend == "sandbox":
-        from workbench.hands.preflight import preflight
+        from workbench.hands.isolating import preflight
 
         check = preflight()
         if not check.ok:
@@ -248,7 +248,7 @@ def test_a_host_killed_while_kernels_boot_leaves_no_process(hands_tmp, backend):
 async def test_kernels_stopped_while_they_boot_leave_no_process(hands_tmp, backend):
     """Closing a factory at many points of its pool's boots stops every kernel, half-booted ones included."""
     if backend == "sandbox":
-        from workbench.hands.preflight import preflight
+        from workbench.hands.isolating import preflight
 
         check = preflight()
         if not check.ok:
@@ -279,6 +279,25 @@ async def test_kernels_stopped_while_they_boot_leave_no_process(hands_tmp, backe
 
 
 @pytest.mark.asyncio
+async def test_a_kill_cut_short_still_closes_the_kernels_zmq_contexts(gone):
+    """A kill cancelled halfway (as an event loop that closes cancels a kill nobody awaits any more) closes both ZMQ
+    contexts all the same: one left open is terminated by garbage collection later, in whatever code runs then,
+    and that blocks for good while a socket of it is open (a pytest worker hung so)."""
+    kernel = await LocalLauncher().start(None)
+    km, kc, pid = kernel.km, kernel.kc, kernel.pid
+    assert kc is not None and pid is not None
+    kill = asyncio.get_running_loop().create_task(kernel.kill())
+    await asyncio.sleep(0)  # the kill runs to its first wait, in jupyter_client's shutdown (SIGKILL already sent)
+    kill.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await kill
+    assert km.context.closed and kc.context.closed
+    assert gone([pid], timeout=30)
+    kernel.output.close()
+    kernel._cleanup()
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize("backend", ["local", "gateway", "sandbox"])
 async def test_every_launcher_fills_the_pool_and_says_which_sessions_a_pooled_kernel_fits(backend, request, tmp_path):
     settings = HandsSettings(backend=backend, pool_size=1, registry_dir=str(tmp_path / "registry"))
@@ -286,7 +305,7 @@ async def test_every_launcher_fills_the_pool_and_says_which_sessions_a_pooled_ke
         gw = request.getfixturevalue("gateway")
         settings.gateway_url, settings.gateway_token = gw.url, gw.token
     if backend == "sandbox":
-        from workbench.hands.preflight import preflight
+        from workbench.hands.isolating import preflight
 
         check = preflight()
         if not check.ok:

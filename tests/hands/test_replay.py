@@ -7,7 +7,9 @@ import pytest
 from workbench.brain import Brain
 from workbench.brain.models import ScriptedModel
 from workbench.brain.models.scripted import Reply
+from workbench.hands import Observation
 from workbench.hands.factory import HandsFactory
+from workbench.render import result_blocks
 
 KILL = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
 
@@ -41,8 +43,8 @@ async def test_replay_reruns_marked_calls_and_says_so(log, settings):
     results = [e.payload for e in events if e.type == "tool_result"]
     assert results[0]["replayable"] is True
     last = results[-1]
-    assert last["observation"]["stdout"] == "10 True False\n"
-    text = last["content"][0]["text"]
+    assert Observation.from_json(last["observation"]).stdout == "10 True False\n"
+    text = result_blocks(last)[0]["text"]
     assert "1 earlier call(s) marked replayable were re-run" in text and "import math" in text
     replayed = [e.payload for e in events if e.type == "hands_replayed"]
     first_id = next(e.payload["tool_use_id"] for e in events if e.type == "tool_started")

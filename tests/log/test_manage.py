@@ -187,6 +187,23 @@ def test_search_finds_titles_and_content_in_any_case_paged(log):
     assert [h["id"] for h in log.search("sine", archived=False)["hits"]] == ["b"]
 
 
+def test_search_finds_a_python_result_stored_once_by_the_text_of_its_outputs(log):
+    """A python call's result holds its observation alone (no content beside it): its words are its outputs'."""
+    chat(log, "a", "hi", open_last=True)
+    log.append("a", "tool_result", {"tool_use_id": "t0", "name": "python", "is_error": True, "observation": {
+        "outputs": [{"output_type": "stream", "name": "stdout", "text": "Printed-Needle ünï\n"},
+                    {"output_type": "display_data", "data": {"text/plain": "Plain-Needle", "text/html": "<b>Html-Only</b>"}},
+                    {"output_type": "execute_result", "data": {"text/plain": "Result-Needle"}, "execution_count": 3},
+                    {"output_type": "error", "ename": "WeirdError", "evalue": "deep", "traceback": ["tb-only"]}],
+        "error": {"ename": "WeirdError", "evalue": "Error-Needle", "traceback": []}, "truncated": [], "notes": [],
+        "generation": 1, "duration_ms": 1.0, "text_limit": 20_000, "max_images": 20}})
+    for needle in ("printed-needle ÜNÏ", "plain-needle", "result-needle", "weirderror", "error-needle"):
+        got = log.search(needle)["hits"]
+        assert [(h["id"], h["type"]) for h in got] == [("a", "tool_result")], needle
+        assert needle.split()[0].lower() in got[0]["snippet"].lower()
+    assert log.search("html-only")["hits"] == [] and log.search("output_type")["hits"] == []
+
+
 @pytest.mark.parametrize("text, kw", [("", {}), ("  ", {}), ("x" * 201, {}), (None, {}), ("a", {"limit": 0}),
                                       ("a", {"limit": 101}), ("a", {"limit": True}), ("a", {"cursor": "-1"}),
                                       ("a", {"cursor": "x"}), ("a", {"cursor": "١"}), ("a", {"archived": "no"})])

@@ -92,6 +92,7 @@ def test_a_dream_killed_mid_way_is_resumed_from_the_command_line_and_committed_o
     assert again.returncode == 0 and "0 proposal(s)" in again.stdout
 
 
+@pytest.mark.timeout(900)  # a dream killed, then a dozen CLI subprocesses: it passed the 300 s default in CI at load 14
 def test_dreams_cancel_from_the_command_line(recorded, db_path):
     """`workbench dreams --cancel ID` on a dream killed between its chunks: it says so, the dream shows
     `cancelled`, `workbench resume` reads no further chunk, a second cancel says it was already

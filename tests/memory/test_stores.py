@@ -664,7 +664,10 @@ async def test_stores_through_the_rest_api(recorded, jp_fetch, jp_ws_fetch):
     code, err = await post_import(json.dumps(doc).encode(), store="other")
     assert code == 409 and "exists in store 'team'" in err["error"]
     before = (await call(jp_fetch, "GET", "memories"))[1]["memories"]
-    for data in (b"{oops", b"\xff\xfe", json.dumps({**doc, "format_version": 9}).encode(), mutated(_twice)):
+    # a number too long or too big is refused before it is parsed (a 5,000-digit integer was a 500: issue 22)
+    numbers = [json.dumps({**doc, "format_version": 7}).replace('"format_version": 7', f'"format_version": {n}').encode()
+               for n in ("9" * 5000, "-" + "9" * 5000, "1e400", "NaN", "-Infinity", "1E99999999999999999999")]
+    for data in (b"{oops", b"\xff\xfe", json.dumps({**doc, "format_version": 9}).encode(), mutated(_twice), *numbers):
         code, err = await post_import(data)
         assert code == 400 and "export" in err["error"], (data[:40], err)
     code, err = await post_import(b" " * (MAX_FILE_BYTES + 1))

@@ -17,8 +17,8 @@ import pytest_asyncio
 
 from workbench.egress import EgressSettings, Vault
 from workbench.hands import HandsConfig, KernelHands
-from workbench.hands.preflight import preflight
-from workbench.hands.sandbox import SandboxLauncher
+from workbench.hands.isolating import preflight
+from workbench.hands.launching import SandboxLauncher
 
 _CHECK = preflight()
 needs_sandbox = pytest.mark.skipif(not _CHECK.ok, reason=f"no working bubblewrap here: {_CHECK.reason}")

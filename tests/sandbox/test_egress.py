@@ -13,8 +13,8 @@ import pytest_asyncio
 
 from workbench.egress import EgressPolicy, EgressProxy, EgressSettings, Vault
 from workbench.errors import ConfigError, VaultUnsafe
-from workbench.hands import HandsConfig, KernelHands
-from workbench.hands.sandbox import SandboxLauncher
+from workbench.hands import HandsConfig, KernelHands, Observation
+from workbench.hands.launching import SandboxLauncher
 
 from .conftest import needs_sandbox, no_process_left, run
 
@@ -329,7 +329,8 @@ async def test_through_the_brain_the_log_gets_few_denials_and_no_encoded_secret(
     assert sum(1 + d["suppressed"] for d in denied) == 300
     results = [e.payload for e in events if e.type == "tool_result"]
     assert [r["is_error"] for r in results] == [False, False]
-    assert results[1]["observation"]["stdout"].count("[secret example]") == 6, results[1]["observation"]["stdout"]
+    stdout = Observation.from_json(results[1]["observation"]).stdout
+    assert stdout.count("[secret example]") == 6, stdout
     logged = json.dumps([e.payload for e in events])
     for spelling in (secret, secret[::-1], secret.encode().hex(), secret.encode().hex().upper()):
         assert spelling not in logged
@@ -379,7 +380,13 @@ async def test_proxy_rewrites_what_the_kernel_sends(tmp_path, upstream, secret):
     listener = await EgressProxy(policy, vault, sink).listen(tmp_path / "egress.sock")
 
     async def send(raw: bytes) -> bytes:
-        r, w = await asyncio.open_unix_connection(str(tmp_path / "egress.sock"))
+        # through /proc/self/fd of its directory: a deep TMPDIR (a worker's, an unprivileged run's) passes the
+        # kernel's 107 bytes for a socket path, as the proxy itself allows for (egress/proxy.py)
+        dfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            r, w = await asyncio.open_unix_connection(f"/proc/self/fd/{dfd}/egress.sock")
+        finally:
+            os.close(dfd)
         w.write(raw)
         reply = await r.read()
         w.close()

@@ -25,12 +25,19 @@ import pytest
 import pytest_asyncio
 
 from workbench.errors import ConfigError
-from workbench.hands import KernelHands
+from workbench.hands import KernelHands, Observation
 from workbench.hands.factory import HandsFactory, HandsSettings
-from workbench.hands.sandbox import SandboxLauncher, base_args
-from workbench.hands.seccomp import (
-    CLONE_NEW, DENIED, SeccompFilter, SeccompSettings, SeccompUnavailable, compile_filter, prepare,
+from workbench.hands.isolating.bubblewrap import base_args
+from workbench.hands.isolating.seccomp import (
+    CLONE_NEW,
+    DENIED,
+    SeccompFilter,
+    SeccompSettings,
+    SeccompUnavailable,
+    compile_filter,
+    prepare,
 )
+from workbench.hands.launching import SandboxLauncher
 
 from .conftest import needs_sandbox, no_process_left, run
 
@@ -371,7 +378,7 @@ def test_no_key_crosses_between_two_hosts_sessions_or_from_a_host_into_its_sessi
         assert p.returncode == 0, p.stderr[-3000:]
         results[host] = json.loads(p.stdout.strip().splitlines()[-1])
     for host, result in results.items():
-        out = result["obs"]["stdout"]
+        out = Observation.from_json(result["obs"]).stdout
         assert result["obs"]["error"] is None, result["obs"]
         assert not [s for s in [*key_of.values(), *host_keys.values()] if s in json.dumps(result)], out
         parsed = json.loads(out)

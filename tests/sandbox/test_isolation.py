@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from jupyter_core.paths import jupyter_runtime_dir
 
-from workbench.hands.sandbox import SandboxSettings, python_trees
+from workbench.hands.isolating.bubblewrap import SandboxSettings, python_trees
 from workbench.log import DuckDBLog
 
 from .conftest import needs_sandbox, run

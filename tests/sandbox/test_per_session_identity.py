@@ -23,7 +23,7 @@ import pytest_asyncio
 
 from workbench.hands import KernelHands
 from workbench.hands.factory import HandsFactory, HandsSettings
-from workbench.hands.identity import Identities, NoIdentity, _uids_in_use
+from workbench.hands.isolating.identity import Identities, NoIdentity, _uids_in_use
 
 from .conftest import needs_sandbox, no_process_left, run
 
@@ -174,7 +174,7 @@ async def test_one_session_that_exhausts_message_queues_leaves_another_its_own(s
 
 LEASE = """
 import json, sys, time
-from workbench.hands.identity import Identities
+from workbench.hands.isolating.identity import Identities
 from pathlib import Path
 ids = Identities(int(sys.argv[1]), int(sys.argv[1]), 3, lease_dir=Path(sys.argv[2]))
 mine = ids.lease()
@@ -220,7 +220,7 @@ def test_leases_are_machine_wide_skip_uids_in_use_and_say_when_the_range_is_full
 def test_an_unprivileged_server_runs_every_sandbox_as_itself_in_a_namespace_of_its_own():
     code = textwrap.dedent("""
         import json
-        from workbench.hands.identity import Identities
+        from workbench.hands.isolating.identity import Identities
         me = Identities(64123, 64123, 4).lease()
         print(json.dumps([me.uid, me.own, me.owner, me.how]))
     """)

@@ -10,15 +10,16 @@ import logging
 import subprocess
 
 import pytest
+from wbsupport import WORKBENCH, cli_env
 
 from workbench.brain import Brain
 from workbench.brain.models import ScriptedModel
 from workbench.brain.models.scripted import Reply
+from workbench.hands import Observation
 from workbench.hands.factory import HandsFactory, HandsSettings
-from workbench.hands.preflight import preflight
-from workbench.hands.sandbox import SandboxSettings
+from workbench.hands.isolating import SandboxSettings, preflight
+from workbench.render import result_blocks
 
-from wbsupport import WORKBENCH, cli_env
 from .conftest import all_gone, needs_sandbox, tree
 
 
@@ -57,7 +58,7 @@ async def test_model_code_is_refused_without_a_sandbox(log, tmp_path, monkeypatc
     refused = [e.payload for e in events if e.type == "hands_refused"]
     assert len(refused) == 1 and "bubblewrap is not installed" in refused[0]["reason"] and refused[0]["fix"]
     result = next(e.payload for e in events if e.type == "tool_result")
-    assert result["is_error"] and "model code was not run" in result["content"][0]["text"]
+    assert result["is_error"] and "model code was not run" in result_blocks(result)[0]["text"]
     assert "ran" not in json.dumps(result) and not [e for e in events if e.type == "hands_started"]
 
 
@@ -73,7 +74,7 @@ async def test_the_unsafe_setting_runs_model_code_unsandboxed_and_says_so(log, t
     events = await _turn(log, factory, "print('ran')")
     assert [e.payload["launcher"] for e in events if e.type == "hands_started"] == ["unsafe-local"]
     result = next(e.payload for e in events if e.type == "tool_result")
-    assert not result["is_error"] and result["observation"]["stdout"] == "ran\n"
+    assert not result["is_error"] and Observation.from_json(result["observation"]).stdout == "ran\n"
 
 
 def test_the_cli_warns_on_stderr(tmp_path):
@@ -110,7 +111,7 @@ async def test_a_printed_secret_is_masked_in_the_log(log, tmp_path, monkeypatch,
     events = log.events(sid)
     assert [e.payload["launcher"] for e in events if e.type == "hands_started"] == ["sandbox"]
     result = next(e.payload for e in events if e.type == "tool_result")
-    assert result["observation"]["stdout"] == "the key is [secret example].\n"
+    assert Observation.from_json(result["observation"]).stdout == "the key is [secret example].\n"
     assert secret not in json.dumps([e.payload for e in events])
 
 

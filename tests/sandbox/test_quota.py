@@ -18,8 +18,8 @@ import pytest_asyncio
 
 from workbench.errors import ConfigError
 from workbench.hands import HandsConfig, KernelHands
-from workbench.hands import quota
-from workbench.hands.sandbox import SandboxLauncher
+from workbench.hands.isolating import quota
+from workbench.hands.launching import SandboxLauncher
 
 from .conftest import needs_sandbox, no_process_left, run
 
@@ -171,7 +171,7 @@ def test_destroy_while_a_file_is_still_open_in_the_workspace(ws_root):
 
 HOST = """
 import json, sys, time
-from workbench.hands import quota
+from workbench.hands.isolating import quota
 ws = quota.create(sys.argv[1], 32, json.loads(sys.argv[2]))
 open(ws.path / "left-behind.txt", "w").write("x")
 print(json.dumps({"name": ws.name, "enforced": ws.enforced}), flush=True)
@@ -221,7 +221,7 @@ def test_a_host_that_cannot_mount_says_the_quota_is_not_enforced(ws_root):
     """Root without CAP_SYS_ADMIN (as in many containers) gets a plain directory, and is told why."""
     code = textwrap.dedent("""
         import json, os, sys
-        from workbench.hands import quota
+        from workbench.hands.isolating import quota
         ws = quota.create(sys.argv[1], 32, (64123, 64123))
         st = os.stat(ws.path)
         print(json.dumps({"enforced": ws.enforced, "how": ws.how, "dir": ws.path.is_dir(), "owner": [st.st_uid, st.st_gid],
@@ -366,7 +366,7 @@ async def test_a_session_that_names_its_workdir_keeps_it_without_a_quota(session
 
 SANDBOX_HOST = """
 import asyncio, json, sys
-from workbench.hands import quota
+from workbench.hands.isolating import quota
 from workbench.hands.factory import HandsFactory, HandsSettings
 
 async def main():
@@ -388,7 +388,7 @@ asyncio.run(main())
 @quota_here
 @pytest.mark.asyncio
 async def test_a_sigkilled_hosts_workspaces_go_at_the_next_hosts_start(sessions, ws_root, tmp_path):
-    from workbench.hands.reaper import reap_orphans
+    from workbench.hands.launching import reap_orphans
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(quota.__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
     host = subprocess.Popen([sys.executable, "-c", SANDBOX_HOST, str(tmp_path / "reg"), str(ws_root)],

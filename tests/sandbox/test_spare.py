@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 
 from workbench.hands.factory import HandsFactory, HandsSettings
-from workbench.hands.quota import WorkspaceSettings
+from workbench.hands.isolating import WorkspaceSettings
 
 from .conftest import needs_sandbox, run
 

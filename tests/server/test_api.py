@@ -7,6 +7,7 @@ import signal
 
 from wbsrv import read_until, turn_ended
 
+from workbench.render import result_blocks
 from workbench.testing import Reply
 
 MODEL = "claude-opus-5-5"
@@ -28,7 +29,7 @@ async def test_turn_streams_in_order_and_reconnect_misses_nothing(wb, fake_api):
     assert [e["type"] for e in first][:2] == ["session_created", "user_message"] and first[1]["seq"] == seq
     assert rest[-1]["payload"]["stop_reason"] == "end_turn"
     results = [e for e in first + rest if e["type"] == "tool_result"]
-    assert len(results) == 1 and "42" in results[0]["payload"]["content"][0]["text"]
+    assert len(results) == 1 and "42" in result_blocks(results[0]["payload"])[0]["text"]
     texts = "".join(d["event"]["delta"].get("text", "") for d in deltas if d["event"]["type"] == "content_block_delta")
     assert "The answer is 42." in texts and all(d["session_id"] == sid for d in deltas)
     assert len(api.requests) == 2
@@ -68,8 +69,8 @@ async def test_killing_the_hands_mid_turn_gets_a_fresh_kernel(wb, fake_api):
     types = [e["type"] for e in events]
     assert "hands_died" in types and events[-1]["payload"]["stop_reason"] == "end_turn"
     died, fresh = [e for e in events if e["type"] == "tool_result"]
-    assert died["payload"]["is_error"] and "died" in died["payload"]["content"][0]["text"]
-    assert "fresh" in fresh["payload"]["content"][0]["text"] and not fresh["payload"]["is_error"]
+    assert died["payload"]["is_error"] and "died" in result_blocks(died["payload"])[0]["text"]
+    assert "fresh" in result_blocks(fresh["payload"])[0]["text"] and not fresh["payload"]["is_error"]
     started = [e for e in events if e["type"] == "hands_started"]
     assert [e["payload"]["generation"] for e in started] == [2]
     assert types.index("hands_died") < types.index("hands_started")
@@ -165,7 +166,7 @@ async def test_ten_sessions_at_once_and_a_slow_one_blocks_nobody(wb):
     for i, ws in enumerate(streams):
         events = await read_until(ws, turn_ended)
         assert events[-1]["payload"]["stop_reason"] == "end_turn"
-        assert f"session {i}" in next(e for e in events if e["type"] == "tool_result")["payload"]["content"][0]["text"]
+        assert f"session {i}" in result_blocks(next(e for e in events if e["type"] == "tool_result")["payload"])[0]["text"]
         ws.close()
     pids = set()
     for s in sids:
@@ -216,7 +217,7 @@ async def test_restarting_busy_hands_ends_the_running_call_like_a_kernel_death(w
     restarted = next(e for e in events if e["type"] == "hands_restarted")
     assert restarted["payload"]["killed_busy"] is True
     result = next(e for e in events if e["type"] == "tool_result")
-    assert result["payload"]["is_error"] and "died" in result["payload"]["content"][0]["text"]
+    assert result["payload"]["is_error"] and "died" in result_blocks(result["payload"])[0]["text"]
     assert events[-1]["payload"]["stop_reason"] == "end_turn"
     ws.close()
 

@@ -15,9 +15,12 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from wbsrv import ServerProcess
+
+from workbench.client import WorkbenchClient
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # many subprocesses and servers: minutes on a loaded machine
 
@@ -75,6 +78,10 @@ def test_every_command_goes_through_the_server_that_holds_the_database(tmp_path)
 
         r = wb(env, "run", "hello there. I prefer duckdb over pandas for queries.", "--session", "s1")
         assert r.returncode == 0 and "You said: hello there" in r.stdout, r.stderr
+        # each message went with an idempotency key of its own (sent again with it if the connection fails)
+        events = WorkbenchClient(server.url, server.token).events("s1")
+        keys = [e["payload"].get("idempotency_key") for e in events if e["type"] == "user_message"]
+        assert len(keys) == 2 and all(keys) and len(set(keys)) == 2, keys
         r = wb(env, "run", "hello again", "--session", "s1", "--model", "scripted:demo")
         assert r.returncode == 2 and "a session's model cannot change" in r.stderr
         r = wb(env, "run", "   ")
@@ -136,7 +143,9 @@ def test_every_command_goes_through_the_server_that_holds_the_database(tmp_path)
     try:
         server.start(START)
         env = cli_env(server, db)
-        remote = {args: wb(env, *args) for args in READS}
+        # at once, as several people's commands would be (each is a process that spends most of its time starting)
+        with ThreadPoolExecutor(4) as pool:
+            remote = dict(zip(READS, pool.map(lambda args: wb(env, *args), READS), strict=True))
         for args, r in remote.items():
             assert via in r.stderr, (args, r.stderr)
         memory_remote = wb(env, "memory", target)

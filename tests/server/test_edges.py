@@ -91,6 +91,9 @@ async def test_hostile_bodies_get_a_400_naming_what_is_wrong_and_write_nothing(j
         ("POST", ("sessions",), b'{"config": {"max_tokens": true}}', 400, "config.max_tokens"),
         ("POST", ("sessions",), b'{"config": {"hands": {"timeout": 1e300}}}', 400, "config.hands.timeout"),
         ("POST", ("sessions",), b'{"config": {"hands": {"env": {"A": 1}}}}', 400, "config.hands.env.A"),
+        # a relative workdir was under the server's working directory: the fuzzer's "1" put an upload in the repository
+        ("POST", ("sessions",), b'{"config": {"hands": {"workdir": "1"}}}', 400, "must be an absolute path"),
+        ("POST", ("sessions",), b'{"config": {"hands": {"workdir": ""}}}', 400, "must be an absolute path"),
         ("POST", ("sessions",), b'{"config": {"egress": {"max_requests": 100000000000000000000}}}', 400, "max_requests"),
         ("PATCH", ("memories", mid), b'{"action": "accept", "note": 5}', 400, '"note" must be a string'),
         ("PATCH", ("memories", mid), b'{"action": "edit", "tags": "x"}', 400, '"tags" must be a list'),

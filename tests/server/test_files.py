@@ -13,6 +13,8 @@ import pytest
 from tornado.httpclient import HTTPClientError
 from wbsrv import API, read_until, turn_ended
 
+from workbench.render import result_blocks
+
 
 @pytest.fixture
 def small_workspace(monkeypatch):
@@ -47,7 +49,7 @@ async def workspace_of(wb: Any, sid: str, serverapp: Any) -> Path:
     events = await read_until(ws, turn_ended)
     ws.close()
     result = next(e for e in events if e["type"] == "tool_result")
-    assert result["payload"]["content"][0]["text"].strip() == "/workspace"
+    assert result_blocks(result["payload"])[0]["text"].strip() == "/workspace"
     hands = await serverapp.web_app.settings["workbench_runtime"].brain.hands(sid)
     return Path(await hands.workspace())
 
@@ -71,7 +73,7 @@ async def test_an_upload_before_any_code_lands_in_the_workspace_the_agent_then_r
     events = await read_until(ws, turn_ended)
     ws.close()
     result = next(e for e in events if e["type"] == "tool_result")
-    assert "42" in result["payload"]["content"][0]["text"] and not result["payload"]["is_error"], result
+    assert "42" in result_blocks(result["payload"])[0]["text"] and not result["payload"]["is_error"], result
     _, hands = await wb.call("GET", "sessions", sid, "hands", expect=200)
     assert hands["backend"] in ("sandbox", "local", "unsafe-local"), hands
     _, listing = await wb.call("GET", "sessions", sid, "files", expect=200)
@@ -222,8 +224,8 @@ async def test_names_on_disk_that_are_not_utf8_are_listed_readably_and_refused_c
 
 async def test_hands_whose_files_are_elsewhere_have_no_workspace_here():
     from workbench.hands.files import NoWorkspace
-    from workbench.hands.gateway import GatewayLauncher
     from workbench.hands.kernel import KernelHands
+    from workbench.hands.launching import GatewayLauncher
 
     # a gateway's launcher (nothing is asked of the gateway: no kernel starts)
     hands = KernelHands(launcher=GatewayLauncher("http://127.0.0.1:9"))

@@ -36,6 +36,8 @@ def test_ten_thousand_hostile_requests_get_no_5xx_and_leave_a_consistent_log(ser
     print(f"{tally.requests} requests; statuses {dict(sorted(tally.statuses.items(), key=str))}")
     print(f"per route:\n{tally.table()}")
     print(f"2xx writes of routes the fuzzer does not understand: {len(tally.opaque)} {tally.opaque[:10]}")
+    print(f"messages sent again and answered as the first: {tally.resent}; eval runs: {len(tally.eval_runs)}; "
+          f"sessions that delegate: {len(pool.delegators)}")
     assert tally.requests == REQUESTS
     assert not tally.failures, f"{len(tally.failures)} bad responses (seed {seed}):\n" + "\n".join(tally.failures[:20])
     # it did both: wrote (sessions, messages) and was refused, often
@@ -47,12 +49,16 @@ def test_ten_thousand_hostile_requests_get_no_5xx_and_leave_a_consistent_log(ser
     except AssertionError as e:  # a turn left open: the server's own account of it is in its log
         raise AssertionError(f"{e}\n--- the server's errors ---\n{server_errors(server)}") from None
     sessions = client.sessions()
-    problems, user_messages = [], {}
+    problems, user_messages, logs = [], {}, {}
     for s in sessions:
-        events = client.events(s["id"])
+        events = logs[s["id"]] = client.events(s["id"])
         problems += check_log(s["id"], events, running=s["running"])
         user_messages[s["id"]] = sum(e["type"] == "user_message" for e in events)
         assert s["state"] != "unfinished", s
+    # every 202'd message is the user_message at the seq its answer named (a retry's 202 named the first's)
+    for sid, seq, *_ in tally.accepted:
+        if sid in logs and not (0 < seq <= len(logs[sid]) and logs[sid][seq - 1]["type"] == "user_message"):
+            problems.append(f"session {sid}: a message was answered 202 with seq {seq}, which is not a user_message")
     bad = list(dict.fromkeys(p.split(":")[0].split("#")[0].removeprefix("session ") for p in problems))
     assert not problems, "\n".join(problems[:20]) + "\n" + "\n".join(describe(client, s, last=60) for s in bad[:2])
     # a refused request wrote nothing: every session and user message is one the fuzzer was promised, except
@@ -60,12 +66,16 @@ def test_ten_thousand_hostile_requests_get_no_5xx_and_leave_a_consistent_log(ser
     # changed, ids in its answer may be new sessions; nothing else
     present = {s["id"] for s in sessions}
     promised = {*pool.sessions, *pool.dreams, *(b["id"] for b in before)}
-    unexpected = present - promised - tally.announced
+    # what runs made: eval attempts (their runs name them) and delegated children (their parent is one of ours)
+    made = {r["session_id"] for run in tally.eval_runs for r in client._call("GET", f"/evals/{run}")["results"]}
+    ours = present | promised | tally.touched  # a parent may be gone since (a generic DELETE): its children stay
+    made |= {s["id"] for s in sessions if s["kind"] == "delegate" and s.get("parent_id") in ours}
+    unexpected = present - promised - tally.announced - made
     gone = promised - present
     assert not unexpected, f"sessions nobody was promised: {sorted(unexpected)[:3]}"
     assert gone <= tally.touched, f"sessions lost that no route was asked to remove: {sorted(gone - tally.touched)[:3]}"
     assert len(present & promised) == len(before) + tally.sessions_created - len(gone)
-    untouched = (present & promised) - tally.touched - tally.announced
+    untouched = (present & promised) - tally.touched - tally.announced - made
     # a dream's harness sends one user message per chunk it reads: at least what was promised, more with chunks
     dreams = set(pool.dreams)
     wrong = {s: (user_messages[s], tally.messages[s]) for s in untouched

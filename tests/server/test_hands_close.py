@@ -9,9 +9,10 @@ import sys
 import time
 
 import psutil
-
 from wbsrv import read_until, turn_ended
+
 from workbench.client.api import WorkbenchClient
+from workbench.render import result_blocks
 
 
 def gone(pid: int, within: float = 30.0) -> bool:
@@ -44,7 +45,7 @@ async def test_closing_stops_the_kernel_keeps_the_workspace_and_the_next_call_st
     await wb.send(sid, "```python\nprint(open('note.txt').read())\n```")
     events = await read_until(ws, turn_ended)
     result = next(e for e in events if e["type"] == "tool_result")
-    assert not result["payload"]["is_error"] and "kept" in result["payload"]["content"][0]["text"]
+    assert not result["payload"]["is_error"] and "kept" in result_blocks(result["payload"])[0]["text"]
     started = next(e for e in events if e["type"] == "hands_started")
     assert started["payload"]["reason"] == "reopen after close" and started["payload"]["generation"] == 2
     ws.close()
@@ -80,7 +81,7 @@ async def test_a_close_during_a_call_answers_the_call_and_the_turn_goes_on(wb):
     assert sum(bool(data["closed"]) for _, data in closes) >= 1
     events = await read_until(ws, turn_ended)
     result = next(e for e in events if e["type"] == "tool_result")  # answered: interrupted (before or after its print)
-    assert "interrupt" in result["payload"]["content"][0]["text"].lower(), result
+    assert "interrupt" in result_blocks(result["payload"])[0]["text"].lower(), result
     assert events[-1]["payload"]["stop_reason"] == "end_turn"
     _, hands = await wb.call("GET", "sessions", sid, "hands", expect=200)
     assert hands["pid"] is None and hands["state"] == "closed"
@@ -115,6 +116,6 @@ def test_the_cli_closes_a_sessions_hands_in_the_running_server(server_process):
         # the session goes on: its next call starts a kernel again
         events = [m["event"] for m in client.turn(sid, "```python\nprint(40 + 2)\n```", timeout=120) if m["kind"] == "event"]
         result = next(e for e in events if e["type"] == "tool_result")
-        assert "42" in result["payload"]["content"][0]["text"]
+        assert "42" in result_blocks(result["payload"])[0]["text"]
     finally:
         client.close()

@@ -3,11 +3,17 @@
 Used by tests/server/test_fuzz.py and test_faults.py (bounded, in CI) and bench/soak.py (longer).
 
 - `RawClient` sends exactly the bytes it is given (request target, headers, body) over a keep-alive
-  connection, so that hostile paths, query strings and bodies reach the server unchanged.
+  connection, so that hostile paths, query strings and bodies reach the server unchanged. It never sends a
+  request twice: a reused connection the server closed without saying `Connection: close` loses the request,
+  and that is a failure (naming the request before it on the connection). An upgraded websocket asked for
+  every event has its first message read (the backlog's first event) before it is closed.
 - `Fuzzer(seed)` makes request number i from `random.Random(f"{seed}:{i}")`: every route, core and
   memory, every verb, valid and unknown ids, valid bodies and hostile ones (wrong types, extra fields,
-  deep nesting, huge strings and arrays, lone surrogates, NaN and 1e309, bytes that are not UTF-8,
-  hostile query strings and path ids). Request i is the same in every run with that seed (the ids it
+  deep nesting, huge strings and arrays, lone surrogates, NaN, 1e309 and 5,000-digit numbers, bytes that are
+  not UTF-8, hostile query strings and path ids). Messages carry idempotency keys (reused, so the same key
+  with another text is a 422) and are sent again (answered with the first's seq, recorded once); sessions of
+  `scripted:delegate` get ```json blocks of `delegate` input (children that run no code); eval runs of
+  rubric-graded tasks and memory imports are made valid now and then (no kernel either way). Request i is the same in every run with that seed (the ids it
   picks from the pool of created ones aside), and a failure prints the seed, i and the request.
 - Routes with a generator of their own (SPECIFIC) get meaningful bodies and grow the id pool; every other
   route the server serves (`served_routes()`: `all_handlers` with the plugins as the server loads them,
@@ -16,7 +22,8 @@ Used by tests/server/test_fuzz.py and test_faults.py (bounded, in CI) and bench/
   handler's source names, the same hostile variations, hostile query arguments of its `args` model;
   uploads stay small (a few just over the upload limit, when that is small). tests/test_fuzz_routes.py
   (fast tier) fails when a served route is one no request reaches.
-- `note_success` counts the writes it understands; a 2xx to a write of a generic route it does not
+- `note_success` counts the writes it understands (a message answered twice with one seq once, and only if
+  both times it was the same text); a 2xx to a write of a generic route it does not
   (a delete, a fork...) is listed in `Tally.opaque`, and the checks leave out only the sessions it named.
 - `judge` says what is wrong with a response: a 5xx, no answer, or an error whose body is not JSON
   with an `error` string.
@@ -71,6 +78,7 @@ class Response:
     status: int
     headers: dict[str, str]
     body: bytes
+    frame: bytes | None = None  # an upgraded websocket's first message (its backlog's first event)
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -83,6 +91,7 @@ class RawClient:
         self.host, self.port, self.token, self.timeout = host, port, token, timeout
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.previous = ""  # the last request answered on this connection, and its status
 
     async def close(self) -> None:
         if self.writer is not None:
@@ -96,21 +105,16 @@ class RawClient:
     async def send(self, req: Request) -> Response:
         """The response, or OSError / asyncio.TimeoutError / asyncio.IncompleteReadError when there is none.
 
-        A server may close a kept-alive connection after any response (tornado does after refusing a
-        request whose body it did not read): a request that finds its reused connection closed before
-        a byte of an answer is sent once more on a new one, as HTTP clients do.
+        Never sent twice: a server that closes a kept-alive connection must say `Connection: close` in its
+        last response, so a reset on a reused connection is a lost request (`previous` names the request
+        before it on the same connection, what most likely made the server close it).
         """
-        reused = self.writer is not None
-        try:
-            return await asyncio.wait_for(self._send(req), self.timeout)
-        except (ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError) as e:
-            if not reused or (isinstance(e, asyncio.IncompleteReadError) and e.partial):
-                raise
-            return await asyncio.wait_for(self._send(req), self.timeout)
+        return await asyncio.wait_for(self._send(req), self.timeout)
 
     async def _send(self, req: Request) -> Response:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port, limit=1 << 22)
+            self.previous = ""
         head = [f"{req.method} {req.target} HTTP/1.1", f"Host: {self.host}:{self.port}"]
         if req.auth == "token":
             head.append(f"Authorization: token {self.token}")
@@ -126,9 +130,27 @@ class RawClient:
         except BaseException:
             await self.close()
             raise
-        if resp.status == 101 or resp.headers.get("connection", "").lower() == "close":
-            await self.close()  # an upgraded or closed connection is not reused
+        self.previous = f"{resp.status} to {req.show(200)}"
+        if resp.status == 101:  # a websocket: from the start, its first message (the backlog comes at once); goodbye
+            try:
+                if from_the_start(req.target):
+                    resp.frame = await self._frame()
+            finally:
+                await self.close()
+        elif resp.headers.get("connection", "").lower() == "close":
+            await self.close()  # a connection the server said it closes is not reused
         return resp
+
+    async def _frame(self) -> bytes:
+        """One whole websocket message from the server (unmasked, as RFC 6455 says a server's are)."""
+        assert self.reader is not None
+        b0, b1 = await self.reader.readexactly(2)
+        if b1 & 0x80 or not b0 & 0x80 or b0 & 0x0F not in (1, 2):
+            raise ValueError(f"not a whole, unmasked data frame: {b0:#x} {b1:#x}")
+        n = b1 & 0x7F
+        if n >= 126:
+            n = int.from_bytes(await self.reader.readexactly(2 if n == 126 else 8), "big")
+        return await self.reader.readexactly(n)
 
     async def _read(self, method: str) -> Response:
         assert self.reader is not None
@@ -155,6 +177,12 @@ class RawClient:
         return Response(status, headers, await self.reader.read())
 
 
+def from_the_start(target: str) -> bool:
+    """Whether a stream request asks for every event (no `after`, or 0): its socket then sends at least one at once."""
+    query = target.partition("?")[2]
+    return all(not p.startswith("after=") or p == "after=0" for p in query.split("&"))
+
+
 def judge(req: Request, resp: Response | None, error: str = "", stopping: bool = False) -> str | None:
     """What is wrong with this response to this request, or None (`stopping`: the server was told to stop,
     so a 503 with a JSON error is the right answer)."""
@@ -162,6 +190,14 @@ def judge(req: Request, resp: Response | None, error: str = "", stopping: bool =
         return f"no response ({error})"
     if resp.status >= 500 and not (stopping and resp.status == 503):
         return f"HTTP {resp.status}: {resp.body[:300]!r}"
+    if resp.status == 101 and from_the_start(req.target):
+        try:
+            message = json.loads(resp.frame or b"")
+        except ValueError:
+            return f"websocket: a first message that is not JSON: {(resp.frame or b'')[:200]!r}"
+        if not (isinstance(message, dict) and message.get("kind") == "event" and message["event"].get("seq", 0) >= 1):
+            return f"websocket: a first message that is not an event: {(resp.frame or b'')[:200]!r}"
+        return None
     if resp.status in (101, 204) or req.method == "HEAD" or (req.method == "OPTIONS" and not resp.body):
         return None  # no body to judge (OPTIONS: Jupyter's CORS preflight answers 200 with none)
     if resp.status < 300 and resp.headers.get("content-type", "").split(";")[0].strip() == "application/octet-stream":
@@ -189,6 +225,8 @@ class Pool:
     dreams: list[str] = field(default_factory=list)
     memories: list[str] = field(default_factory=list)
     others: list[str] = field(default_factory=list)  # ids generic routes' 2xx answers named (eval runs, ...)
+    delegators: list[str] = field(default_factory=list)  # sessions of scripted:delegate with the delegate tool
+    sent: list[tuple[str, bytes]] = field(default_factory=list)  # (session, body) of 202'd messages with a key
 
 
 def text(rng: random.Random, n: int | None = None, blank_ok: bool = True) -> str:
@@ -293,7 +331,8 @@ class Fuzzer:
         if r < 0.80 and valid:  # a raw token JSON has no place for, spliced in
             key = rng.choice(list(valid))
             bad = rng.choice(("NaN", "Infinity", "-Infinity", "1e309", "-1e400", '"\\ud800"', '"a\\udfffb"', '"\\ud83d"',
-                              "undefined", "0x10", "01", "'x'", '"\\x41"', "1.", ".5", "+1"))
+                              "undefined", "0x10", "01", "'x'", '"\\x41"', "1.", ".5", "+1", "9" * 5000, "-" + "9" * 5000,
+                              "1" * 4000, "1E99999999999999999999", "-0", "-0.0", "1e-400", "0." + "1" * 5000))
             return dumps(rng, {**valid, key: "@@"}).replace(b'"@@"', bad.encode()), f"bad token in {key}"
         if r < 0.84:
             raw = dumps(rng, valid)
@@ -336,6 +375,8 @@ class Fuzzer:
             valid["config"] = {"hands": {rng.choice(("timeout", "output_limit", "env", "workdir", "replay", "gpu")): hostile_value(rng)}}
         if rng.random() < 0.1:
             valid["config"] = {"egress": {rng.choice(("allow", "credentials", "max_requests", "x")): hostile_value(rng)}}
+        if rng.random() < 0.1:  # a session whose model delegates (its messages' ```json blocks: see `message`)
+            valid = {"model": "scripted:delegate", "tools": ["python", "delegate"]}
         body, what = self.body(rng, valid)
         return Request("POST", self.extra_args(rng, f"{API}/sessions"), body, route="create session", note=what)
 
@@ -343,9 +384,16 @@ class Fuzzer:
         return Request("GET", self.extra_args(rng, f"{API}/sessions/{self.sid(rng, pool)}"), route="session")
 
     def message(self, rng: random.Random, pool: Pool) -> Request:
-        body, what = self.body(rng, {"text": text(rng, rng.choice((1, 10, 100)), blank_ok=False)}, max_bytes=4 << 20,
-                               big=self.big and rng.random() < 0.3)
-        return Request("POST", f"{API}/sessions/{self.sid(rng, pool)}/messages", body, route="message", note=what)
+        if rng.random() < 0.08 and pool.sent:  # a client sending a message again (its answer was lost): body and key
+            sid, body = rng.choice(pool.sent)
+            return Request("POST", f"{API}/sessions/{sid}/messages", body, route="message", note="sent again")
+        sid = rng.choice(pool.delegators) if pool.delegators and rng.random() < 0.08 else self.sid(rng, pool)
+        valid: dict[str, Any] = {"text": delegation(rng) if sid in pool.delegators and rng.random() < 0.7
+                                 else text(rng, rng.choice((1, 10, 100)), blank_ok=False)}
+        if rng.random() < 0.5:  # keys repeat within a run: the same key with another text is a 422
+            valid["idempotency_key"] = rng.choice((f"k{rng.randrange(40)}", "%032x" % rng.getrandbits(128)))
+        body, what = self.body(rng, valid, max_bytes=4 << 20, big=self.big and rng.random() < 0.3)
+        return Request("POST", f"{API}/sessions/{sid}/messages", body, route="message", note=what)
 
     def events(self, rng: random.Random, pool: Pool) -> Request:
         args = []
@@ -448,6 +496,42 @@ class Fuzzer:
     def dream(self, rng: random.Random, pool: Pool) -> Request:
         did = rng.choice(pool.dreams) if pool.dreams and rng.random() < 0.7 else self.sid(rng, pool)
         return Request("GET", self.extra_args(rng, f"{API}/dreams/{did}"), route="dream")
+
+    def evals(self, rng: random.Random, pool: Pool) -> Request:
+        """An eval run of rubric-graded tasks: no kernel (no code, no python verifier), a few attempts; few of them
+        valid (a run's attempts are turns and gradings: they cost the server more than any other request)."""
+        if rng.random() < 0.5:
+            return Request("GET", self.extra_args(rng, f"{API}/evals"), route="evals")
+        tasks = [{"id": f"t{j}", "prompt": text(rng, 20, blank_ok=False),
+                  "verifier": {"kind": "rubric", "rubric": f'the answer says "{rng.choice(ALPHABET.split())}"'}}
+                 for j in range(rng.choice((1, 1, 2)))]
+        valid: dict[str, Any] = {"tasks": tasks, "models": [rng.choice(("scripted:eval", "scripted"))]}
+        if rng.random() < 0.8:  # a run the server refuses whole: an unknown model, a task without a verifier
+            valid = rng.choice(({**valid, "models": ["nope"]}, {**valid, "tasks": [{"id": "t", "prompt": "p"}]},
+                                {**valid, "epochs": 0}))
+        if rng.random() < 0.3:
+            valid["parallel"] = rng.choice((1, 2))
+        body, what = self.body(rng, valid)
+        return Request("POST", self.extra_args(rng, f"{API}/evals"), body, route="start eval", note=what)
+
+    def memory_import(self, rng: random.Random, pool: Pool) -> Request:
+        """An export to import: a valid one (new ids, into a store of the run's own) or one of the hostile variations."""
+        ts = "2026-11-30T10:00:00+00:00"
+        version = {"version": 1, "ts": ts, "actor": "person:fuzz", "action": "create", "title": text(rng, 20, blank_ok=False),
+                   "text": text(rng, 60, blank_ok=False), "tags": ["fuzz"], "status": "proposed",
+                   "provenance": [{"session_id": rng.choice(pool.sessions or ["s0"]), "seq": 1}], "note": None}
+        memory = {"id": "m%010x" % rng.getrandbits(40), "created_at": ts, "created_by": "person:fuzz", "proposal": "create",
+                  "targets": [], "dream_id": None, "versions": [version], "redactions": []}
+        valid = {"format": "workbench-memory-store", "format_version": 1, "store": "fuzz", "exported_at": ts,
+                 "exported_by": "person:fuzz", "memories": [memory], "links": []}
+        if rng.random() < 0.6:  # refused whole (a valid import is scanned for secrets: it costs the server)
+            valid = rng.choice(({**valid, "format_version": 2}, {**valid, "memories": [{**memory, "id": "x"}]},
+                                {**valid, "store": "Bad Store"}))
+        body, what = self.body(rng, valid)
+        args = [f"store={rng.choice(('fuzz', 'fuzz-b', 'default', 'Bad%20Store', '%FF', ''))}"] if rng.random() < 0.5 else []
+        args += [f"{k}={rng.choice(('true', 'false', 'maybe'))}" for k in ("review", "allow_secret") if rng.random() < 0.2]
+        target = f"{API}/memories/import" + ("?" + "&".join(args) if args else "")
+        return Request("POST", self.extra_args(rng, target), body, route="memory import", note=what)
 
     def unknown(self, rng: random.Random, pool: Pool) -> Request:
         path = rng.choice(("nosuch", "sessions/x/y/z", "sessions//messages", "memories/a/b", "", "dreams/x/y", "query/x",
@@ -684,6 +768,24 @@ def sample_body(rng: random.Random, model: Any, depth: int = 0) -> dict[str, Any
     return out
 
 
+def delegation(rng: random.Random) -> str:
+    """A message for a scripted:delegate session: one ```json block of `delegate` input (children that run no code: no
+    `check`, no `files`, prompts without a fence), valid or with a hostile field."""
+    tasks = []
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        task: dict[str, Any] = {"prompt": text(rng, 20, blank_ok=False)}
+        if rng.random() < 0.8:
+            task["model"] = rng.choice(("scripted:worker", "scripted:worker", "scripted", "nope"))
+        for key, values in (("max_turns", (1, 3, 0, -1, 1.5, "x", 10**30)), ("timeout", (30, 0.001, -1, 1e308, None)),
+                            ("title", (text(rng, 10, blank_ok=False), "", 5)), ("tools", (["python"], ["delegate"], ["nope"], "x")),
+                            ("max_tokens", (100_000, 1, 0)), ("extra", (1,))):
+            if rng.random() < 0.1:
+                task[key] = rng.choice(values)
+        tasks.append(task)
+    spec: Any = rng.choice(({"tasks": tasks},) * 8 + ({"tasks": []}, {"tasks": "x"}, {"tasks": tasks * 9}, [tasks]))
+    return "Please delegate this:\n```json\n" + json.dumps(spec) + "\n```\n"
+
+
 def dumps(rng: random.Random, value: Any) -> bytes:
     """JSON as a client might send it: ASCII-escaped or raw UTF-8, compact or not."""
     return json.dumps(value, ensure_ascii=rng.random() < 0.5, separators=rng.choice(((",", ":"), (", ", ": ")))).encode("utf-8", "surrogatepass")
@@ -694,7 +796,7 @@ ROUTES = (
     Fuzzer.sessions, Fuzzer.sessions, Fuzzer.sessions, Fuzzer.session, Fuzzer.message, Fuzzer.message, Fuzzer.message,
     Fuzzer.message, Fuzzer.events, Fuzzer.events, Fuzzer.stream, Fuzzer.interrupt, Fuzzer.interrupt, Fuzzer.resume,
     Fuzzer.hands, Fuzzer.query, Fuzzer.status, Fuzzer.memories, Fuzzer.memory, Fuzzer.memory, Fuzzer.dreams,
-    Fuzzer.dream, Fuzzer.unknown,
+    Fuzzer.dream, Fuzzer.unknown, Fuzzer.evals, Fuzzer.memory_import,
 )
 
 # the documented paths (docs/api.md) the generators above make requests for; every other served route
@@ -702,7 +804,7 @@ ROUTES = (
 SPECIFIC = frozenset({
     "/sessions", "/sessions/{id}", "/sessions/{id}/messages", "/sessions/{id}/events", "/sessions/{id}/stream",
     "/sessions/{id}/interrupt", "/sessions/{id}/resume", "/sessions/{id}/hands", "/sessions/{id}/hands/restart",
-    "/query", "/status", "/memories", "/memories/{id}", "/dreams", "/dreams/{id}",
+    "/query", "/status", "/memories", "/memories/{id}", "/dreams", "/dreams/{id}", "/evals", "/memories/import",
 })
 
 
@@ -723,6 +825,9 @@ class Tally:
     dropped: int = 0  # requests with no response because the server was killed (fault injection only)
     by_route: Counter = field(default_factory=Counter)  # (route, status) -> requests
     messages: Counter = field(default_factory=Counter)  # session id -> user messages promised (a dream's: 1)
+    sent: dict = field(default_factory=dict)  # (session id, seq) of each 202'd message -> its text
+    resent: int = 0  # 202s to a message sent again with its key (the seq of the first)
+    eval_runs: list = field(default_factory=list)  # runs a POST /evals started
     accepted: list = field(default_factory=list)  # (session id, seq, request target) of each 202 to a message
     # 2xx answers to writes of routes note_success does not understand (generic ones: a future delete, fork,
     # eval run...): what they may have changed is not counted; the checks leave out only the sessions they name
@@ -731,12 +836,14 @@ class Tally:
     announced: set = field(default_factory=set)  # ids their answers named (maybe sessions they made)
 
     def add(self, other: "Tally") -> None:
-        for f in ("requests", "sessions_created", "messages_accepted", "interrupts_true", "dropped"):
+        for f in ("requests", "sessions_created", "messages_accepted", "interrupts_true", "dropped", "resent"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
         for f in ("statuses", "routes", "by_route", "messages"):
             getattr(self, f).update(getattr(other, f))
         self.failures += other.failures
         self.accepted += other.accepted
+        self.sent.update(other.sent)
+        self.eval_runs += other.eval_runs
         self.opaque += other.opaque
         self.touched |= other.touched
         self.announced |= other.announced
@@ -773,15 +880,29 @@ def note_success(req: Request, resp: Response, pool: Pool, tally: Tally) -> None
     if req.method == "POST" and parts == ["sessions"] and resp.status == 201:
         pool.sessions.append(data["id"])
         tally.sessions_created += 1
+        if b"scripted:delegate" in req.body and b'"delegate"' in req.body:
+            pool.delegators.append(data["id"])
     elif req.method == "POST" and parts == ["dreams"] and resp.status == 202:
         pool.dreams.append(data["dream_id"])
         tally.sessions_created += 1
         tally.messages_accepted += 1  # its instructions are its first user message
         tally.messages[data["dream_id"]] += 1
     elif req.method == "POST" and parts[:1] == ["sessions"] and parts[2:] == ["messages"] and resp.status == 202:
+        sid, body = unquote(parts[1]), json.loads(req.body)
+        first = tally.sent.get((sid, data.get("seq")))
+        if first is not None:  # a message sent again with its key: answered as the first was, recorded once
+            if first != body["text"]:
+                tally.failures.append(f"a 202 to {req.show(200)} names seq {data.get('seq')}, which holds another message")
+            tally.resent += 1
+            return
+        tally.sent[sid, data.get("seq")] = body["text"]
+        if "idempotency_key" in body:
+            pool.sent.append((sid, req.body))
         tally.messages_accepted += 1
-        tally.messages[unquote(parts[1])] += 1
-        tally.accepted.append((unquote(parts[1]), data.get("seq"), data.get("session_id"), req.target[:200]))
+        tally.messages[sid] += 1
+        tally.accepted.append((sid, data.get("seq"), data.get("session_id"), req.target[:200]))
+    elif req.method == "POST" and parts == ["evals"] and resp.status == 202:
+        tally.eval_runs.append(data["run"])
     elif req.method == "POST" and parts[:1] == ["sessions"] and parts[2:] == ["interrupt"] and data.get("interrupted") is True:
         tally.interrupts_true += 1
     elif req.method == "PATCH" and parts[:1] == ["memories"] and data.get("id") and data["id"] not in pool.memories:
@@ -841,11 +962,13 @@ async def run(host: str, port: int, token: str, *, seed: int | str, start: int, 
                 if stop is not None and stop.is_set():
                     return
                 req = fuzzer.request(i, pool)
-                resp, error, refused = None, "", False
+                resp, error, refused, previous = None, "", False, client.previous
                 try:
                     resp = await client.send(req)
                 except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError, IndexError) as e:
                     error, refused = f"{type(e).__name__}: {e}"[:200], isinstance(e, ConnectionRefusedError)
+                    if previous:
+                        error += f"; the request before it on this kept-alive connection got {previous}"
                 tally.requests += 1
                 tally.routes[req.route] += 1
                 if resp is None and dying:

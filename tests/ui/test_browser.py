@@ -3,6 +3,8 @@ through Playwright; no browser download). Screenshots go to test-artifacts/ui/."
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from wbui import CHROMIUM, JupyterProcess, dream, lab_api, shot
@@ -73,6 +75,20 @@ def test_sidebar_session_chat_hands_memories(page, lab: JupyterProcess):
     panel.locator(".jp-wb-session.jp-mod-selected").wait_for()
     assert "scripted" in panel.locator(".jp-wb-title").inner_text()
 
+    # The message's first POST reaches the server, but its answer is lost (a dropped connection): the sidebar
+    # sends it again with the same idempotency key, and the server records it once.
+    sent: list = []
+
+    def lose_first_answer(route) -> None:
+        sent.append(route.request.post_data_json)
+        if len(sent) == 1:
+            route.fetch()  # the server records the message and answers...
+            route.abort("connectionreset")  # ...and the answer never arrives
+        else:
+            route.continue_()
+
+    messages_route = re.compile(r"/workbench/api/sessions/[^/?]+/messages(\?|$)")  # JupyterLab adds a cache-buster
+    page.route(messages_route, lose_first_answer)
     panel.locator(".jp-wb-input").fill("Please run this:\n```python\nprint(6*7)\n```")
     panel.get_by_role("button", name="Send").click()
 
@@ -86,6 +102,11 @@ def test_sidebar_session_chat_hands_memories(page, lab: JupyterProcess):
     # The turn is over: the composer's Stop is Send again.
     page.wait_for_function("document.querySelector('#jp-workbench .jp-wb-send').textContent === 'Send'")
     shot(page, "1-chat")
+    page.unroute(messages_route)
+    assert len(sent) == 2 and sent[0] == sent[1] and len(sent[0]["idempotency_key"]) == 32, sent
+    sid = sorted(lab_api(lab, "GET", "sessions")["sessions"], key=lambda s: s["created_at"])[-1]["id"]
+    messages = [e for e in lab_api(lab, "GET", f"sessions/{sid}/events")["events"] if e["type"] == "user_message"]
+    assert [m["payload"]["idempotency_key"] for m in messages] == [sent[0]["idempotency_key"]]
 
     panel.get_by_role("button", name="Restart hands").click()
     page.locator(".jp-wb-hands-label[data-generation='2']").wait_for(timeout=30_000)

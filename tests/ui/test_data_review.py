@@ -12,9 +12,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from test_browser import dream_a_proposal, widen_sidebar
 from wbui import CHROMIUM, JupyterProcess, lab_api, shot
+
+from workbench.render import result_blocks
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs the Debian package chromium (scripts/test.sh installs it)")
 
@@ -83,7 +84,7 @@ def test_attach_a_dataframe_and_fetch_what_the_agent_wrote(page, lab: JupyterPro
     assert len(attached) == 1 and attached[0]["name"] == "sales" and attached[0]["kind"] == "dataframe"
     assert attached[0]["path"] == "sales.parquet" and len(attached[0]["sha256"]) == 64
     result = next(e["payload"] for e in events if e["type"] == "tool_result")
-    assert "north  150.00" in result["content"][0]["text"] and not result["is_error"]
+    assert "north  150.00" in result_blocks(result)[0]["text"] and not result["is_error"]
 
     # the sidebar's Files tab: the selected session's workspace, with a download
     panel = open_sidebar(page, lab)

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, TurnBusy, UnknownSession
+from ..errors import ConfigError, KeyReused, TurnBusy, UnknownSession
 from ..hands import Hands
 from ..log import Event
 from ..log.manage import auto_title, rename
@@ -27,7 +27,7 @@ from .models import FatalModelError, MessageBuilder, Model, RetryableError, make
 from .request import Conversation, TurnState, tool_uses
 from .sessions import PromptHook, session_payload
 from .tools import BUILTIN_TOOLS, Tool, ToolContext, ToolOutput, tool_named
-from .turns import Turns
+from .turns import Turns, printable
 
 log = logging.getLogger("workbench.brain")
 
@@ -218,17 +218,20 @@ class Brain:
 
     # -- turns: start, resume, interrupt ------------------------------------------
 
-    async def start_turn(self, session_id: str, text: str, *, name_untitled: bool = False) -> Event:
+    async def start_turn(self, session_id: str, text: str, *, name_untitled: bool = False, key: str | None = None) -> Event:
         """Append the user's message and start the turn in the background; returns the committed event.
         name_untitled: a session with no title is named after this message (`session_renamed`, auto),
-        in the same transaction as the message, so the title is there exactly when the message is."""
-        event, _ = await self._start(session_id, text, name_untitled)
+        in the same transaction as the message, so the title is there exactly when the message is.
+        key: the client's idempotency key, stored with the message: the same message sent again with it (a
+        retry) starts nothing and returns the first one's event; another message with it is KeyReused."""
+        event, _ = await self._start(session_id, text, name_untitled, key)
         return event
 
     async def run_turn(self, session_id: str, text: str, *, interrupted_by: str = "user") -> str:
         """Run a turn to its end; returns the stop reason. Cancelling the caller interrupts the turn, recorded
         as interrupted by `interrupted_by` (an eval run, a dream's driver: not a person)."""
         _, task = await self._start(session_id, text)
+        assert task is not None  # only a message with a key is ever found sent before
         return await self._await_turn(session_id, task, interrupted_by)
 
     async def _await_turn(self, session_id: str, task: asyncio.Task, interrupted_by: str) -> Any:
@@ -282,12 +285,17 @@ class Brain:
     def running(self, session_id: str) -> bool:
         return self.turns.running(session_id)
 
-    async def _start(self, session_id: str, text: Any, name_untitled: bool = False) -> tuple[Event, asyncio.Task]:
+    async def _start(self, session_id: str, text: Any, name_untitled: bool = False,
+                     key: str | None = None) -> tuple[Event, asyncio.Task | None]:
         if not isinstance(text, str) or not text.strip():
             raise ConfigError("the message is empty")
         await self._made(session_id)
         busy = f"a turn is already running in session {session_id}; wait for it or interrupt it"
         async with self.turns.lock(session_id):
+            # under the lock: a retry racing its first send finds the first's message committed (or commits its own)
+            sent = (await self.conversation(session_id)).keys.get(key) if key is not None else None
+            if sent is not None:
+                return await self._sent_before(session_id, key, text, *sent), None
             if self.turns.running(session_id):
                 if (await self.conversation(session_id)).state.open:
                     raise TurnBusy(busy)
@@ -296,16 +304,33 @@ class Brain:
                     raise TurnBusy(busy)
             elif (await self.conversation(session_id)).state.open:
                 raise TurnBusy(f"session {session_id} has an unfinished turn; resume it or interrupt it first")
-            return await self._spawn(session_id, text, name_untitled)
+            return await self._spawn(session_id, text, name_untitled, key)
 
-    async def _spawn(self, session_id: str, text: str | None, name_untitled: bool = False) -> tuple[Any, asyncio.Task]:
+    async def _sent_before(self, session_id: str, key: Any, text: str, seq: int, first: str) -> Event:
+        """The user_message a key was first sent with, when this is the same message again; else KeyReused."""
+        if text != first:
+            raise KeyReused(f"idempotency key {key!r} was sent before with another message (seq {seq} of session "
+                            f"{session_id}); send a new message with a new key")
+        return (await self.log.aevents(session_id, seq - 1, until=seq))[0]
+
+    async def _spawn(self, session_id: str, text: str | None, name_untitled: bool = False,
+                     key: str | None = None) -> tuple[Any, asyncio.Task]:
         """Start the turn's task; wait (not cancellably) until its first event is committed."""
         started: asyncio.Future = asyncio.get_running_loop().create_future()
-        task = self.turns.spawn(session_id, lambda: self._turn(session_id, text, started, name_untitled))
+        task = self.turns.spawn(session_id, lambda: self._turn(session_id, text, started, name_untitled, key))
+
+        def never_started(t: asyncio.Task) -> None:
+            # cancelled before its first step (a shutdown's cancel landing just after the spawn): the turn wrote
+            # nothing, and its starter, waiting for its first event, must hear so rather than wait for ever
+            if not started.done():
+                started.set_exception(TurnBusy(f"the turn in session {session_id} was stopped before it started "
+                                               "(the workbench is shutting down); nothing was written"))
+
+        task.add_done_callback(never_started)
         return await asyncio.shield(started), task
 
     async def _turn(self, session_id: str, text: str | None, started: asyncio.Future,
-                    name_untitled: bool = False) -> str | None:
+                    name_untitled: bool = False, key: str | None = None) -> str | None:
         title = auto_title(text) if name_untitled and text is not None else None
 
         def name(tx: Any) -> None:
@@ -315,7 +340,8 @@ class Brain:
         try:
             if text is not None:  # the first model_request with it: the call starts once both are committed
                 asked = await self._model_request(session_id, 1, (await self._folded(session_id)).size_with_message())
-                first = await self._append(session_id, "user_message", {"text": text}, before=name, then=[asked])
+                message = {"text": text, **({"idempotency_key": key} if key is not None else {})}
+                first = await self._append(session_id, "user_message", message, before=name, then=[asked])
             else:
                 first = await self._append(session_id, "resumed", {})
         except BaseException as e:
@@ -330,11 +356,8 @@ class Brain:
         except asyncio.CancelledError:
             await _to_the_end(self._close(session_id, "interrupted", self._cancelled_by.pop(session_id, "user")))
             raise
-        except Exception as e:  # a harness failure still ends the turn, then propagates
-            try:
-                await _to_the_end(self._close(session_id, "error", f"{type(e).__name__}: {e}"))
-            except Exception:  # the log itself fails: the turn stays open for a later resume
-                log.exception("workbench: could not close the failed turn of session %s", session_id)
+        except Exception as e:  # a harness failure still ends the turn, then propagates (so does a close that fails)
+            await _to_the_end(self._close(session_id, "error", f"{type(e).__name__}: {e}"))
             raise
 
     # -- the loop --------------------------------------------------------------
@@ -465,17 +488,19 @@ class Brain:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _result(self, session_id: str, call: dict[str, Any], out: ToolOutput, hold: bool = False) -> None:
+    async def _result(self, session_id: str, call: dict[str, Any], out: ToolOutput, hold: bool = False,
+                      closing: bool = False) -> None:
         """Record a call's result; `hold`: no other call runs, so it is committed with the write that follows at
-        once (the next model_request, a tool_started, or the turn's end)."""
-        payload = {"tool_use_id": call["id"], "name": call["name"], "content": out.content, "is_error": out.is_error, **out.details}
+        once (the next model_request, a tool_started, or the turn's end); `closing`: part of a turn's closing."""
+        content = {} if out.content is None else {"content": out.content}  # None: read from its observation
+        payload = {"tool_use_id": call["id"], "name": call["name"], **content, "is_error": out.is_error, **out.details}
         if self.redact is not None:
             # every string, tracebacks and display text included, before the log or the model sees it
             payload = _map_strings(payload, self.redact, skip=BASE64_KEYS)
         if hold:
             self._held.setdefault(session_id, []).append(("tool_result", payload))
         else:
-            await self._append(session_id, "tool_result", payload)
+            await (self._closing if closing else self._append)(session_id, "tool_result", payload)
 
     async def _append(self, session_id: str, type: str, payload: dict[str, Any],
                       before: Callable[[Any], None] | None = None,
@@ -514,19 +539,36 @@ class Brain:
     # -- ending a turn that did not end by itself ------------------------------------
 
     async def _close(self, session_id: str, how: str, detail: str) -> None:
-        """Close the open turn after an interrupt (`interrupted`) or a harness failure (`error`)."""
+        """Close the open turn after an interrupt (`interrupted`) or a harness failure (`error`); every event
+        of the closing goes through `_closing`, so a turn is closed whatever its error's text holds."""
         if not (await self.conversation(session_id)).state.open:
             return  # it ended already (an interrupt that came just after turn_ended)
         if how == "interrupted":
             hands = self._hands.get(session_id)
             if hands is not None:
                 await hands.interrupt()
-            await self._append(session_id, "interrupted", {"by": detail})
+            await self._closing(session_id, "interrupted", {"by": detail})
             await self._answer_pending(session_id, INTERRUPTED_CALL)
         else:
-            await self._append(session_id, "turn_failed", {"error": detail[:2000]})
+            await self._closing(session_id, "turn_failed", {"error": detail[:2000]})
             await self._answer_pending(session_id, f"not finished: the turn failed ({detail[:300]})")
-        await self._end(session_id, how)
+        await self._closing(session_id, "turn_ended", {"stop_reason": how})
+
+    async def _closing(self, session_id: str, event_type: str, payload: dict[str, Any]) -> Event:
+        """Append an event that closes a turn. One the log refuses as it is (a lone surrogate in an error's
+        text, one too big for its max_payload_bytes, a write that failed) is written once more, minimal: every
+        string made storable (`storable`). One refused even so raises: a turn must never stay open quietly."""
+        try:
+            return await self._append(session_id, event_type, payload)
+        except Exception as refused:
+            log.warning("workbench: the log refused %s of session %s as it was (%s); writing it minimal", event_type,
+                        session_id, storable(str(refused)))
+            try:
+                return await self._append(session_id, event_type, _map_strings(payload, storable))
+            except Exception as e:
+                raise RuntimeError(f"the turn of session {session_id} cannot be closed: the log refused its {event_type} "
+                                   f"twice, the second time a minimal one ({type(e).__name__}: {storable(str(e))}); "
+                                   "it stays open until it is resumed") from refused
 
     async def _finish_cut_off(self, session_id: str, call: dict[str, Any]) -> ToolOutput:
         """A cut-off call's result: its tool's `resume` re-attaches to work that outlived the process;
@@ -537,12 +579,12 @@ class Brain:
         return await self._call(session_id, call, resuming=True)
 
     async def _answer_pending(self, session_id: str, why: str) -> None:
-        """Give an error result to every tool call of the open turn that has none."""
+        """Give an error result to every tool call of the open turn that has none (part of its closing)."""
         st = await self.turn_state(session_id)
         for call in tool_uses(st.last_message or {}):
             if call["id"] not in st.answered:
                 note = why if call["id"] in st.started else "not run: the turn was interrupted before this call started"
-                await self._result(session_id, call, _error(note, interrupted=True))
+                await self._result(session_id, call, _error(note, interrupted=True), closing=True)
 
     async def _resume(self, session_id: str) -> str:
         """Finish a cut-off turn (its `resumed` is committed): answer cut-off calls, then go on."""
@@ -609,6 +651,16 @@ def _map_strings(value: Any, fn: Callable[[str], str], skip: tuple[str, ...] = (
     if isinstance(value, dict):
         return {k: (v if k in skip and isinstance(v, str) else _map_strings(v, fn, skip)) for k, v in value.items()}
     return value
+
+
+MINIMAL_CHARS = 200  # each string of a closing event written minimal: room for any max_payload_bytes but a tiny one
+
+
+def storable(text: str) -> str:
+    """Text every log stores and every terminal shows: a lone surrogate and NUL escaped (`\\ud800`, `\\x00`),
+    at most MINIMAL_CHARS characters."""
+    safe = printable(text)
+    return safe if len(safe) <= MINIMAL_CHARS else safe[:MINIMAL_CHARS - 3] + "..."
 
 
 def _batches(calls: list[dict[str, Any]], concurrent: Callable[[dict[str, Any]], bool]) -> list[list[dict[str, Any]]]:

@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from ..hands.observing import result_content
 from ..log import Event
 
 COMPACT_BETA = "compact-2026-01-12"
@@ -77,6 +78,7 @@ class Conversation:
         self.messages: list[dict[str, Any]] = []  # complete messages; only the clear fallback rewrites old ones
         self.state = TurnState()
         self.seq = 0  # the last event folded in
+        self.keys: dict[str, tuple[int, str]] = {}  # a message's idempotency key -> (its seq, its text)
         self._tokens: list[int] = []  # estimated tokens of each message
         self._results: dict[str, dict[str, Any]] = {}  # results awaiting the next message, by tool_use id
         self._order: list[str] = []  # tool_use ids of the latest assistant turn, in its order
@@ -111,6 +113,8 @@ class Conversation:
             self._per_turn = context.get("mode") == "turn"
         elif t == "user_message":
             self.state = TurnState(open=True)
+            if isinstance(p.get("idempotency_key"), str):
+                self.keys.setdefault(p["idempotency_key"], (seq, p["text"]))
             text_block = {"type": "text", "text": p["text"]}
             if self._order and not self._per_turn:  # the results the latest assistant turn waits for, then the text
                 self._push({"role": "user", "content": self._pending() + [text_block]})
@@ -154,7 +158,7 @@ class Conversation:
         elif t == "tool_result":
             if st.open:
                 st.answered.add(p["tool_use_id"])
-            block = {"type": "tool_result", "tool_use_id": p["tool_use_id"], "content": p["content"]}
+            block = {"type": "tool_result", "tool_use_id": p["tool_use_id"], "content": result_content(p)}
             if p.get("is_error"):
                 block["is_error"] = True
             self._results[p["tool_use_id"]] = block

@@ -20,9 +20,12 @@ from ..hands import Hands, Observation
 
 @dataclass
 class ToolOutput:
-    """What a tool returns: content blocks for the model, and details for the log."""
+    """What a tool returns: content blocks for the model, and details for the log.
 
-    content: list[dict[str, Any]]
+    The `python` tool's content is None: the model reads its observation (`details["observation"]`), rendered
+    again whenever the request is built, so the log keeps a call's outputs once (docs/events.md, `tool_result`)."""
+
+    content: list[dict[str, Any]] | None
     is_error: bool = False
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -70,8 +73,8 @@ def _plain(value: Any) -> Any:
 
 
 def observation_output(obs: Observation) -> ToolOutput:
-    """A hands Observation as a tool result."""
-    return ToolOutput(content=obs.content_blocks(), is_error=not obs.ok, details={"observation": obs.to_json()})
+    """A hands Observation as a tool result: the observation alone, which the model's content is rendered from."""
+    return ToolOutput(content=None, is_error=not obs.ok, details={"observation": obs.to_json()})
 
 
 async def run_python(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import traceback
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -59,12 +60,18 @@ class Turns:
         if self._tasks.get(session_id) is task:
             del self._tasks[session_id]
         if task.cancelled():
+            # an interrupt: the turn recorded it and closed itself (Brain._close, run to its end), or it was
+            # cancelled before its first step and wrote nothing (its starter hears so: Brain._spawn); a close
+            # that fails ends the task with that failure instead, logged below
             return
         exc = task.exception()
         if isinstance(exc, WorkbenchError):
-            log.warning("workbench: turn in session %s stopped: %s", session_id, exc)
+            log.warning("workbench: turn in session %s stopped: %s", session_id, printable(str(exc)))
         elif exc is not None:
-            log.error("workbench: turn in session %s failed", session_id, exc_info=exc)
+            # the traceback as text with a lone surrogate or NUL escaped: a log file in UTF-8 (or a test runner
+            # sending its report to another process) cannot carry the exception's own message when it has one
+            trace = "".join(traceback.format_exception(exc))
+            log.error("workbench: turn in session %s failed\n%s", session_id, printable(trace.rstrip()))
 
     async def settle(self, session_id: str, timeout: float = 10.0) -> bool:
         """Wait (up to `timeout`) for a turn that is finishing up; True when none runs any more."""
@@ -92,3 +99,8 @@ class Turns:
             t.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
+
+
+def printable(text: str) -> str:
+    """`text` with a lone surrogate and NUL escaped (`\\ud800`, `\\x00`), whole."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")

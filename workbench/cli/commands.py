@@ -21,6 +21,7 @@ from ..log import DuckDBLog
 from ..log.manage import auto_title
 from ..plugins import Command, CommandContext
 from ..render import table
+from ..strictnum import argument
 from ..usage import session_usage
 from .console import EXIT_INTERRUPTED, EXIT_OK, EXIT_STOPPED, Console, Printer
 from .remote import Remote
@@ -335,8 +336,7 @@ def demo_hands() -> HandsSettings:
     Only the demo may fall back: its code is fixed and ships with the package, while a
     session with a model refuses to run code until the sandbox works.
     """
-    from ..hands.preflight import preflight
-    from ..hands.sandbox import SandboxSettings
+    from ..hands.isolating import SandboxSettings, preflight
 
     settings = from_env(HandsSettings, prefix="WORKBENCH_HANDS_", pool_size=0)
     if settings.backend == "sandbox" and not settings.unsafe_unsandboxed:
@@ -444,7 +444,8 @@ def _sessions_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--updated-before", metavar="TIME", help="only sessions last active before TIME (ISO 8601)")
     p.add_argument("--order", choices=("created", "updated"), help="by creation (the default) or by last activity, oldest first")
     p.add_argument("--reverse", action="store_true", help="newest (or most recently active) first")
-    p.add_argument("--limit", type=int, metavar="N", help="one page of at most N sessions (1 to 1000); the next cursor goes to stderr")
+    p.add_argument("--limit", type=argument(int), metavar="N",
+                   help="one page of at most N sessions (1 to 1000); the next cursor goes to stderr")
     p.add_argument("--cursor", help="the page after the one that printed this cursor (same filters and order)")
     p.add_argument("--usage", action="store_true", help="also each session's tokens in/out and estimated cost "
                    "(reads each listed session's model calls: best with --limit)")

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import WorkbenchError
 from ..plugins import Command, CommandContext
+from ..strictnum import argument
 from .console import EXIT_OK
 
 
@@ -96,7 +97,7 @@ def _get_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="the file's path in the workspace")
     p.add_argument("-o", "--output", help="where to write it (default: its name, here; - for stdout)")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
-    p.add_argument("--max-bytes", type=int, help="refuse a file bigger than this")
+    p.add_argument("--max-bytes", type=argument(int), help="refuse a file bigger than this")
     _server_args(p)
 
 

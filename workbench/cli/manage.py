@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import ConfigError, InvalidPayload
 from ..plugins import Command, CommandContext
 from ..render import one_line, table
+from ..strictnum import argument
 from ..usage import describe, session_usage
 from .console import EXIT_ERROR, EXIT_OK
 from .remote import Remote
@@ -257,7 +258,7 @@ def _delete_args(p: argparse.ArgumentParser) -> None:
 
 def _fork_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("id", help="the session to fork")
-    p.add_argument("--seq", type=int, help="copy events up to this seq (cut back to a turn boundary); default: all")
+    p.add_argument("--seq", type=argument(int), help="copy events up to this seq (cut back to a turn boundary); default: all")
     p.add_argument("--new-id", help="the new session's id (default: a fresh one)")
     p.add_argument("--title", help="the new session's title (default: the origin's)")
     p.add_argument("--json", action="store_true", help="print the new session's row as JSON")
@@ -266,7 +267,7 @@ def _fork_args(p: argparse.ArgumentParser) -> None:
 def _search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("text", help="words to find in titles, messages, replies and tool results (any case)")
     p.add_argument("--archived", action="store_true", help="also search archived sessions")
-    p.add_argument("--limit", type=int, default=20, metavar="N", help="at most N sessions (1 to 100; default 20)")
+    p.add_argument("--limit", type=argument(int), default=20, metavar="N", help="at most N sessions (1 to 100; default 20)")
     p.add_argument("--cursor", help="the page after the one that printed this cursor")
     p.add_argument("--json", action="store_true", help="one JSON object per hit")
 

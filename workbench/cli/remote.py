@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import (
     ConfigError,
     DatabaseLocked,
+    KeyReused,
     MemoryConflict,
     RequestRefused,
     SessionExists,
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from ..client.api import WorkbenchClient
 
 # what a refusal of the server becomes here: the error a local run would raise, with the server's words
-BY_STATUS: Mapping[int, type[WorkbenchError]] = MappingProxyType({400: ConfigError, 409: TurnBusy})
+BY_STATUS: Mapping[int, type[WorkbenchError]] = MappingProxyType({400: ConfigError, 409: TurnBusy, 422: KeyReused})
 EVENTS_PAGE = 100_000
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +23,9 @@ HOW_TO_FIX = (
     "start JupyterLab with the workbench extension enabled (`jupyter server extension enable workbench`), "
     "or pass workbench.connect(url=..., token=...)"
 )
+
+
+SEND_RETRIES = 2  # a message that got no answer is sent again (with its key) up to this often
 
 
 @dataclass
@@ -68,17 +72,27 @@ class WorkbenchClient:
 
     # -- REST ----------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, body: Any = None, params: dict | None = None, content: bytes | None = None) -> Any:
+    def _call(self, method: str, path: str, body: Any = None, params: dict | None = None, content: bytes | None = None,
+              retries: int = 0) -> Any:
+        """`retries`: how often a request that got no answer (a dropped connection, a timeout) is sent again,
+        only for a request the server answers the same however often it gets it (a message with its key)."""
         import httpx
 
-        try:
-            if content is not None:  # a file sent as it is (an import): the server reads and checks its bytes
-                r = self.http.request(method, self.api + path, content=content, params=params,
-                                      headers={"Content-Type": "application/json"})
-            else:
-                r = self.http.request(method, self.api + path, json=body, params=params)
-        except httpx.HTTPError as e:
-            raise ServerUnavailable(f"no workbench server answers at {self.url} ({type(e).__name__}): {HOW_TO_FIX}") from None
+        for attempt in range(retries + 1):
+            try:
+                if content is not None:  # a file sent as it is (an import): the server reads and checks its bytes
+                    r = self.http.request(method, self.api + path, content=content, params=params,
+                                          headers={"Content-Type": "application/json"})
+                else:
+                    r = self.http.request(method, self.api + path, json=body, params=params)
+                break
+            except httpx.TransportError:
+                if attempt < retries:
+                    continue
+                raise ServerUnavailable(f"no workbench server answers at {self.url} (no answer after {attempt + 1} "
+                                        f"attempt(s)): {HOW_TO_FIX}") from None
+            except httpx.HTTPError as e:
+                raise ServerUnavailable(f"no workbench server answers at {self.url} ({type(e).__name__}): {HOW_TO_FIX}") from None
         if r.status_code == 404 and path == "/status":
             raise ServerUnavailable(
                 f"the Jupyter server at {self.url} does not have the workbench extension enabled: "
@@ -145,9 +159,12 @@ class WorkbenchClient:
                                       first_message=first_message).items() if v is not None}
         return self._call("POST", "/sessions", body)
 
-    def send(self, session_id: str, text: str) -> int:
-        """Start a turn; returns the seq of its user_message (the turn runs in the server)."""
-        return self._call("POST", f"/sessions/{session_id}/messages", {"text": text})["seq"]
+    def send(self, session_id: str, text: str, *, key: str | None = None) -> int:
+        """Start a turn; returns the seq of its user_message (the turn runs in the server). The message goes
+        with an idempotency key (`key`, else a new one), and is sent again with it when the connection fails:
+        the server records it once (docs/api.md, "Retrying safely")."""
+        body = {"text": text, "idempotency_key": key or uuid.uuid4().hex}
+        return self._call("POST", f"/sessions/{session_id}/messages", body, retries=SEND_RETRIES)["seq"]
 
     def events(self, session_id: str, after: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
         params = {"after": after, **({"limit": limit} if limit else {})}

@@ -14,6 +14,8 @@ import html
 from types import MappingProxyType
 from typing import Any
 
+from ..render import result_blocks
+
 LIVE_CHARS = 20_000  # the latest characters of a running call's live output a view shows
 IMAGE_TYPES = MappingProxyType({"image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif", "image/webp": "webp"})
 PRE = "white-space: pre-wrap; font-family: var(--jp-code-font-family, monospace); font-size: 12px; margin: 0"
@@ -180,7 +182,7 @@ class ChatView:
         w = self.w
         parts: list[Any] = []
         texts = []
-        for b in p.get("content", []):
+        for b in result_blocks(p):
             if b.get("type") == "text":
                 texts.append(b["text"])
                 parts.append(w.HTML(_pre(b["text"], "#b00020" if p.get("is_error") else None)))

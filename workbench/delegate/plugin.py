@@ -12,7 +12,6 @@ from ..brain.tools import Tool, ToolContext, ToolOutput
 from ..config import from_env
 from ..errors import WorkbenchError
 from ..hands.files import FileRefused, read_files
-from ..hands.kernel import KernelHands
 from ..plugins import Plugin
 from .run import Delegation, child_id, depth_of
 from .script import delegate_script, worker_script
@@ -151,7 +150,7 @@ class DelegatePlugin(Plugin):
         if not wanted:
             return {}
         hands = await ctx.hands()
-        root = await hands.workspace() if isinstance(hands, KernelHands) else None
+        root = await hands.workspace()
         limit = int(self.settings.max_file_mb * 1024 * 1024)
         files = await asyncio.to_thread(read_files, root, wanted, limit * len(specs))
         for sp in specs:

@@ -22,7 +22,6 @@ from ..brain.tools import ToolOutput
 from ..errors import TurnBusy, WorkbenchError
 from ..evals.verify import python_verdict
 from ..hands.files import write_file
-from ..hands.kernel import KernelHands
 from ..log import Event
 from .spec import ChildSpec
 
@@ -183,9 +182,7 @@ class Delegation:
         if gone:
             raise PlacingFailed(f"its files are gone from the parent's workspace ({', '.join(gone)[:200]})")
         hands = await self.brain.hands(cid)
-        if not isinstance(hands, KernelHands):
-            raise PlacingFailed("its hands run no code here, so it has no workspace for files")
-        root = await hands.workspace(create=True)
+        root = await hands.workspace(create=True)  # NoWorkspace where its hands run no code here
         assert root is not None, "workspace(create=True) makes one or raises"
         for p in spec.files:
             await asyncio.to_thread(write_file, root, p, io.BytesIO(self.files[p]), hands.workspace_owner())

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..errors import ConfigError
 from ..plugins import Command, CommandContext
 from ..render import table
+from ..strictnum import argument
 from .report import summary
 from .results import results, runs
 from .tasks import load_tasks, select
@@ -247,8 +248,8 @@ def remote_eval(args: argparse.Namespace, r: Any) -> int:
 def _configure_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("tasks", help="a task set: a .jsonl file (docs/evals.md)")
     p.add_argument("--model", action="append", help="a model to evaluate (repeat for several; default: the host's)")
-    p.add_argument("--epochs", type=int, default=1, help="attempts per task and model (default 1)")
-    p.add_argument("--parallel", type=int, default=None, help="attempts at a time (default: the eval parallel setting)")
+    p.add_argument("--epochs", type=argument(int), default=1, help="attempts per task and model (default 1)")
+    p.add_argument("--parallel", type=argument(int), default=None, help="attempts at a time (default: the eval parallel setting)")
     p.add_argument("--run", dest="run_id", help="the run's id: give an existing one to go on with it (finished attempts are not re-run)")
     p.add_argument("--task", action="append", help="only this task id (repeatable)")
     p.add_argument("--json", action="store_true", help="print each attempt's row as JSON")

@@ -80,10 +80,17 @@ def result_rows(log: Any, run: str | None = None) -> list[dict[str, Any]]:
     """The rows of every attempt (of `run`, when given), ordered by task, model and epoch."""
     rows = []
     for s in log.sessions(kind="eval"):
+        if run is not None and not _of_run(log, s["id"], run):
+            continue  # read whole only the attempts of this run: a run's status is asked for often, while it runs
         row = attempt_row(log.events(s["id"]))
         if row is not None and (run is None or row["run"] == run):
             rows.append(row)
     return sorted(rows, key=lambda r: (r["run"], r["task"], r["model"], r["epoch"]))
+
+
+def _of_run(log: Any, session_id: str, run: str) -> bool:
+    started = log.events(session_id, types=["eval_started"], limit=1)
+    return bool(started) and started[0].payload.get("run") == run
 
 
 def frame(rows: list[dict[str, Any]]) -> Any:

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..hands.files import FileRefused, check_path
+from ..strictnum import NumberRefused, parse_constant, parse_float, parse_int
 
 MAX_TASKS = 10_000
 MAX_TASK_FILE_BYTES = 64 * 1024 * 1024  # a task set file
@@ -245,7 +246,9 @@ def load_tasks(source: str | Path | Iterable[Task | Mapping[str, Any]]) -> list[
             if not line.strip() or line.lstrip().startswith("//"):
                 continue
             try:
-                obj = json.loads(line, parse_constant=_no_constant)
+                obj = json.loads(line, parse_constant=parse_constant, parse_int=parse_int, parse_float=parse_float)
+            except NumberRefused as e:
+                raise ConfigError(f"{path}:{n}: {e}") from None
             except ValueError as e:
                 raise ConfigError(f"{path}:{n}: not JSON ({e})") from None
             except RecursionError:
@@ -273,10 +276,6 @@ def task_to_json(t: Task) -> dict[str, Any]:
             "limits": asdict(t.limits),
             "verifier": {"kind": v.kind, "code": v.code, "rubric": v.rubric, "model": v.model, "timeout": v.timeout},
             "scripted": [dict(x) for x in t.scripted], "tags": list(t.tags)}
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
 
 
 def select(tasks: Sequence[Task], ids: Sequence[str] | None) -> list[Task]:

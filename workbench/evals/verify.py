@@ -3,7 +3,7 @@
 A **python** verifier (`python_verdict`: the one verifier of evals and of delegate checks) runs
 in fresh hands of its own (a new kernel from the host's hands factory, never the agent's) with a
 workspace of its own, into which the agent's workspace is *copied* after the turn, while every
-process of the agent's kernel is stopped (`KernelHands.frozen`), by the workspace module
+process of the agent's kernel is stopped (`Hands.frozen`), by the workspace module
 (`hands.files.copy_tree`: by descriptor, never through a link). The check's code comes from the
 host (a task set loaded before the attempt began, or the parent's call), goes to the kernel as the
 cell's text (no file the agent could rewrite), and its verdict comes back on a line marked with a
@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from ..brain.models import MessageBuilder
+from ..hands import Hands
 from ..hands.files import NoWorkspace, copy_tree, list_files
-from ..hands.kernel import KernelHands
 from .tasks import Task
 
 MAX_EXPLANATION_CHARS = 4000
@@ -108,7 +108,7 @@ def read_verdict(out: str, nonce: str) -> dict[str, Any] | None:
     return None
 
 
-async def python_verdict(hands_factory: Any, agent: Any, code: str, answer: str, *, label: str,
+async def python_verdict(hands_factory: Any, agent: Hands, code: str, answer: str, *, label: str,
                          timeout: float | None = None, limit_bytes: int = MAX_COPY_BYTES,
                          max_entries: int = MAX_COPY_ENTRIES) -> Verdict:
     """Run the check `code` in fresh hands over a copy of the `agent` hands' workspace, taken while the agent's
@@ -123,18 +123,16 @@ async def python_verdict(hands_factory: Any, agent: Any, code: str, answer: str,
 
     if hands_factory is None:
         return verdict(False, 0.0, "not checked: this host runs no code")
-    source = await agent.workspace() if isinstance(agent, KernelHands) else None
+    source = await agent.workspace()
     if source is None or not source.is_dir():
         return verdict(False, 0.0, "not checked: there is no workspace to check on this machine (no code ran, "
                                    "its workspace did not survive a restart, or its kernels run on a gateway)")
     config = {"hands": {"timeout": float(timeout)}} if timeout else {}
     hands = hands_factory(label, config, None, None)  # no log of their own: the verdict is the record
     try:
-        if not isinstance(hands, KernelHands):
-            return verdict(False, 0.0, "not checked: this host's hands refuse to run code (see its sandbox status)")
         try:
             root = await hands.workspace(create=True)
-        except NoWorkspace as e:
+        except NoWorkspace as e:  # e.g. this host's hands refuse to run code (see its sandbox status)
             return verdict(False, 0.0, f"not checked: {e}")
         assert root is not None, "workspace(create=True) makes one or raises"
         async with agent.frozen() as notes:

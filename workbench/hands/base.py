@@ -1,112 +1,33 @@
-"""The protocols of the hands, in one place, and the Observation they return.
+"""The protocols of the hands, in one place (the Observation they return is observing's).
 
     Hands     what the brain calls: execute(code, timeout) -> Observation, restart,
-              interrupt, shutdown, status. One implementation runs kernels
-              (kernel.KernelHands); preflight.RefusedHands runs nothing.
+              interrupt, shutdown, status; and what the workspace module needs: the
+              session's workspace and its owner, and the kernel frozen while it is
+              copied. One implementation runs kernels (kernel.KernelHands);
+              isolating.RefusedHands runs nothing. Both subclass it, so mypy checks them.
     Launcher  how kernels of one kind start: local, sandbox, gateway (and whatever comes
               next). The hands, the pool and the factory call only its four methods.
     Kernel    one started, ready kernel: the channel the one execute loop talks through,
-              over ZMQ (process.ProcessKernel) or a gateway's websocket (gateway.GatewayKernel).
+              over ZMQ (launching.ProcessKernel) or a gateway's websocket (launching.GatewayKernel).
 
 Hands run the model's code somewhere else (a kernel) and report what
-happened as an Observation. Failures of the hands (a traceback, a timeout,
+happened as an Observation (observing/observation.py). Failures of the hands (a traceback, a timeout,
 a dead kernel) are observations for the model, never exceptions in the brain.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from .render import blocks
+from .observing import Observation
 
 # A sink for hands events (`hands_started`, `hands_died`, ...): the brain
 # passes one in so that hands never import the log or the brain.
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
-
-
-
-@dataclass
-class Observation:
-    """What one code execution produced: its outputs in order, as a notebook shows them (see fold.py).
-
-    `outputs` is the record (nbformat-like dicts, every MIME bundle kept within the budget);
-    `stdout`, `stderr` and `result` are its text by kind, for a quick look; `error` the call's error.
-    """
-
-    stdout: str = ""
-    stderr: str = ""
-    result: str | None = None  # text/plain of the execute result(s), one per line
-    outputs: list[dict[str, Any]] = field(default_factory=list)
-    error: dict[str, Any] | None = None  # {ename, evalue, traceback}
-    truncated: list[str] = field(default_factory=list)  # notes on what was cut
-    generation: int | None = None
-    duration_ms: float | None = None
-    notes: list[str] = field(default_factory=list)  # e.g. what was replayed
-    # what the model reads of it (content_blocks): characters of text in all, images (None: not bounded); not stored
-    text_limit: int | None = None
-    max_images: int | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def displays(self) -> list[dict[str, Any]]:
-        """The MIME bundles of the call's displays (not its results), in order."""
-        return [o["data"] for o in self.outputs if o.get("output_type") == "display_data" and isinstance(o.get("data"), dict)]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "outputs": self.outputs,
-            "stdout": self.stdout,
-            "stderr": self.stderr,
-            "result": self.result,
-            "error": self.error,
-            "truncated": self.truncated,
-            "generation": self.generation,
-            "duration_ms": self.duration_ms,
-            "notes": self.notes,
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Observation:
-        """An observation as stored; one stored before `outputs` existed gets them from its fields."""
-        fields: dict[str, Any] = {k: d.get(k) for k in cls.__dataclass_fields__ if k in d}
-        obs = cls(**fields)
-        if "outputs" not in d:
-            obs.outputs = [*({"output_type": "stream", "name": n, "text": t} for n, t in
-                             (("stdout", obs.stdout), ("stderr", obs.stderr)) if t),
-                           *({"output_type": "display_data", "data": b} for b in d.get("displays") or []),
-                           *([{"output_type": "execute_result", "data": {"text/plain": obs.result}}] if obs.result else [])]
-        return obs
-
-    def all_outputs(self) -> list[dict[str, Any]]:
-        """The outputs, with the error last if it is not among them (a death, a timeout, a refusal)."""
-        outputs = list(self.outputs)
-        if not outputs and (self.stdout or self.stderr):  # a failure that kept the text of what ran
-            outputs = [{"output_type": "stream", "name": n, "text": t} for n, t in
-                       (("stdout", self.stdout), ("stderr", self.stderr)) if t]
-        if self.error and not any(o.get("output_type") == "error" for o in outputs):
-            outputs.append({"output_type": "error", **self.error})
-        return outputs
-
-    def content_blocks(self) -> list[dict[str, Any]]:
-        """tool_result content: text and image blocks in the order of the outputs, within the observation's
-        text_limit and max_images (see render.py)."""
-        return blocks(self.all_outputs(), self.notes, self.truncated, self.text_limit, self.max_images)
-
-    def text(self) -> str:
-        """The observation as plain text (its text blocks; images as a mark)."""
-        return "\n".join(b["text"] if b["type"] == "text" else f"[image: {b['source']['media_type']}]"
-                         for b in self.content_blocks())
-
-
-def failure(message: str, ename: str = "HandsError", **kw: Any) -> Observation:
-    """An observation that carries only an error message."""
-    return Observation(error={"ename": ename, "evalue": message, "traceback": [f"{ename}: {message}"]}, **kw)
 
 
 @runtime_checkable
@@ -117,7 +38,7 @@ class Hands(Protocol):
                       on_output: Callable[[str, str], None] | None = None) -> Observation:
         """Run code; a dead kernel or a timeout is an Observation with `error` set.
 
-        `on_output(kind, text)`, if given, hears the output while the call runs (hands/live.py)."""
+        `on_output(kind, text)`, if given, hears the output while the call runs (observing/live.py)."""
         ...
 
     async def restart(self) -> None:
@@ -148,6 +69,12 @@ class Hands(Protocol):
 
     def workspace_owner(self) -> tuple[int, int] | None:
         """The uid:gid the workspace's files are for when not this process's (the session's sandbox uid)."""
+        ...
+
+    def frozen(self) -> AbstractAsyncContextManager[list[str]]:
+        """Every process of the session's kernel stopped for the block, so that its workspace holds still while it
+        is copied (no call runs meanwhile), then let go on with its state intact; yields notes on what was not
+        stopped. Without a kernel there is nothing to stop."""
         ...
 
 

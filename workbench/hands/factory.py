@@ -23,18 +23,19 @@ from typing import Any
 from ..config import from_env
 from ..egress import EgressSettings, Vault
 from ..errors import ConfigError
-from . import quota
 from .base import EventSink, Hands, Launcher
-from .gateway import GatewayLauncher
+from .isolating import quota
+from .isolating.bubblewrap import SandboxSettings
+from .isolating.limits import Limits
+from .isolating.preflight import Preflight, RefusedHands, announce, preflight
+from .isolating.quota import WorkspaceSettings
+from .isolating.seccomp import SeccompFilter, SeccompSettings, prepare
 from .kernel import HandsConfig, KernelHands, ReplaySource
-from .limits import Limits
-from .local import LocalLauncher
-from .pool import KernelPool
-from .preflight import Preflight, RefusedHands, announce, preflight
-from .quota import WorkspaceSettings
-from .reaper import KernelRegistry, default_registry_dir
-from .sandbox import SandboxLauncher, SandboxSettings
-from .seccomp import SeccompFilter, SeccompSettings, prepare
+from .launching.gateway import GatewayLauncher
+from .launching.local import LocalLauncher
+from .launching.pool import KernelPool
+from .launching.reaper import KernelRegistry, default_registry_dir
+from .launching.sandbox import SandboxLauncher
 
 log = logging.getLogger("workbench.hands")
 

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .base import Death, Dropped, EventSink, Kernel, Launcher, Observation, Place, failure
-from .collect import TIMED_OUT, Budget, Collector, death_note, packages_code, replay, setup_code, stuck_note
-from .live import OutputSink, forward
+from .base import Death, Dropped, EventSink, Hands, Kernel, Launcher, Place
+from .launching.pip import packages_code
+from .observing import TIMED_OUT, Budget, Collector, Observation, OutputSink, death_note, failure, setup_code, stuck_note
+from .replay import replay
 
 REPLY_WAIT = 2.0  # seconds to wait for an execute reply after the idle status (it is normally there already)
 POLL = 0.03  # seconds between looks at the kernel (alive? past the deadline?) while a call runs
@@ -86,10 +87,10 @@ class Call:
     started: bool = False  # the kernel began running the cell (execute_input seen)
     interrupt: str = ""  # "pending": asked before the cell started, sent when it does; "sent"
     asked: bool = False  # someone asked for the interrupt (the observation says so)
-    on_output: OutputSink | None = None  # hears the call's output as it arrives (live.forward)
+    on_output: OutputSink | None = None  # hears the call's output as it arrives (observing/live.py)
 
 
-class KernelHands:
+class KernelHands(Hands):
     """Hands on Jupyter kernels of one launcher: lazy, watched, replaceable."""
 
     start_failed = "the kernel could not start"  # the start of a failed call's message for the model
@@ -97,7 +98,7 @@ class KernelHands:
     def __init__(self, config: HandsConfig | None = None, *, launcher: Launcher | None = None, pool: Any = None,
                  on_event: EventSink | None = None, replay: ReplaySource | None = None,
                  session_config: dict[str, Any] | None = None, session_id: str = "", spare: bool = False):
-        from .local import LocalLauncher
+        from .launching.local import LocalLauncher
 
         self.config = config or HandsConfig()
         self.launcher: Launcher = launcher if launcher is not None else LocalLauncher()
@@ -486,7 +487,7 @@ class KernelHands:
 
     async def _run(self, kernel: Kernel, call: Call, code: str, timeout: float) -> Observation:
         """The execute loop: send the cell, fold its messages, watch the kernel and the clock."""
-        col = Collector(self.config.budget(), self.generation, self.shown_ids)
+        col = Collector(self.config.budget(), self.generation, self.shown_ids, call.on_output)
         call.msg_id = msg_id = kernel.execute(code)
         deadline = Deadline(timeout, self.config.interrupt_grace)
         next_look = 0.0
@@ -511,13 +512,12 @@ class KernelHands:
                 col.note(got.note)
                 continue
             msg_type, content = got
-            forward(call.on_output, msg_type, content)
             if msg_type == "execute_input":
                 call.started = True
                 if call.interrupt == "pending":
                     call.interrupt = "sent"
                     await kernel.interrupt()
-            elif await col.feed(msg_type, content):
+            if await col.feed(msg_type, content):
                 break
         await self._payloads(kernel, msg_id, col)
         obs = col.done()

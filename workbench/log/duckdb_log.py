@@ -718,8 +718,12 @@ class DuckDBLog(WriterLog):
             WHEN 'user_message' THEN coalesce(json_extract_string(e.payload, '$.text'), '')
             WHEN 'assistant_turn' THEN coalesce(array_to_string(list_filter(
                 json_extract_string(e.payload, '$.message.content[*].text'), lambda x: x IS NOT NULL), chr(10)), '')
-            ELSE coalesce(array_to_string(list_filter(
-                json_extract_string(e.payload, '$.content[*].text'), lambda x: x IS NOT NULL), chr(10)), '') END"""
+            ELSE coalesce(array_to_string(list_filter(CASE WHEN json_exists(e.payload, '$.content')
+                THEN json_extract_string(e.payload, '$.content[*].text')
+                ELSE list_concat(list_concat(json_extract_string(e.payload, '$.observation.outputs[*].text'),
+                    json_extract_string(e.payload, '$.observation.outputs[*].data."text/plain"')),
+                    json_extract_string(e.payload, ['$.observation.error.ename', '$.observation.error.evalue'])) END,
+                lambda x: x IS NOT NULL), chr(10)), '') END"""
         where: list[str] = ["true"]
         params: list[Any] = []
         if kind is not None:

@@ -63,12 +63,28 @@ def searchable_text(type_: str, payload: dict[str, Any]) -> str:
         content = (payload.get("message") or {}).get("content") if isinstance(payload.get("message"), dict) else None
     elif type_ == "tool_result":
         content = payload.get("content")
+        if "content" not in payload:  # a python call's, stored once: the text of its outputs
+            return "\n".join(output_words(payload.get("observation")))
     else:
         return ""
     if not isinstance(content, list):
         return ""
     return "\n".join(b["text"] for b in content
                      if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str))
+
+
+def output_words(observation: Any) -> list[str]:
+    """The words of a stored observation: its streams' text (and a proposed next input), its displays' and results'
+    text/plain, its error's name and value (the duckdb log reads the same in SQL)."""
+    if not isinstance(observation, dict):
+        return []
+    outputs = [o for o in observation.get("outputs") or [] if isinstance(o, dict)]
+    error = observation.get("error")
+    error = error if isinstance(error, dict) else {}
+    words = [o.get("text") for o in outputs]
+    words += [o["data"].get("text/plain") for o in outputs if isinstance(o.get("data"), dict)]
+    words += [error.get("ename"), error.get("evalue")]
+    return [w for w in words if isinstance(w, str)]
 
 
 def snippet(text: str, needle: str, width: int = SNIPPET_CHARS) -> str:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..errors import ConfigError
 from ..plugins import Command, CommandContext
 from ..render import one_line, table
+from ..strictnum import argument
 from .store import DEFAULT_STORE, REVIEW_ACTIONS, STATUSES, check_store, os_user
 
 if TYPE_CHECKING:  # the plugin imports this module for its commands
@@ -476,7 +477,7 @@ def _memory_args(r: argparse.ArgumentParser) -> None:
 
 
 def _review_args(r: argparse.ArgumentParser) -> None:
-    r.add_argument("--port", type=int, default=5006)
+    r.add_argument("--port", type=argument(int), default=5006)
 
 
 COMMANDS = (

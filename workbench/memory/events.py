@@ -38,7 +38,10 @@ def _strings(value: Any) -> list[str]:
 def event_text(e: Event) -> str:
     """Every string in the event's payload (no system prompt, no signatures): what a quote is checked against."""
     payload = {k: v for k, v in e.payload.items() if k != "system"} if e.type == "session_created" else e.payload
-    return "\n".join(_strings(payload))
+    strings = _strings(payload)
+    if e.type == "tool_result":  # what the model (and a dream) read of it: a python call's is rendered from its outputs
+        strings.append(result_text(e.payload))
+    return "\n".join(strings)
 
 
 def render_event(e: Event) -> str:

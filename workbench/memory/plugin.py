@@ -85,7 +85,8 @@ class MemoryPlugin(Plugin):
         # twin of fast tests) has no memory, and sessions simply get none
         if isinstance(host.log, DuckDBLog):
             # the egress vault the hands use (or WORKBENCH_VAULT's when this host has no sandbox)
-            vault = self.vault or getattr(host.hands, "vault", None) or Vault.load(from_env(EgressSettings).vault)
+            hands_vault = host.hands.vault if host.hands is not None else None
+            vault = self.vault or hands_vault or Vault.load(from_env(EgressSettings).vault)
             self.store = MemoryStore(host.log, self.settings, SecretScanner(vault.redact))
         else:
             self.store = None

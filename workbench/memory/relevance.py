@@ -15,12 +15,10 @@ such as "never", "not", "avoid" in one and not in the other).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from typing import Any
-
-import bm25s
-from bm25s.stopwords import STOPWORDS_EN
 
 WORD = re.compile(r"(?u)\b\w\w+\b")
 # words that turn a statement around; "no" and "not" are in bm25s's stop words, so they are checked first
@@ -31,7 +29,6 @@ NEGATIONS = frozenset({
 # words that only say how strongly (prefer/use/always): not part of a statement's subject
 STANCE = frozenset({"prefer", "preferred", "use", "used", "using", "always", "should", "must", "do", "does", "please",
                     "recommend", "recommended", "enable", "enabled", "allow", "allowed", "ok", "okay"})
-STOP = frozenset(STOPWORDS_EN)
 OVERLAP = 0.5  # share of the smaller subject that both memories must name
 MAX_CONFLICTS = 5  # contradictions shown per memory (a listing stays bounded)
 
@@ -41,7 +38,20 @@ def document(m: dict[str, Any]) -> str:
     return f"{m['title']}\n{m['text']}\n{' '.join(m.get('tags') or [])}"
 
 
+# bm25s is imported where it is used: it brings numpy and scipy (half a second and more on a loaded machine),
+# which every `workbench` command and server start would pay for, most of them never ranking a memory
+
+
+@functools.cache
+def _stop() -> frozenset[str]:
+    from bm25s.stopwords import STOPWORDS_EN
+
+    return frozenset(STOPWORDS_EN)
+
+
 def _tokens(texts: Sequence[str]) -> list[list[str]]:
+    import bm25s
+
     out = bm25s.tokenize(list(texts), stopwords="en", return_ids=False, show_progress=False)
     assert isinstance(out, list), "return_ids=False gives lists of tokens"
     return out
@@ -54,6 +64,8 @@ def scores(docs: Sequence[str], query: str) -> list[float]:
     corpus = _tokens(docs)
     if not any(corpus):  # bm25s cannot index a corpus of stop words only
         return [0.0] * len(docs)
+    import bm25s
+
     retriever = bm25s.BM25()
     retriever.index(corpus, show_progress=False)
     vocab = retriever.vocab_dict
@@ -87,7 +99,7 @@ def _statement(m: dict[str, Any]) -> str:
 
 def subject(text: str) -> frozenset[str]:
     """The content words of a statement: no stop words, negations or stance words."""
-    return frozenset(w for w in _words(text) if w not in STOP and w not in NEGATIONS and w not in STANCE)
+    return frozenset(w for w in _words(text) if w not in _stop() and w not in NEGATIONS and w not in STANCE)
 
 
 def negated(text: str) -> list[str]:

@@ -24,6 +24,9 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+# detect-secrets is imported where it is used: it takes a third of a second (more on a loaded machine), which
+# every `workbench` command and server start would pay for, most of them never checking a memory
+
 # entropy plugins at detect-secrets' defaults; IPPublicDetector flags any public address, which memories name freely
 ENTROPY_LIMIT_BASE64 = 4.5
 ENTROPY_LIMIT_HEX = 3.0
@@ -39,7 +42,7 @@ _lock = threading.Lock()
 
 @functools.cache
 def _entropy() -> tuple[Any, Any]:
-    """detect-secrets' entropy plugins (base64, hex), imported at the first scan: not at every server's start."""
+    """detect-secrets' base64 and hex entropy plugins, at our limits."""
     from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString, HexHighEntropyString
 
     return Base64HighEntropyString(limit=ENTROPY_LIMIT_BASE64), HexHighEntropyString(limit=ENTROPY_LIMIT_HEX)

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import ConfigError, MemoryConflict, UnknownMemory
 from ..log import is_session_id
+from ..strictnum import NumberRefused, parse_float, parse_int
 from .store import (
     ACTOR_GRAMMAR,
     MAX_NOTE_CHARS,
@@ -119,8 +120,9 @@ def parse_export(data: bytes) -> dict[str, Any]:
     except UnicodeDecodeError as e:
         raise ConfigError(f"not an export: the file is not UTF-8 (byte {e.start:,})") from None
     try:
-        doc = json.loads(text, parse_constant=_no_constants, object_pairs_hook=_no_duplicates)
-    except _Bad as e:
+        doc = json.loads(text, parse_constant=_no_constants, parse_int=parse_int, parse_float=parse_float,
+                         object_pairs_hook=_no_duplicates)
+    except (_Bad, NumberRefused) as e:  # a number is bounded before it is parsed: no plain ValueError (a 500)
         raise ConfigError(f"not an export: {e}") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"not an export: not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None

@@ -46,6 +46,8 @@ MAX_TITLE_CHARS = 1000
 MAX_MODEL_CHARS = 200
 MAX_SYSTEM_CHARS = 100_000
 MAX_TEXT_CHARS = 1_000_000  # a user message
+MAX_KEY_CHARS = 128  # a message's idempotency key
+IDEMPOTENCY_KEY = rf"^[A-Za-z0-9._:-]{{1,{MAX_KEY_CHARS}}}$"  # a UUID fits, with or without its dashes
 MAX_TOOLS = 32
 MAX_NAME_CHARS = 200  # a tool, credential or plugin name
 MAX_SQL_CHARS = 100_000
@@ -65,6 +67,13 @@ MAX_EVENTS_PAGE = 100_000  # `limit` of GET .../events
 MAX_SESSIONS_PAGE = 1000  # `limit` of GET /sessions (the log's MAX_PAGE)
 MAX_SEARCH_CHARS = 200  # `q` of GET /search (the log's manage.MAX_SEARCH_CHARS)
 MAX_SEARCH_PAGE = 100  # `limit` of GET /search (the log's manage.MAX_SEARCH_PAGE)
+
+# how a value of each pattern is described in a refusal
+PATTERNS = MappingProxyType({
+    r"^[0-9]+$": "plain ASCII digits (0-9)",
+    SESSION_ID: "an id of at most 200 letters, digits and . _ : @ - (starting with a letter or digit)",
+    IDEMPOTENCY_KEY: f"1 to {MAX_KEY_CHARS} letters, digits and . _ : -",
+})
 
 # Jupyter's own query arguments: auth for websockets (browsers cannot send headers) and XSRF
 JUPYTER_ARGS = frozenset({"token", "_xsrf"})
@@ -226,7 +235,9 @@ def explain(e: ValidationError, what: str, model: type[BaseModel] | None = None,
     if t == "too_long":
         return f"{name} has more than {ctx['max_length']:,} items"
     if t == "string_pattern_mismatch":
-        return f"{name} must be plain ASCII digits (0-9), not {str(got)[:40]!r}"
+        pattern = str(ctx.get("pattern"))
+        shape = PATTERNS.get(pattern, f"a string matching {pattern}")
+        return f"{name} must be {shape}, not {str(got)[:40]!r}"
     bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
     if t in bounds:
         limit = next(iter(ctx.values()))
@@ -300,6 +311,8 @@ class MessageBody(Body):
     """`POST /sessions/{id}/messages`."""
 
     text: Text(MAX_TEXT_CHARS, blank=False)
+    # the client's name for this message: sent again with the same key, it is recorded once (docs/api.md)
+    idempotency_key: Annotated[str, StringConstraints(strict=True, pattern=IDEMPOTENCY_KEY)] | None = None
 
 
 class QueryBody(Body):
@@ -473,12 +486,21 @@ def _hands_model() -> type[BaseModel]:
         elif f.name == "env":
             kind = Annotated[dict[env_name, Annotated[Text(MAX_ENV_VALUE_CHARS), AfterValidator(_no_nul)]],
                              Field(max_length=MAX_ENV)]
+        elif f.name == "workdir":  # used as it is: a relative one would be under whatever directory the server runs in
+            kind = Annotated[Text(MAX_PATH_CHARS), AfterValidator(_no_nul), AfterValidator(_absolute)] | None
         elif typing.get_origin(hint) in (typing.Union, types.UnionType) and str in typing.get_args(hint):
             kind = Annotated[Text(MAX_PATH_CHARS), AfterValidator(_no_nul)] | None
         else:  # a field this module does not know yet: any JSON value (already bounded by the body's checks)
             kind = Any
         fields[f.name] = (kind | None if kind is not Any else Any, None)
     return create_model("HandsConfigBody", __base__=Body, **fields)
+
+
+def _absolute(path: str) -> str:
+    if not path.startswith("/"):
+        raise ValueError(f"must be an absolute path, not {path[:40]!r} (a relative one would be under the server's "
+                         "working directory)")
+    return path
 
 
 def _env_name(name: str) -> str:
@@ -564,9 +586,10 @@ def check_model(host: Any, name: str) -> None:
         raise ConfigError(f"cannot make model {name[:100]!r} ({type(e).__name__})") from None
 
 
-def message_body(body: Any) -> str:
-    """The text of a `POST /sessions/{id}/messages` body."""
-    return parse(MessageBody, body).text
+def message_body(body: Any) -> tuple[str, str | None]:
+    """(text, idempotency key or None) of a `POST /sessions/{id}/messages` body."""
+    b = parse(MessageBody, body)
+    return b.text, b.idempotency_key
 
 
 def query_body(body: Any) -> tuple[str, list[Any]]:

@@ -98,7 +98,8 @@ class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
 
     Bodies are streamed: at most `max_body` bytes are kept, the rest of a bigger one
     is read and dropped, and the request gets a 413 (a connection cut mid-upload
-    would leave the client without an answer).
+    would leave the client without an answer). Nothing is answered before the body
+    is read, but a verb tornado does not know (and that answer says Connection: close).
     """
 
     max_body = bodies.MAX_BODY_BYTES
@@ -109,6 +110,7 @@ class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
 
     _bad_path: web.HTTPError | None = None
     _prepared = False
+    _body_next = False  # prepare let the request through: tornado reads its body, then calls the verb
 
     def decode_argument(self, value: bytes, name: str | None = None) -> str:
         # An id in the path that is not UTF-8: tornado refuses it before prepare, so before the body is read,
@@ -130,11 +132,10 @@ class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
                 raise self._bad_path
             await super().prepare()
         except web.HTTPError as e:
-            # Jupyter refused the request before its body was read (e.g. XSRF, with a token in the URL):
-            # answered now, tornado would close the connection mid-upload, and a client still sending
-            # gets a reset instead of the answer. Read the body, keep none of it, then refuse.
-            if not _has_body(self.request):
-                raise
+            # Refused before the body is read (a path id or token that is not UTF-8, XSRF, no auth): answered now,
+            # tornado would close the connection after the answer without saying so, and a keep-alive client's next
+            # request would meet a closed socket (a client still sending a big body, a reset). Read the body (an
+            # empty one too), keep none of it, then refuse.
             self._chunks, self.max_body = None, 0
             refusal = e  # `e` is unbound when the except block ends
 
@@ -142,6 +143,14 @@ class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
                 raise refusal
 
             setattr(self, (self.request.method or "").lower(), refuse)  # what tornado calls once the body is in
+        self._body_next = not self._finished
+
+    def finish(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._body_next and not self._headers_written:
+            # finished before the body was read (a verb tornado does not know is refused before prepare): tornado
+            # closes the connection after this answer, so the answer says so, and a keep-alive client reconnects
+            self.set_header("Connection", "close")
+        return super().finish(*args, **kwargs)
 
     def data_received(self, chunk: bytes) -> None:
         self._size += len(chunk)
@@ -168,10 +177,6 @@ class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         tornado_error(self, status_code, kwargs)
-
-
-def _has_body(request: Any) -> bool:
-    return request.headers.get("Content-Length", "0") not in ("", "0") or "Transfer-Encoding" in request.headers
 
 
 class NotFoundHandler(WorkbenchHandler):
@@ -212,8 +217,8 @@ class MessagesHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def post(self, id: str) -> None:
-        text = bodies.message_body(self.body())
-        seq = await self.runtime.send(id, text)
+        text, key = bodies.message_body(self.body())
+        seq = await self.runtime.send(id, text, key)
         self.reply({"session_id": id, "seq": seq}, 202)
 
 

@@ -195,13 +195,14 @@ class Runtime:
 
     # -- turns -----------------------------------------------------------------
 
-    async def send(self, session_id: str, text: str) -> int:
-        """Start a turn with the user's text; returns the seq of its committed user_message.
+    async def send(self, session_id: str, text: str, key: str | None = None) -> int:
+        """Start a turn with the user's text; returns the seq of its committed user_message (the first one's,
+        for the same message sent again with the same idempotency `key`: nothing starts).
 
         A session without a title is named after its first message (`session_renamed`, auto), committed
         with the message itself: a refused message names nothing."""
         self._not_driven(session_id)
-        return (await self.brain.start_turn(session_id, text, name_untitled=True)).seq
+        return (await self.brain.start_turn(session_id, text, name_untitled=True, key=key)).seq
 
     def _not_driven(self, session_id: str) -> None:
         """TurnBusy if a plugin goes on with the session between its turns: a turn started now would take

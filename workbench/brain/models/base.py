@@ -14,6 +14,8 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
+from ...strictnum import parse_constant, parse_float, parse_int
+
 THINKING = ("adaptive", "disabled")  # what a session's config may set `thinking` to
 EFFORTS = ("low", "medium", "high", "xhigh", "max")  # and `effort`
 
@@ -89,8 +91,7 @@ class MessageBuilder:
         elif t == "content_block_stop":
             i = ev["index"]
             if i in self._json:
-                raw = self._json.pop(i)
-                message["content"][i]["input"] = json.loads(raw) if raw.strip() else {}
+                message["content"][i]["input"] = _tool_input(message["content"][i], self._json.pop(i))
         elif t == "message_delta":
             for k, v in (ev.get("delta") or {}).items():
                 message[k] = v
@@ -104,6 +105,19 @@ class MessageBuilder:
             raise FatalModelError("the model's stream ended before message_start")
         self.message["content"] = [b for b in self.message["content"] if b is not None]
         return self.message
+
+
+def _tool_input(block: dict[str, Any], raw: str) -> Any:
+    """A tool call's streamed input JSON; its numbers are bounded like any from outside (the log keeps integers of
+    64 bits, finite floats), and what cannot be read is the model's failure, not the harness's."""
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw, parse_int=parse_int, parse_float=parse_float, parse_constant=parse_constant)
+    except (ValueError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else str(e)[:200]
+        raise FatalModelError(f"the model's input for tool call {str(block.get('id'))[:100]} is not JSON the workbench "
+                              f"can keep: {why}") from None
 
 
 def message_events(message: dict[str, Any], *, chunk: int = 24) -> list[dict[str, Any]]:

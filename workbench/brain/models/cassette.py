@@ -46,6 +46,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ...errors import CassetteError, ConfigError, ModelError
+from ...strictnum import NumberRefused, parse_constant, parse_float, parse_int
 from .base import FatalModelError, MessageBuilder, Model, RetryableError
 
 FORMAT = "workbench-cassette"
@@ -290,7 +291,10 @@ def _parse_line(path: Path, n: int, raw: bytes, last: bool) -> Any:
         raise CassetteError(f"cassette {path} line {n} is not UTF-8 (byte {e.start}): the file is corrupt; "
                             "restore it (e.g. from git) or record it again") from None
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=parse_constant, parse_int=parse_int, parse_float=parse_float)
+    except NumberRefused as e:
+        raise CassetteError(f"cassette {path} line {n} is not valid JSON ({e}): the file is corrupt; "
+                            "restore it (e.g. from git) or record it again") from None
     except RecursionError:
         raise CassetteError(f"cassette {path} line {n} is nested too deeply to be a recording: the file is corrupt; "
                             "restore it (e.g. from git) or record it again") from None
@@ -300,10 +304,6 @@ def _parse_line(path: Path, n: int, raw: bytes, last: bool) -> Any:
                                 "remove that line or record it again") from None
         raise CassetteError(f"cassette {path} line {n} is not valid JSON ({e}): the file is corrupt; "
                             "restore it (e.g. from git) or record it again") from None
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _entry(path: Path, n: int, obj: Any) -> Entry:

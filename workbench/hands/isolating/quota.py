@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 if TYPE_CHECKING:
     from .identity import Identity

@@ -12,8 +12,8 @@ from typing import Any
 
 from jupyter_client.kernelspec import KernelSpecManager
 
-from .base import Kernel, Place
-from .limits import Limits
+from ..base import Kernel, Place
+from ..isolating.limits import Limits
 from .process import MAX_MESSAGE, ProcessKernel, start_process
 
 # Variables a kernel may inherit from the host. Everything else, secrets

@@ -28,10 +28,11 @@ from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.provisioning import LocalProvisioner
 
-from . import freeze, launch, limits as _limits
-from .base import Death, Dropped, Workspace
+from ..base import Death, Dropped, Workspace
+from ..isolating import freeze, limits as _limits
+from ..isolating.limits import Limits
+from . import launch
 from .channel import MAX_MESSAGE, HandsKernelClient, IOPub
-from .limits import Limits
 from .output import OutputTail
 
 REPLY_LOOK = 0.25  # seconds between looks at a kernel that has not replied yet
@@ -268,10 +269,21 @@ class ProcessKernel:
             proc = prov.process if isinstance(prov, HandsProvisioner) else None
             if proc is not None and proc.poll() is None:
                 proc.kill()
+        finally:
+            # also when the shutdown failed or was cancelled (an event loop closing under a kill nobody awaits
+            # any more): a context left to garbage collection is terminated there, and that blocks for good
+            # while a socket of it is open (a test worker hung so in Context.__del__ -> term())
+            self._close_contexts()
         self.output.close()
         for close in self.closers:
             await close()
         await asyncio.to_thread(self._cleanup)
+
+    def _close_contexts(self) -> None:
+        """Close the ZMQ contexts that the manager and the client made for themselves, with their sockets."""
+        for owner in (self.km, self.kc):
+            if owner is not None and owner._created_context and not owner.context.closed:
+                owner.context.destroy(linger=0)
 
     def _cleanup(self) -> None:
         _limits.cleanup(self.kid)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 FD = 3  # the descriptor bwrap reads the program from; the wrapper shell opens it just before exec
 WRAP = f'exec "$@" {FD}<"$0"'  # sh -c WRAP FILTER bwrap ...: fd 3 is the filter, then bwrap replaces sh

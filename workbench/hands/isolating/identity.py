@@ -35,7 +35,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError, WorkbenchError
+from ...errors import ConfigError, WorkbenchError
 
 LEASE_DIR = Path("/run/workbench/sandbox-ids")
 MAX_ID = 2**31 - 2  # ids above this are read as negative by some tools; 2**32-1 is (uid_t)-1

@@ -46,10 +46,10 @@ import httpx
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
-from .base import Death, Dropped, Kernel, Place
+from ..base import Death, Dropped, Kernel, Place
+from ..files import NoWorkspace
+from ..isolating.limits import AS_OVERHEAD_MB, Limits
 from .channel import MAX_MESSAGE, RESERVE, SMALL, inbox_budget
-from .files import NoWorkspace
-from .limits import AS_OVERHEAD_MB, Limits
 
 # Run in a gateway kernel when it starts: the rlimits a process may set on itself, and how each was set.
 LIMITS_CODE = """\

@@ -27,7 +27,7 @@ from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.connect import channel_socket_types
 from zmq.utils.monitor import parse_monitor_message
 
-from .base import Dropped
+from ..base import Dropped
 
 MAX_MESSAGE = 16 * 1024 * 1024  # the default of HandsSettings.max_message_mb, in bytes
 PARSE_IN_THREAD = 1 << 20  # messages over this many bytes are parsed off the event loop

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from .render import IMAGE_TYPES
-
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")  # the image types the model takes
 FORMATS = MappingProxyType({"PNG": "image/png", "JPEG": "image/jpeg", "GIF": "image/gif", "WEBP": "image/webp"})
 MAX_SIDE = 8000  # the Messages API refuses an image with a longer side
 MAX_PIXELS = 25_000_000  # the most the hands decode to downscale (about 100 MB as RGBA)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .base import Kernel, Launcher
+from ..base import Kernel, Launcher
 
 
 class KernelPool:

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import clean, images
-from .base import Observation
 from .fold import Fold, Other, Rich
 from .kernel_cap import DROPPED_MIME
-from .render import IMAGE_TYPES
+from .live import OutputSink, forward
+from .observation import Observation, text_by_kind
 
 MAX_NOTES = 12  # notes about dropped or repaired output per call; then one that says there were more
 MAX_MIME_CHARS = 255  # the longest MIME type name kept
@@ -45,9 +45,12 @@ class Budget:
 class Collector:
     """Folds the iopub messages of one execute request (and its reply's payloads) into an Observation."""
 
-    def __init__(self, budget: Budget, generation: int, shown: set[str] | None = None):
-        """`shown`: the display ids earlier calls of this kernel left shown; updated by done()."""
+    def __init__(self, budget: Budget, generation: int, shown: set[str] | None = None,
+                 on_output: OutputSink | None = None):
+        """`shown`: the display ids earlier calls of this kernel left shown; updated by done(). `on_output` hears
+        each message's output as it comes (live.py), before it is folded."""
         self.budget = b = budget
+        self.on_output = on_output
         self.shown = shown if shown is not None else set()
         self.displayed: set[str] = set()  # display ids this call showed
         self.limit = b.output_limit
@@ -67,6 +70,7 @@ class Collector:
 
     async def feed(self, msg_type: str, c: dict[str, Any]) -> bool:
         """Take one message of this execution; True when the kernel is idle again (done)."""
+        forward(self.on_output, msg_type, c)
         if msg_type == "stream":
             text = c.get("text")
             if isinstance(text, str):
@@ -160,7 +164,7 @@ class Collector:
         bundle = await self._bundle(data)
         extra: dict[str, Any] = {}
         svg = bundle.get("image/svg+xml")
-        if isinstance(svg, str) and not any(m in bundle for m in IMAGE_TYPES):
+        if isinstance(svg, str) and not any(m in bundle for m in images.IMAGE_TYPES):
             png, note = await asyncio.to_thread(images.svg_png, svg, self.budget.max_image_bytes)
             if note:
                 self.note(note)
@@ -246,11 +250,7 @@ class Collector:
         # not those this call cleared
         self.shown |= {i.display_id for i in f.items if isinstance(i, Rich) and i.display_id} | (self.displayed - f.cleared_ids)
         obs.outputs = f.outputs()
-        streams = [o for o in obs.outputs if o["output_type"] == "stream"]
-        obs.stdout = "".join(o["text"] for o in streams if o["name"] == "stdout")
-        obs.stderr = "".join(o["text"] for o in streams if o["name"] == "stderr")
-        results = [o["data"].get("text/plain") for o in obs.outputs if o["output_type"] == "execute_result"]
-        obs.result = "\n".join(r for r in results if isinstance(r, str)) if results else None
+        obs.stdout, obs.stderr, obs.result = text_by_kind(obs.outputs)
         notes = f.notes()
         for kind, n in f.over_count.items():
             what = "display(s)" if kind == "display_data" else "result(s)"
@@ -270,7 +270,9 @@ class Collector:
         """Rich outputs from the last, then tracebacks, until the whole observation is within max_observation_bytes."""
         f = self.fold
 
-        def total() -> int:  # the outputs, and the text of streams and results beside them
+        # the outputs, and the text of streams and results once more: the log stored that beside them before it
+        # stored the outputs once, and a call keeps what it kept then
+        def total() -> int:
             outs = f.outputs()
             return clean.size(outs) + sum(clean.size(o["text"]) for o in outs if o["output_type"] == "stream") + sum(
                 clean.size(o["data"].get("text/plain", "")) for o in outs if o["output_type"] == "execute_result")
@@ -292,14 +294,6 @@ class Collector:
             for item in f.items:
                 if isinstance(item, Other) and isinstance(item.output.get("traceback"), list):
                     item.output["traceback"] = item.output["traceback"][-1:]
-
-def packages_code() -> str:
-    """The code a kernel runs once it serves a session, in the session's working directory: `%pip` (kernel_pip.py)."""
-    from pathlib import Path
-
-    source = Path(__file__).with_name("kernel_pip.py").read_text()
-    return "def _workbench_pip():\n" + "".join(f"    {line}\n" for line in source.splitlines()) + \
-        "    install()\n_workbench_pip()\ndel _workbench_pip\n"
 
 
 def setup_code(limit: int) -> str:
@@ -323,23 +317,3 @@ def stuck_note(timeout: float, grace: float) -> str:
 
 
 TIMED_OUT = "[timed out after {timeout:g} s: the call was interrupted; the kernel and its state survive]"
-
-
-async def replay(calls: list[dict[str, Any]], run: Any, emit: Any, generation: int, timeout: float) -> list[str]:
-    """Re-run replayable calls in a fresh kernel, stopping at the first failure; notes for the model."""
-    if not calls:
-        return []
-    ran, failed = [], None
-    for call in calls:
-        obs = await run(call["code"], timeout)
-        if not obs.ok:
-            failed = call
-            break
-        ran.append(call)
-    await emit("hands_replayed", {"generation": generation, "calls": [c["tool_use_id"] for c in ran],
-                                  "ok": failed is None, "failed": failed["tool_use_id"] if failed else None})
-    lines = "\n".join(f"- {(c['code'].strip().splitlines() or ['(empty)'])[0][:100]}" for c in ran)
-    notes = [f"[the kernel was fresh, so {len(ran)} earlier call(s) marked replayable were re-run first:\n{lines}]"]
-    if failed:
-        notes.append(f"[replay stopped: call {failed['tool_use_id']} failed when re-run; later ones were not re-run]")
-    return notes

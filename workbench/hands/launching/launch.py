@@ -1,6 +1,6 @@
 """The launch wrapper in front of every kernel: bind it to its host, apply its limits, run it.
 
-    python -I -S .../workbench/hands/launch.py --parent PID [--supervise] [--cgroup NAME
+    python -I -S .../workbench/hands/launching/launch.py --parent PID [--supervise] [--cgroup NAME
         --memory-mb N ... --report FILE] -- <kernel argv>
 
 It runs as a file, on the standard library alone, before every kernel (plain or sandboxed).
@@ -70,10 +70,11 @@ def bind_to_parent(parent: int, sig: int) -> None:
 
 
 def _limits_module() -> Any:
-    # loaded by path: run as a file with -I, this directory is not on sys.path (and must not be)
-    spec = importlib.util.spec_from_file_location("_workbench_limits", Path(__file__).with_name("limits.py"))
+    # loaded by path: run as a file with -I, the package is not on sys.path (and must not be)
+    path = Path(__file__).resolve().parent.parent / "isolating" / "limits.py"
+    spec = importlib.util.spec_from_file_location("_workbench_limits", path)
     if spec is None or spec.loader is None:
-        sys.exit("launch.py: limits.py is missing beside it")
+        sys.exit(f"launch.py: {path} is missing")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses looks its module up while building the class
     spec.loader.exec_module(module)

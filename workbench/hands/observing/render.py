@@ -23,8 +23,8 @@ from html.parser import HTMLParser
 from typing import Any
 
 from .fold import overwrite
+from .images import IMAGE_TYPES
 
-IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")  # the image types the model takes
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][A-Za-z0-9]")
 PLACEHOLDER = re.compile(r"^<[\w.]+(?: object| at 0x[0-9a-fA-F]+|(?: object)? at 0x[0-9a-fA-F]+)>$|^<Figure size [^>]*>$")
 WIDGET = "application/vnd.jupyter.widget-view+json"

@@ -11,18 +11,21 @@ status the UI shows say so. Never a silent downgrade.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import subprocess
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, WorkbenchError
-from .base import EventSink, Observation, failure
-from .files import NoWorkspace
+from ...errors import ConfigError, WorkbenchError
+from ..base import EventSink, Hands
+from ..files import NoWorkspace
+from ..observing import Observation, failure
+from .bubblewrap import SandboxSettings, base_args, inside_args, setpriv_args
 from .identity import Identities
-from .sandbox import SandboxSettings, base_args, inside_args, setpriv_args
 from .seccomp import SeccompFilter
 
 log = logging.getLogger("workbench.hands")
@@ -114,7 +117,7 @@ def announce(result: Preflight, unsafe: bool) -> str:
     return msg
 
 
-class RefusedHands:
+class RefusedHands(Hands):
     """Hands that run nothing, because no sandbox is available and the unsafe setting is off."""
 
     def __init__(self, result: Preflight, on_event: EventSink | None = None):
@@ -158,6 +161,11 @@ class RefusedHands:
     def workspace_owner(self) -> tuple[int, int] | None:
         """Nothing is written for a kernel here."""
         return None
+
+    @contextlib.asynccontextmanager
+    async def frozen(self) -> AsyncIterator[list[str]]:
+        """Nothing runs here, so nothing is stopped."""
+        yield []
 
     def status(self) -> dict[str, Any]:
         return {"backend": "sandbox", "state": "refused", "generation": 0, "pid": None, "sandbox": self.result.to_json()}

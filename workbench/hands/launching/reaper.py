@@ -107,7 +107,7 @@ def _stop(kid: str, e: dict[str, Any], reg: KernelRegistry, grace: float) -> Non
     # a `sleep`) lives on in the kernel's process group; a cgroup, where there is one, gets the rest
     e["strays"] = _kill_group(e.get("pid"), e.get("started"))
     if e.get("cgroup"):
-        from .limits import cleanup
+        from ..isolating.limits import cleanup
 
         cleanup(e["cgroup"])
     if e.get("run_dir"):
