@@ -58,13 +58,14 @@ class Section:
         return c
 
     def goal(self, what: str, value: float, unit: str, target: str, met: bool, *, floor: float | None = None,
-             floor_what: str | None = None, profile: dict[str, Any] | None = None) -> dict[str, Any]:
+             floor_what: str | None = None, profile: dict[str, Any] | None = None, why: str | None = None) -> dict[str, Any]:
         """Add a goal of the Done-when: the figure, its floor measured in this run and their ratio, the target,
-        whether it is met, and when it is not, why: where the CPU went, from a profile of that measurement."""
+        whether it is met, and when it is not, why: `why` when the measurement gives the reason itself (a wait
+        for other processes), else where the CPU went, from a profile of that measurement."""
         g = {"goal": what, "value": _r(value, 3), "unit": unit, "floor": _r(floor, 3), "floor_what": floor_what,
              "ratio": _r(value / floor, 2) if floor else None, "target": target, "met": bool(met), "why": None}
         if not met:
-            g["why"] = why(profile) if profile else "no profile of this measurement (py-spy is not installed)"
+            g["why"] = why or (shares(profile) if profile else "no profile of this measurement (py-spy is not installed)")
             g["profile"] = profile
         self.goals.append(g)
         return g
@@ -180,7 +181,7 @@ PARTS = (
 )
 
 
-def why(profile: dict[str, Any]) -> str:
+def shares(profile: dict[str, Any]) -> str:
     """A not-met goal's reason in one line: the shares of the profiled CPU by part, largest first."""
     parts = profile.get("parts") or []
     if not parts:

@@ -26,7 +26,7 @@ from typing import Any
 
 import psutil
 
-from .common import Context, Section, ms, profile, summarise
+from .common import Context, Section, ms, percentile, summarise
 
 
 async def _recovery(hands: Any, trials: int, spare: bool) -> list[float]:
@@ -51,14 +51,16 @@ async def _recovery(hands: Any, trials: int, spare: bool) -> list[float]:
     return samples
 
 
-async def _back_to_back(hands: Any, deaths: int, gap: float = 1.0) -> list[float]:
-    """Deaths `gap` seconds apart (each SIGKILL `gap` s after the one before, spare or no spare ready): kill to answer."""
+async def _back_to_back(hands: Any, deaths: int, gap: float = 1.0) -> tuple[list[float], list[str]]:
+    """Deaths `gap` seconds apart (each SIGKILL `gap` s after the one before, spare or no spare ready): kill to
+    answer, and the spare's state at each kill (`ready`, `starting`, ...)."""
     out = await hands.execute("x = 1")
     if not out.ok:
         raise RuntimeError(f"the hands did not start: {out.text()}")
     await _until(lambda: hands.status()["spare"] == "ready", 120, "the first spare was not ready")
-    samples = []
+    samples, spares = [], []
     for _ in range(deaths):
+        spares.append(str(hands.status()["spare"]))
         os.kill(hands.status()["pid"], signal.SIGKILL)
         t0 = time.perf_counter()
         for _attempt in range(5):
@@ -69,7 +71,7 @@ async def _back_to_back(hands: Any, deaths: int, gap: float = 1.0) -> list[float
             raise RuntimeError(f"no answer after the kill: {obs.text()}")
         samples.append(ms(t0))
         await asyncio.sleep(max(0.0, gap - (time.perf_counter() - t0)))
-    return samples
+    return samples, spares
 
 
 async def _until(check: Any, within: float, what: str) -> None:
@@ -226,18 +228,21 @@ async def run(ctx: Context) -> Section:
     deaths = ctx.trials(3, 10)
     settings = HandsSettings(backend="sandbox", pool_size=0, spare=True, idle_timeout=0,
                              registry_dir=str(ctx.tmp / "registry-back-to-back"))
-    prof: dict[str, Any] = {}
     async with HandsFactory(settings) as factory:
-        hands = factory("bench-back-to-back", {}, None)
-        row = sec.row(f"sandboxed, hot spare: {deaths} deaths one second apart (kill to answer)",
-                      await _back_to_back(hands, deaths))
-        if row["p50_ms"] > 100:  # where the time goes: this process, over a second round
-            again = factory("bench-back-to-back-profiled", {}, None)
-            prof = await profile(os.getpid(), lambda: _back_to_back(again, deaths))
+        samples, spares = await _back_to_back(factory("bench-back-to-back", {}, None), deaths)
+    row = sec.row(f"sandboxed, hot spare: {deaths} deaths one second apart (kill to answer)", samples,
+                  spare_ready_at_kill=spares.count("ready"))
     raw = await floors.raw_execute(ctx.trials(10, 50))
     sec.row("floor: a raw jupyter_client execute on a ready local kernel (wall)", [raw["wall_ms"]])
+    # the time is a wait for other processes (a spare's boot), not this process's CPU: the spare's state says why
+    waited = [t for t, state in zip(samples, spares, strict=True) if state != "ready"]
+    ready = [t for t, state in zip(samples, spares, strict=True) if state == "ready"]
+    reason = (f"{len(waited)} of {deaths} deaths came before the spare booted after the death before was ready "
+              f"(a sandboxed boot is a cold start: {cold:,.0f} ms p50 above) and waited for it: "
+              + (f"{percentile(waited, 50):,.0f} ms p50" if waited else "none")
+              + (f"; with the spare ready at the kill, {percentile(ready, 50):,.0f} ms p50" if ready else ""))
     sec.goal(f"sandboxed recovery, {deaths} deaths one second apart (p50)", row["p50_ms"], "ms", "<= 100 ms p50",
-             row["p50_ms"] <= 100, floor=raw["wall_ms"], floor_what="a raw execute on a ready kernel (wall)", profile=prof)
+             row["p50_ms"] <= 100, floor=raw["wall_ms"], floor_what="a raw execute on a ready kernel (wall)", why=reason)
 
     rb = await asyncio.to_thread(_route_b, ctx.tmp, ctx.trials(3, 20))
     if "error" in rb:

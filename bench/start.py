@@ -142,6 +142,10 @@ async def run(ctx: Context) -> Section:
     prof = (await one_start(ctx, ctx.tmp / "start-wb-profiled", db, profiled=True))["profile"] if v > 2000 else None
     sec.goal("status route answered after start, resuming cut-off turns (p50)", v, "ms", "<= 2,000 ms", v <= 2000,
              floor=floor["p50_ms"], floor_what="a plain jupyter server's /api/status", profile=prof)
+    if importlib.util.find_spec("rfc3987_syntax") is not None:
+        sec.notes.append("rfc3987-syntax is installed here: jsonschema builds an Earley grammar for its IRI formats when "
+                         "jupyter_events imports it, seconds of CPU in every Jupyter server (the plain one too); "
+                         "scripts/test.sh uninstalls it, and so may a server's environment.")
     sec.notes.append("Nothing is imported ahead of need: a resumed turn makes its model (and imports its SDK) in a "
                      "thread of its own. The floor is what Jupyter itself takes to start and answer.")
     return sec
