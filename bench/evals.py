@@ -57,7 +57,7 @@ async def run(ctx: Context) -> Section:
     per = seq_cpu / n
     prof: dict = {}
     if per > 100:  # where the CPU goes: this process, over a second sequential run
-        prof = await profile(os.getpid(), lambda: one_run(ctx, n, 1, "profiled"))
+        prof = await profile(os.getpid(), lambda: one_run(ctx, ctx.trials(2, n), 1, "profiled"))
     sec.goal("eval harness CPU per one-cell attempt (kernels excluded), sequential", per, "ms", "<= 100 ms", per <= 100,
              floor=floor, floor_what="raw jupyter_client: start a kernel, run a cell, shut it down, twice", profile=prof)
     sec.compare(f"{n} attempts, --parallel 8 vs sequential (wall)", par_wall, seq_wall)
