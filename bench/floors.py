@@ -3,7 +3,8 @@
 - a raw `jupyter_client` execute of `print(1)` on a ready local ipykernel (execute, iopub until idle, the
   reply): this process's CPU per call, and its wall time;
 - raw DuckDB appends of the events a turn writes, batched 1,000 to a transaction on a plain connection
-  (the same payloads as the log benchmark's turn): CPU per event;
+  (the same payloads as the log benchmark's turn): CPU per event; and the same 8 events in the 4 lone
+  commits a turn makes (what one session alone cannot batch): CPU per turn;
 - a raw DuckDB read of a session's rows, and a top-N of a sessions table, on a plain connection;
 - the client's CPU to start a kernel, run one cell in it and shut it down (what an eval attempt does twice:
   its agent's kernel and its verifier's).
@@ -112,6 +113,33 @@ def raw_appends(path: Path, events: int, batch: int = 1000) -> float:
                         "unnest(?::VARCHAR[]), unnest(?::VARCHAR[])::JSON", cols)
             con.execute("COMMIT")
         return (time.process_time() - c0) * 1e6 / events
+    finally:
+        con.close()
+
+
+def raw_turn_commits(path: Path, turns: int) -> float:
+    """CPU ms per turn of raw DuckDB writes of a turn's 8 events in the 4 transactions the crash contract needs
+    (an event is committed before anyone is told of it): the message and its model_request, the response and
+    its tool_started, the result and the next model_request, the answer and turn_ended; each a lone commit."""
+    from .logbench import template
+
+    rows = [(t, json.dumps(p)) for t, p in template()]
+    con = duckdb.connect(str(path))
+    try:
+        con.execute(SCHEMA)
+        seq = 0
+        c0 = time.process_time()
+        for _ in range(turns):
+            for pair in (rows[0:2], rows[2:4], rows[4:6], rows[6:8]):
+                cols: list[list[Any]] = [[], [], []]
+                for t, p in pair:
+                    seq += 1
+                    cols[0].append(seq)
+                    cols[1].append(t)
+                    cols[2].append(p)
+                con.execute("INSERT INTO events SELECT 'raw', unnest(?::BIGINT[]), now()::TIMESTAMP, unnest(?::VARCHAR[]), "
+                            "unnest(?::VARCHAR[])::JSON", cols)
+        return (time.process_time() - c0) * 1000 / turns
     finally:
         con.close()
 
