@@ -225,12 +225,13 @@ def spy(pid: int) -> tuple[Any, Path] | str:
     """Start py-spy recording process `pid`: (its process, its output file), or why it cannot."""
     import shutil
     import subprocess
+    import tempfile
 
     beside = Path(sys.executable).parent / "py-spy"  # installed in this environment, maybe not on PATH
     exe = str(beside) if beside.exists() else shutil.which("py-spy")
     if exe is None:
         return "py-spy is not installed (pip install py-spy)"
-    out = Path(f"/tmp/workbench-bench-pyspy-{pid}-{time.monotonic_ns()}.txt")
+    out = Path(tempfile.gettempdir()) / f"workbench-bench-pyspy-{pid}-{time.monotonic_ns()}.txt"
     proc = subprocess.Popen([exe, "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "--output", str(out),
                              "--nonblocking", "--threads"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     return proc, out
