@@ -65,7 +65,7 @@ class Section:
         g = {"goal": what, "value": _r(value, 3), "unit": unit, "floor": _r(floor, 3), "floor_what": floor_what,
              "ratio": _r(value / floor, 2) if floor else None, "target": target, "met": bool(met), "why": None}
         if not met:
-            g["why"] = why or (shares(profile) if profile else "no profile of this measurement (py-spy is not installed)")
+            g["why"] = why or (shares(profile) if profile else "no profile of this measurement")
             g["profile"] = profile
         self.goals.append(g)
         return g
