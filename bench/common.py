@@ -38,6 +38,7 @@ class Section:
     rows: list[dict[str, Any]] = field(default_factory=list)
     comparisons: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    goals: list[dict[str, Any]] = field(default_factory=list)  # issue 24's Done-when, each against its floor
     seconds: float = 0.0
 
     def row(self, case: str, samples_ms: list[float], *, p99: bool = False, **extra: Any) -> dict[str, Any]:
@@ -55,6 +56,19 @@ class Section:
              "ratio": _r(ratio, 3), "difference": _r(diff), "kind": kind, "target": target, "met": met}
         self.comparisons.append(c)
         return c
+
+    def goal(self, what: str, value: float, unit: str, target: str, met: bool, *, floor: float | None = None,
+             floor_what: str | None = None, profile: dict[str, Any] | None = None, why: str | None = None) -> dict[str, Any]:
+        """Add a goal of the Done-when: the figure, its floor measured in this run and their ratio, the target,
+        whether it is met, and when it is not, why: `why` when the measurement gives the reason itself (a wait
+        for other processes), else where the CPU went, from a profile of that measurement."""
+        g = {"goal": what, "value": _r(value, 3), "unit": unit, "floor": _r(floor, 3), "floor_what": floor_what,
+             "ratio": _r(value / floor, 2) if floor else None, "target": target, "met": bool(met), "why": None}
+        if not met:
+            g["why"] = why or (shares(profile) if profile else "no profile of this measurement")
+            g["profile"] = profile
+        self.goals.append(g)
+        return g
 
     def skip(self, reason: str) -> "Section":
         self.status, self.reason = "skipped", reason
@@ -148,3 +162,107 @@ def machine() -> dict[str, Any]:
         "packages": versions,
         "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
     }
+
+
+# a leaf function in which a thread waits
+IDLE = frozenset({"select", "poll", "epoll", "wait", "wait_for", "sleep", "_wait_for_tstate_lock", "_worker"})
+
+# where a frame's time belongs, by the first of these its file or function names (the parts of issue 24's table)
+PARTS = (
+    ("the log's DuckDB statements (insert, commit, reads)", ("duckdb_log.py", "coldread.py", "duckdb")),
+    ("the log's writer and its hand-offs (group commit, futures, callbacks)", ("log/writer.py", "concurrent/futures")),
+    ("the websocket fan-out", ("fanout.py", "handlers.py", "websocket.py")),
+    ("the kernel client (zmq, jupyter_client, the hands' execute loop)", ("jupyter_client", "zmq", "/hands/")),
+    ("the scripted model", ("scripted.py", "models/base.py")),
+    ("the brain (loop, request fold)", ("/brain/",)),
+    ("JSON encoding and decoding", ("json/", "orjson", "payload.py")),
+    ("HTTP and the event loop (tornado, asyncio)", ("tornado", "asyncio", "selectors")),
+    ("importing modules", ("<frozen importlib",)),
+)
+
+
+def shares(profile: dict[str, Any]) -> str:
+    """A not-met goal's reason in one line: the shares of the profiled CPU by part, largest first."""
+    parts = profile.get("parts") or []
+    if not parts:
+        return f"no samples in the profile ({profile.get('skipped') or 'the measured process was idle'})"
+    top = "; ".join(f"{name} {share}%" for name, share in parts[:5])
+    return f"where the CPU went (py-spy, {profile['samples']} samples of the measured process's busy threads): {top}"
+
+
+def summarise_stacks(lines: list[str], top: int = 15) -> dict[str, Any]:
+    """Collapsed stacks ("frame;frame;... count") as shares of the busy samples: by frame (inclusive), by leaf
+    (own), and by part of the harness (each sample to the part of its deepest frame that has one)."""
+    import collections
+
+    inclusive: collections.Counter[str] = collections.Counter()
+    own: collections.Counter[str] = collections.Counter()
+    parts: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in lines:
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        c = int(count)
+        raw = stack.split(";")
+        frames = [f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].rsplit("/", 1)[-1] + ")" if " (" in f else f
+                  for f in raw]
+        leaf = frames[-1].split(" (")[0].rsplit(".", 1)[-1]
+        if leaf in IDLE or frames[-1].startswith("_run_once (base_events"):  # a thread waiting, not working
+            continue
+        total += c
+        for f in set(frames):
+            inclusive[f] += c
+        own[frames[-1]] += c
+        part = next((name for f in reversed(raw) for name, keys in PARTS if any(k in f for k in keys)), "other")
+        parts[part] += c
+    share = (lambda c: round(100 * c / total, 1)) if total else (lambda c: 0.0)
+    return {"samples": total, "inclusive": [(f, share(c)) for f, c in inclusive.most_common(top * 3)],
+            "own": [(f, share(c)) for f, c in own.most_common(top)], "parts": [(p, share(c)) for p, c in parts.most_common()]}
+
+
+def spy(pid: int) -> tuple[Any, Path] | str:
+    """Start py-spy recording process `pid`: (its process, its output file), or why it cannot."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    beside = Path(sys.executable).parent / "py-spy"  # installed in this environment, maybe not on PATH
+    exe = str(beside) if beside.exists() else shutil.which("py-spy")
+    if exe is None:
+        return "py-spy is not installed (pip install py-spy)"
+    out = Path(tempfile.gettempdir()) / f"workbench-bench-pyspy-{pid}-{time.monotonic_ns()}.txt"
+    proc = subprocess.Popen([exe, "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "--output", str(out),
+                             "--nonblocking", "--threads"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return proc, out
+
+
+async def spied(handle: tuple[Any, Path] | str) -> dict[str, Any]:
+    """Stop a `spy` and summarise what it recorded."""
+    import asyncio
+
+    if isinstance(handle, str):
+        return {"skipped": handle}
+    proc, out = handle
+    proc.send_signal(2)
+    err = await asyncio.to_thread(proc.communicate, timeout=60)
+    try:
+        lines = out.read_text().splitlines()
+        out.unlink()
+    except OSError:
+        return {"skipped": f"py-spy recorded nothing ({(err[1] or b'').decode()[-200:].strip()})"}
+    return summarise_stacks(lines)
+
+
+async def profile(pid: int, work: Any) -> dict[str, Any]:
+    """py-spy's samples of process `pid` while `work()` runs (summarise_stacks), or why there are none."""
+    import asyncio
+
+    handle = spy(pid)
+    if not isinstance(handle, str):
+        await asyncio.sleep(1.0)  # py-spy attached
+    try:
+        await work()
+    finally:
+        result = await spied(handle)
+    return result

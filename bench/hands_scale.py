@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -26,29 +25,36 @@ from typing import Any
 
 import psutil
 
-from .common import Context, Section, ms, summarise
+from .common import Context, Section, ms, percentile, summarise
 
 
 async def _recovery(hands: Any, trials: int, spare: bool) -> list[float]:
-    out = await hands.execute("x = 1")
-    if not out.ok:
-        raise RuntimeError(f"the hands did not start: {out.text()}")
-    samples = []
-    for _ in range(trials):
-        if spare:
-            await _until(lambda: hands.status()["spare"] == "ready", 120, "the spare was not ready")
-        os.kill(hands.status()["pid"], signal.SIGKILL)
-        t0 = time.perf_counter()
-        for _attempt in range(5):
-            obs = await hands.execute("1+1")
-            if obs.ok:
-                break
-        else:
-            raise RuntimeError(f"no answer after the kill: {obs.text()}")
-        samples.append(ms(t0))
-        if obs.result != "2":
-            raise RuntimeError(f"unexpected result after recovery: {obs.text()}")
-    return samples
+    """Kill to answer, each kill with the spare ready (`spare`) or without one."""
+    from .recovery import _hands_recovery
+
+    async def ready() -> None:
+        await _until(lambda: hands.status()["spare"] == "ready", 120, "the spare was not ready")
+
+    return await _hands_recovery(hands, trials, ready if spare else None)
+
+
+async def _back_to_back(hands: Any, deaths: int, gap: float = 1.0) -> tuple[list[float], list[str]]:
+    """Deaths `gap` seconds apart (each SIGKILL `gap` s after the one before, spare or no spare ready): kill to
+    answer, and the spare's state at each kill (`ready`, `starting`, ...)."""
+    from .recovery import _hands_recovery
+
+    spares: list[str] = []
+    killed: list[float] = []
+
+    async def next_death() -> None:
+        if killed:
+            await asyncio.sleep(max(0.0, gap - (time.perf_counter() - killed[-1])))
+        else:  # the first death finds the spare ready, as in a session whose last call ended a boot ago
+            await _until(lambda: hands.status()["spare"] == "ready", 120, "the first spare was not ready")
+        spares.append(str(hands.status()["spare"]))
+        killed.append(time.perf_counter())
+
+    return await _hands_recovery(hands, deaths, next_death), spares
 
 
 async def _until(check: Any, within: float, what: str) -> None:
@@ -194,9 +200,32 @@ async def run(ctx: Context) -> Section:
                 n, spare_pss = _tree_pss(hands.spare.ident["pid"] if hands.spare else None)
                 sec.notes.append(f"One spare costs {spare_pss:.1f} MiB PSS ({n} processes: the launch wrapper, bwrap, "
                                  "its init, socat and the kernel), as much as the session's kernel: one more idle "
-                                 "kernel per session that has run code, until idle closing stops both.")
+                                 "kernel per session that has run code, until idle closing stops both. After a death "
+                                 "the next spare boots at once (not after the next call), so deaths in quick "
+                                 "succession are served by spares too, at that same cost: one spare per session.")
     cold, hot = p50["sandboxed, cold (spare=false), pool_size=1"], p50["sandboxed, hot spare (spare=true, the default)"]
-    sec.compare("sandboxed recovery: spare vs cold (p50)", hot, cold, target="≤ 100 ms p50", met=hot <= 100)
+    sec.compare("sandboxed recovery: spare vs cold (p50)", hot, cold)
+
+    from . import floors
+
+    deaths = ctx.trials(3, 10)
+    settings = HandsSettings(backend="sandbox", pool_size=0, spare=True, idle_timeout=0,
+                             registry_dir=str(ctx.tmp / "registry-back-to-back"))
+    async with HandsFactory(settings) as factory:
+        samples, spares = await _back_to_back(factory("bench-back-to-back", {}, None), deaths)
+    row = sec.row(f"sandboxed, hot spare: {deaths} deaths one second apart (kill to answer)", samples,
+                  spare_ready_at_kill=spares.count("ready"))
+    raw = await floors.raw_execute(ctx.trials(10, 50))
+    sec.row("floor: a raw jupyter_client execute on a ready local kernel (wall)", [raw["wall_ms"]])
+    # the time is a wait for other processes (a spare's boot), not this process's CPU: the spare's state says why
+    waited = [t for t, state in zip(samples, spares, strict=True) if state != "ready"]
+    ready = [t for t, state in zip(samples, spares, strict=True) if state == "ready"]
+    reason = (f"{len(waited)} of {deaths} deaths found the spare (booted after the death before) still starting and "
+              "waited for it" + (f", {percentile(waited, 50):,.0f} ms p50" if waited else "")
+              + f" (a sandboxed boot is a cold start: {cold:,.0f} ms p50 above)"
+              + (f"; with the spare ready at the kill, {percentile(ready, 50):,.0f} ms p50" if ready else ""))
+    sec.goal(f"sandboxed recovery, {deaths} deaths one second apart (p50)", row["p50_ms"], "ms", "<= 100 ms p50",
+             row["p50_ms"] <= 100, floor=raw["wall_ms"], floor_what="a raw execute on a ready kernel (wall)", why=reason)
 
     rb = await asyncio.to_thread(_route_b, ctx.tmp, ctx.trials(3, 20))
     if "error" in rb:

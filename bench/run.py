@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .common import Context, Section, machine
-from .report import markdown, write_docs
+from .report import GOAL_SECTIONS, markdown, write_docs
 
 SECTIONS = [
     ("first_response", "bench.first_response"),
@@ -34,12 +34,15 @@ SECTIONS = [
     ("logscale", "bench.logscale"),
     ("scale", "bench.scale"),
     ("harness", "bench.harness"),
+    ("start", "bench.start"),
     ("dreaming", "bench.dreaming"),
     ("evals", "bench.evals"),
     ("delegate", "bench.delegate"),
 ]
 
 REPO = Path(__file__).resolve().parent.parent
+# main before issue 24 (the harness at the floor): what --write-docs compares the goals with
+BEFORE = "346d4dbccd99fba78cca5b26450aec7fe004bf08"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -48,7 +51,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", metavar="FILE.json", help="write the results as JSON here")
     p.add_argument("--write-docs", action="store_true", help="regenerate docs/benchmarks.md (full mode only)")
     p.add_argument("--only", metavar="A,B", help=f"run only these sections: {', '.join(k for k, _ in SECTIONS)}")
+    p.add_argument("--before", metavar="REF", help="also measure the goals on the product code of git REF, in this "
+                   f"run, with this benchmark code: the `before` column (with --write-docs: {BEFORE}, the code before "
+                   "issue 24; `none` for no such column)")
     args = p.parse_args(argv)
+    if args.before is None and args.write_docs:
+        args.before = BEFORE
+    if args.before == "none":
+        args.before = None
     if args.write_docs and args.quick:
         p.error("--write-docs needs full mode: quick-mode figures are too few to publish")
     keys = {k for k, _ in SECTIONS}
@@ -87,9 +97,37 @@ async def run_all(args: argparse.Namespace, tmp: Path) -> dict:
         sec = await run_section(key, module, ctx)
         print(f"[bench] {key}: {sec.status} in {sec.seconds} s{': ' + sec.reason if sec.reason else ''}", file=sys.stderr, flush=True)
         result["sections"][key] = sec.to_json()
+    if args.before:
+        print(f"[bench] the goals on {args.before} ...", file=sys.stderr, flush=True)
+        result["before"] = await asyncio.to_thread(run_before, args.before, args, tmp)
     if hasattr(os, "getloadavg"):
         result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     return result
+
+
+def run_before(ref: str, args: argparse.Namespace, tmp: Path) -> dict:
+    """The goal sections run on the product code of `ref` (a copy of its tree from `git archive`, first on the
+    path), with this benchmark code: {"ref", "sections"} (or {"ref", "error"})."""
+    import subprocess
+
+    tree, link = tmp / "before-tree", tmp / "before-bench"
+    tree.mkdir()
+    link.mkdir()
+    try:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", ref], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    except subprocess.CalledProcessError as e:
+        return {"ref": ref, "error": (e.stderr or b"").decode(errors="replace").strip()[-300:]}
+    (link / "bench").symlink_to(REPO / "bench")  # this benchmark code; `workbench` comes from the old tree
+    wanted = set(args.only.split(",")) if args.only else {k for k, _ in SECTIONS}
+    only = ",".join(k for k in GOAL_SECTIONS if k in wanted)
+    out = tmp / "before.json"
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    cmd = [sys.executable, "-m", "bench", "--only", only, "--out", str(out)] + (["--quick"] if args.quick else [])
+    proc = subprocess.run(cmd, cwd=link, env=env, capture_output=True, text=True)
+    if not out.exists():
+        return {"ref": ref, "error": proc.stderr.strip()[-300:]}
+    return {"ref": ref, "sections": json.loads(out.read_text())["sections"]}
 
 
 def _interrupt(signum: int, frame: object) -> None:

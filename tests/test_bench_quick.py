@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SECTIONS = {"first_response", "recovery", "hands_scale", "tool_round_trip", "log", "logscale", "scale", "harness", "dreaming", "evals", "delegate"}
+SECTIONS = {"first_response", "recovery", "hands_scale", "tool_round_trip", "log", "logscale", "scale", "harness", "start",
+            "dreaming", "evals", "delegate"}
+GOALS = {"harness", "start", "log", "logscale", "hands_scale", "evals"}  # where issue 24's Done-when is measured
 
 
 def _number(x) -> bool:
@@ -25,14 +27,14 @@ def _number(x) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)  # about a minute on a quiet machine; much more on a busy shared one
+@pytest.mark.timeout(900)  # a few minutes on a quiet machine (each goal against its floor); much more on a busy one
 def test_quick_mode_reports_every_section(tmp_path):
     out = tmp_path / "bench.json"
     env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "WORKBENCH_DB")}
     proc = subprocess.Popen([sys.executable, "-m", "bench", "--quick", "--out", str(out)], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        stdout, stderr = proc.communicate(timeout=540)
+        stdout, stderr = proc.communicate(timeout=840)
     finally:
         if proc.poll() is None:  # timed out: SIGTERM lets the suite stop its kernels and servers
             proc.send_signal(signal.SIGTERM)
@@ -58,7 +60,14 @@ def test_quick_mode_reports_every_section(tmp_path):
         for c in s["comparisons"]:
             assert _number(c["value"]), (key, c)
             assert c["target"] is None or isinstance(c["met"], bool), (key, c)
-    # the table went to stdout, with the targets named
+        # each goal against its floor, measured in the same run; one not met says why, from a profile
+        assert bool(s["goals"]) == (key in GOALS), (key, s["goals"])
+        for g in s["goals"]:
+            assert _number(g["value"]) and g["target"] and isinstance(g["met"], bool), (key, g)
+            assert g["floor"] is None or (_number(g["floor"]) and g["floor"] > 0 and _number(g["ratio"])), (key, g)
+            assert g["met"] or g["why"], (key, g)
+    # the table went to stdout: the goals first, then the other targets
+    assert "### Done when (issue 24)" in stdout and "| goal | measured | floor (same run) |" in stdout
     assert "### Targets" in stdout and "| target | figure | met |" in stdout
 
 

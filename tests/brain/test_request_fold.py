@@ -355,7 +355,10 @@ def test_requests_handed_out_are_copies_of_the_message_list():
 
 @pytest.mark.asyncio
 async def test_an_assistant_turn_is_committed_with_what_follows_it_in_order():
-    """Six transactions for a turn with one call (not eight); a pause_turn is written before the next request."""
+    """Four transactions for a turn with one call (not eight): the user message with the first model_request, the
+    assistant turn with its tool_started, the result with the next model_request, the last assistant turn with
+    turn_ended; each model_request says how many messages the model was sent. A pause_turn is written before the
+    next request."""
     from workbench.brain import Tool, ToolOutput
     from workbench.brain.models import Reply, ScriptedModel
 
@@ -366,19 +369,28 @@ async def test_an_assistant_turn_is_committed_with_what_follows_it_in_order():
             Counting.writes += 1
             return super().write(fn)
 
+        def write_soon(self, fn):
+            Counting.writes += 1
+            return super().write_soon(fn)
+
     async def echo(inp, ctx):
         return ToolOutput([{"type": "text", "text": "echoed"}])
 
     log = Counting()
-    steps = [Reply(thinking="t", tool_calls=[("echo", {})]), Reply(text="done"), Reply(text="wait", stop_reason="pause_turn"),
-             Reply(text="went on")]
+    sent: list[int] = []
+
+    def seen(reply):
+        return lambda request: (sent.append(len(request["messages"])), reply)[1]
+
+    steps = [seen(Reply(thinking="t", tool_calls=[("echo", {})])), seen(Reply(text="done")),
+             seen(Reply(text="wait", stop_reason="pause_turn")), seen(Reply(text="went on"))]
     tools = {"echo": Tool("echo", "echo", {"type": "object"}, echo)}
     brain = Brain(log, hands_factory=None, model_factory=lambda name: ScriptedModel(steps), tools=tools)
     try:
         sid = brain.create_session(model="s", tools=["echo"])["id"]
         before = Counting.writes
         assert await brain.run_turn(sid, "go") == "end_turn"
-        assert Counting.writes - before == 6
+        assert Counting.writes - before == 4
         assert [e.type for e in log.events(sid)][1:] == [
             "user_message", "model_request", "assistant_turn", "tool_started", "tool_result", "model_request",
             "assistant_turn", "turn_ended"]
@@ -386,6 +398,7 @@ async def test_an_assistant_turn_is_committed_with_what_follows_it_in_order():
         assert [e.type for e in log.events(sid)][-6:] == [
             "user_message", "model_request", "assistant_turn", "model_request", "assistant_turn", "turn_ended"]
         assert [e.payload["message"]["stop_reason"] for e in log.events(sid, types=["assistant_turn"])][-2:] == ["pause_turn", "end_turn"]
+        assert [e.payload["messages"] for e in log.events(sid, types=["model_request"])] == sent == [1, 3, 5, 6]
         assert canon((await brain.conversation(sid)).request()) == canon(reference_request(log.events(sid)))
     finally:
         await brain.close()
@@ -413,6 +426,82 @@ def test_context_mode_turn_sends_only_the_turns_own_messages(tmp_path):
     assert warm.request()["messages"] == [{"role": "user", "content": [{"type": "text", "text": "chunk three"}]}]
     assert canon(read_conversation(log, sid).request()) == canon(warm.request()) == canon(build_request(log.events(sid)))
     log.close()
+
+
+@pytest.mark.asyncio
+async def test_a_cold_read_starts_at_the_latest_compaction_the_brain_recorded(tmp_path):
+    """After a compaction the brain records (with its next write) where requests start; a cold read reads from
+    there: an event before it is never read again (here one no fold could take), and the request and turn
+    state equal the full fold's. The kept message list holds only what is sent."""
+    from workbench.brain.models import Reply, ScriptedModel
+
+    path = tmp_path / "log.duckdb"
+    log = DuckDBLog(path)
+    sid = make_session(log, {"mode": "compact", "trigger": 50_000})
+    for type_, payload in every_kind():
+        log.append(sid, type_, payload)
+    for type_, payload in [("tool_result", result(10, [{"type": "text", "text": "10"}])),
+                           ("assistant_turn", msg(14, [{"type": "text", "text": "all done"}], "end_turn")),
+                           ("turn_ended", {"stop_reason": "end_turn"})]:
+        log.append(sid, type_, payload)
+    later = next(e.seq for e in log.events(sid, types=["user_message"]) if e.payload["text"] == "later")
+    brain = Brain(log, hands_factory=None, model_factory=lambda name: ScriptedModel([Reply(text="ok")]))
+    try:
+        assert await brain.run_turn(sid, "next") == "end_turn"
+    finally:
+        await brain.close()
+    assert log.cursor().execute("SELECT request_from FROM sessions WHERE id = ?", [sid]).fetchone() == (later,)
+    full = Conversation().feed_all(log.events(sid))
+    # an early assistant turn no fold can take: read again, it would fail the cold read
+    early = log.events(sid, types=["assistant_turn"])[0].seq
+    log.write(lambda tx: tx.execute("UPDATE events SET payload = '{}' WHERE session_id = ? AND seq = ?", [sid, early])).result()
+    with pytest.raises(KeyError):
+        Conversation().feed_all(log.events(sid))
+    log.close()
+    with DuckDBLog(path) as again:
+        cold = read_conversation(again, sid)
+    assert canon(cold.request()) == canon(full.request()) and cold.state == full.state and cold.seq == full.seq
+    assert len(cold.messages) == len(cold.request()["messages"]) == len(full.messages) < len(every_kind()) // 4
+
+
+@pytest.mark.asyncio
+async def test_a_cold_read_from_the_latest_compaction_still_knows_the_keys_of_the_messages_before_it(tmp_path):
+    """A message retried with its idempotency key after a restart starts nothing, even when the message is
+    older than the latest compaction (which a cold read starts from); the same key with another text is refused."""
+    from workbench.brain.models import Reply, ScriptedModel
+    from workbench.errors import KeyReused
+
+    path = tmp_path / "log.duckdb"
+    log = DuckDBLog(path)
+    sid = make_session(log, {"mode": "compact", "trigger": 50_000})
+    for type_, payload in every_kind():
+        if payload.get("text") == "first":
+            payload = {**payload, "idempotency_key": "k-first"}
+        log.append(sid, type_, payload)
+    for type_, payload in [("tool_result", result(10, [{"type": "text", "text": "10"}])),
+                           ("assistant_turn", msg(14, [{"type": "text", "text": "all done"}], "end_turn")),
+                           ("turn_ended", {"stop_reason": "end_turn"})]:
+        log.append(sid, type_, payload)
+    first = next(e for e in log.events(sid, types=["user_message"]) if e.payload["text"] == "first")
+    brain = Brain(log, hands_factory=None, model_factory=lambda name: ScriptedModel([Reply(text="ok")]))
+    try:
+        assert await brain.run_turn(sid, "next") == "end_turn"
+    finally:
+        await brain.close()
+    (start,) = log.cursor().execute("SELECT request_from FROM sessions WHERE id = ?", [sid]).fetchone()
+    assert start > first.seq  # the cold read below does not read the message itself
+    last = log.events(sid)[-1].seq
+    log.close()
+    with DuckDBLog(path) as again:
+        brain = Brain(again, hands_factory=None, model_factory=lambda name: ScriptedModel([Reply(text="ok")]))
+        try:
+            event = await brain.start_turn(sid, "first", key="k-first")
+            assert (event.seq, event.payload) == (first.seq, first.payload)
+            with pytest.raises(KeyReused):
+                await brain.start_turn(sid, "another text", key="k-first")
+        finally:
+            await brain.close()
+        assert again.events(sid)[-1].seq == last  # nothing was recorded, no turn started
 
 
 # -- a python call's result, stored once -------------------------------------------------------------------------

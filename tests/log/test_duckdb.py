@@ -357,3 +357,106 @@ def test_compact_beside_another_log_of_the_process_says_what_to_do_and_keeps_wor
         assert log.append("s1", "user_message", {"text": "after"}).seq == 2
         log.compact()  # alone again: it works
         assert [e.seq for e in log.events("s1")] == [1, 2]
+
+
+# -- the summary, kept in memory and written lazily ---------------------------------------------------------
+
+
+def _file_summary(path_or_log, sid: str) -> tuple:
+    """(events, last_seq, last_type) of a session as the file's session_summary table holds it."""
+    if isinstance(path_or_log, DuckDBLog):
+        return path_or_log.cursor().execute(
+            "SELECT events, last_seq, last_type FROM session_summary WHERE session_id = ?", [sid]).fetchone()
+    con = duckdb.connect(str(path_or_log), read_only=True)
+    try:
+        return con.execute("SELECT events, last_seq, last_type FROM session_summary WHERE session_id = ?", [sid]).fetchone()
+    finally:
+        con.close()
+
+
+def test_a_commit_does_not_write_the_summary_yet_every_reader_sees_it(db_path):
+    """No summary UPDATE per transaction: the writer keeps the change in memory, readers add it, a read that
+    filters or sorts by it has it written first, and close writes the rest and marks the file clean."""
+    with DuckDBLog(db_path) as log:
+        new(log)
+        for i in range(3):
+            log.append("s1", "user_message", {"text": f"m{i}"})
+        assert _file_summary(log, "s1") == (0, 0, None)  # the file's row as created
+        row = log.session("s1")
+        assert (row["events"], row["last_seq"], row["last_type"], row["state"]) == (4, 4, "user_message", "unfinished")
+        assert log.sessions() == [row]
+        assert [r["id"] for r in log.sessions_page(limit=5, state="unfinished")["sessions"]] == ["s1"]  # written first
+        assert _file_summary(log, "s1") == (4, 4, "user_message")
+        log.append("s1", "turn_ended", {"stop_reason": "end_turn"})
+        assert log.session("s1")["state"] == "ended" and log.session("s1")["events"] == 5
+    assert _file_summary(db_path, "s1") == (5, 5, "turn_ended")
+    con = duckdb.connect(str(db_path), read_only=True)
+    assert con.execute("SELECT value FROM meta WHERE key = 'summary_clean'").fetchall() == [("1",)]
+    con.close()
+
+
+def test_a_writer_that_dies_leaves_a_summary_the_next_open_rebuilds(db_path):
+    script = (
+        "import os, sys\n"
+        "from workbench.log import DuckDBLog\n"
+        "log = DuckDBLog(sys.argv[1])\n"
+        "for s in ('a', 'b'):\n"
+        "    log.create_session(s, title=None, model='m', payload={})\n"
+        "for i in range(4):\n"
+        "    log.append('a', 'user_message', {'text': str(i)})\n"
+        "log.append('b', 'turn_ended', {'stop_reason': 'end_turn'})\n"
+        "os._exit(0)  # no close: what was kept in memory is lost\n")
+    subprocess.run([sys.executable, "-c", script, str(db_path)], check=True, timeout=120)
+    con = duckdb.connect(str(db_path))
+    assert con.execute("SELECT value FROM meta WHERE key = 'summary_clean'").fetchall() == [("0",)]
+    con.close()
+    with DuckDBLog(db_path, read_only=True) as ro:  # a reader cannot rebuild it: it lists from the events
+        assert [(r["id"], r["events"], r["state"]) for r in ro.sessions()] == [("a", 5, "unfinished"), ("b", 2, "ended")]
+    with DuckDBLog(db_path) as log:
+        assert [(r["id"], r["events"], r["last_type"], r["state"]) for r in log.sessions()] == [
+            ("a", 5, "user_message", "unfinished"), ("b", 2, "turn_ended", "ended")]
+        assert _file_summary(log, "a") == (5, 5, "user_message")
+    assert summary_from_events(db_path) == [("a", 5, 5, "user_message"), ("b", 2, 2, "turn_ended")]
+
+
+# The schema as the workbench wrote it before the parent column (and before the summary was written lazily)
+PREVIOUS_SCHEMA = """
+CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL);
+CREATE TABLE sessions (id VARCHAR PRIMARY KEY, created_at TIMESTAMP NOT NULL, title VARCHAR, model VARCHAR,
+                       kind VARCHAR NOT NULL, archived BOOLEAN NOT NULL DEFAULT false);
+CREATE TABLE session_summary (session_id VARCHAR PRIMARY KEY, events BIGINT NOT NULL, last_seq BIGINT NOT NULL,
+                              last_type VARCHAR, updated_at TIMESTAMP NOT NULL, turn_mark VARCHAR);
+CREATE TABLE events (session_id VARCHAR NOT NULL, seq BIGINT NOT NULL, ts TIMESTAMP NOT NULL, type VARCHAR NOT NULL,
+                     payload JSON NOT NULL, PRIMARY KEY (session_id, seq));
+INSERT INTO meta VALUES ('schema_version', '1'), ('summary_version', '1');
+INSERT INTO sessions VALUES ('p', TIMESTAMP '2026-01-01 10:00:00', 'parent', 'm', 'chat', false),
+                            ('c', TIMESTAMP '2026-01-01 10:00:05', NULL, 'm', 'chat', false),
+                            ('odd', TIMESTAMP '2026-01-01 10:00:09', NULL, 'm', 'chat', false);
+INSERT INTO events VALUES
+  ('p', 1, TIMESTAMP '2026-01-01 10:00:00', 'session_created', '{"model": "m"}'),
+  ('p', 2, TIMESTAMP '2026-01-01 10:00:01', 'user_message', '{"text": "go"}'),
+  ('c', 1, TIMESTAMP '2026-01-01 10:00:05', 'session_created', '{"model": "m", "parent_id": "p"}'),
+  ('odd', 1, TIMESTAMP '2026-01-01 10:00:09', 'session_created', '{"model": "m", "parent_id": 7}');
+INSERT INTO session_summary VALUES ('p', 2, 2, 'user_message', TIMESTAMP '2026-01-01 10:00:01', 'user_message'),
+                                   ('c', 1, 1, 'session_created', TIMESTAMP '2026-01-01 10:00:05', NULL),
+                                   ('odd', 1, 1, 'session_created', TIMESTAMP '2026-01-01 10:00:09', NULL);
+"""
+
+
+def test_a_file_of_the_previous_version_gets_its_parent_column_filled(db_path):
+    con = duckdb.connect(str(db_path))
+    con.execute(PREVIOUS_SCHEMA)
+    con.close()
+    with DuckDBLog(db_path, read_only=True) as ro:  # read-only: the parents come from the events, nothing is written
+        assert {r["id"]: r["parent_id"] for r in ro.sessions()} == {"p": None, "c": "p", "odd": None}
+    with DuckDBLog(db_path) as log:
+        assert {r["id"]: r["parent_id"] for r in log.sessions()} == {"p": None, "c": "p", "odd": None}
+        assert log.session("c")["parent_id"] == "p" and log.session("p")["state"] == "unfinished"
+        log.create_session("c2", title=None, model="m", payload={"parent_id": "p"})
+        assert log.sessions_page(limit=1, order="-created")["sessions"][0]["parent_id"] == "p"
+    con = duckdb.connect(str(db_path), read_only=True)
+    try:
+        assert con.execute("SELECT id, parent_id FROM sessions ORDER BY id").fetchall() == [
+            ("c", "p"), ("c2", "p"), ("odd", None), ("p", None)]
+    finally:
+        con.close()

@@ -231,3 +231,37 @@ def test_auto_title(text, title):
     assert auto_title(text) == title
     if title:
         assert len(title) <= 60 and "\n" not in title
+
+
+def test_a_sessions_kind_is_read_once_and_forgotten_with_the_session(log):
+    chat(log, "a", "hi")
+    assert log.session_kind("a") == "chat"
+    log.delete_session("a")
+    with pytest.raises(UnknownSession):
+        log.session_kind("a")
+    log.create_session("a", title=None, model="scripted", kind="dream", payload={"system": "x"})
+    assert log.session_kind("a") == "dream"  # a new session of the same id: its own kind, not the one known before
+
+
+def test_naming_an_untitled_session_reads_its_row_only_until_it_has_a_title(log, monkeypatch):
+    """The brain names an untitled session after each message it is sent (rename only_untitled): once the log
+    knows the session has a title, that costs no read of its row."""
+    from workbench.log.writer import WriterTx
+
+    reads = []
+    fields = WriterTx.session_fields
+
+    def counted(tx, sid):
+        reads.append(sid)
+        return fields(tx, sid)
+
+    monkeypatch.setattr(WriterTx, "session_fields", counted)
+    chat(log, "a")
+    assert log.rename_session("a", "first", auto=True, only_untitled=True).payload["title"] == "first"
+    assert len(reads) == 1
+    for _ in range(3):
+        assert log.rename_session("a", "again", auto=True, only_untitled=True) is None
+    assert len(reads) == 1 and log.session("a")["title"] == "first"
+    log.delete_session("a")  # a new session of the same id starts untitled
+    chat(log, "a")
+    assert log.rename_session("a", "second", auto=True, only_untitled=True) is not None

@@ -94,6 +94,26 @@ async def test_a_killed_kernel_is_replaced_by_the_spare_in_the_same_workspace(ma
     assert hands.spare.ident["pid"] not in (spare_pid, None)
 
 
+async def test_after_a_death_the_next_spare_boots_at_once_not_after_the_next_call(make_factory):
+    """Deaths in quick succession are each served by a spare: the spare that replaced a dead kernel has one
+    booting behind it while the first call in it still runs."""
+    factory = await make_factory(pool_size=0)
+    hands = factory("spare-again", {}, None)
+    await run(hands, "x = 1")
+    await until(lambda: hands.status()["spare"] == "ready")
+    await kill(hands)
+    call = asyncio.ensure_future(hands.execute("import time; time.sleep(300)", timeout=600))
+    try:
+        await until(lambda: hands.status()["state"] == "busy")
+        assert hands.status()["generation"] == 2
+        await until(lambda: hands.status()["spare"] in ("starting", "ready"), within=30)
+    finally:
+        await hands.interrupt()
+        obs = await asyncio.wait_for(call, 120)
+    assert not obs.ok  # interrupted, in the kernel that was the spare
+    await until(lambda: hands.status()["spare"] == "ready")
+
+
 async def test_the_spare_of_one_session_never_sees_another_sessions_workspace(make_factory):
     factory = await make_factory(pool_size=0)
     a = factory("iso-a", {}, None)

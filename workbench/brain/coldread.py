@@ -1,12 +1,18 @@
 """Reading a session's request from the log when the brain has none kept: a cold resume.
 
 A step costs what is new (request.Conversation); this is the one read that
-costs the whole session, paid when a session is first used by a process (or
-again after the brain's session cache dropped it). It reads only what a
-request and a turn's state depend on: six event types of the thirteen, and of
-a tool result only its id, its error flag and what the model read: its content
-as stored, or (a python call's, stored once) its observation, which the content
-is rendered from again (hands/observing). From a DuckDB log the projection runs
+costs the session, paid when a session is first used by a process (or again
+after the brain's session cache dropped it). It reads only what a request and
+a turn's state depend on: `session_created`, then the events from the user
+message the latest compaction's requests start at (the session row's
+`request_from`, which the brain records after a compaction: nothing before it
+is sent again), of six event types of the thirteen, and of a tool result only
+its id, its error flag and what the model read: its content as stored, or (a
+python call's, stored once) its observation, which the content is rendered
+from again (hands/observing). Of the user messages before `request_from` it
+reads only their idempotency keys (a retry is known whenever it comes). A
+`request_from` behind the latest compaction (a process that died before
+recording it) costs more events, never a different request. From a DuckDB log the projection runs
 in SQL and the payloads arrive as JSON text, parsed here with the garbage
 collector paused (building tens of thousands of small objects otherwise
 triggers collection after collection over the growing heap). Any other log
@@ -38,16 +44,30 @@ SELECT seq, type, CASE type
                                         'observation', CASE WHEN (payload->'content') IS NULL THEN payload->'observation' END)
     WHEN 'tool_started' THEN json_object('tool_use_id', payload->'tool_use_id')
     ELSE payload END::VARCHAR
-FROM events WHERE session_id = ? AND type IN ({_TYPES}) ORDER BY seq
+FROM events WHERE session_id = ? AND type IN ({_TYPES})
+  AND (seq = 1 OR seq >= coalesce((SELECT request_from FROM sessions WHERE id = ?), 1))
+ORDER BY seq
+"""
+# the keys of the messages before request_from: read after the rows, so a request_from that moved on meanwhile
+# (it only moves forward) makes the two reads overlap, never miss a message
+_KEYS_SQL = """
+SELECT seq, payload->>'idempotency_key', payload->>'text' FROM events
+WHERE session_id = ? AND type = 'user_message' AND seq > 1
+  AND seq < coalesce((SELECT request_from FROM sessions WHERE id = ?), 1)
+  AND payload->>'idempotency_key' IS NOT NULL
+ORDER BY seq
 """
 
 
 def read_conversation(source: Any, session_id: str) -> Conversation:
     """The session's Conversation from its log (blocking: run it off the event loop)."""
     conv = Conversation()
-    rows = _duckdb_rows(source, session_id) if isinstance(source, DuckDBLog) else None
-    if rows is None:
+    read = _duckdb_rows(source, session_id) if isinstance(source, DuckDBLog) else None
+    if read is None:
         return conv.feed_all(source.events(session_id, types=list(REQUEST_TYPES)))
+    rows, keys = read
+    for seq, key, text in keys:
+        conv.keys.setdefault(key, (seq, text))
     paused = gc.isenabled()
     gc.disable()
     try:
@@ -59,12 +79,14 @@ def read_conversation(source: Any, session_id: str) -> Conversation:
     return conv
 
 
-def _duckdb_rows(source: DuckDBLog, session_id: str) -> list[tuple[int, str, str]] | None:
+def _duckdb_rows(source: DuckDBLog, session_id: str) -> tuple[list[tuple[int, str, str]], list[tuple[int, str, str]]] | None:
+    """The projected rows from request_from on, and the (seq, key, text) of keyed messages before it."""
     import duckdb
 
     cur = source.cursor()
     try:
-        return cur.execute(_SQL, [session_id]).fetchall()
+        rows = cur.execute(_SQL, [session_id, session_id]).fetchall()
+        return rows, cur.execute(_KEYS_SQL, [session_id, session_id]).fetchall()
     except duckdb.Error:  # e.g. a row an older version wrote that DuckDB's JSON functions refuse
         log.warning("workbench: the projected read of session %s failed; reading every event", session_id, exc_info=True)
         return None

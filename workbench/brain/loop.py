@@ -88,7 +88,8 @@ class Brain:
         self._views: dict[str, _View] = {}  # per session: its request and turn state (bounded: session_cache)
         self._clock = 0
         # per session: events held back to be committed with the brain's next write for it, which always
-        # follows at once (an assistant turn waits for its first tool_started, or its turn_ended)
+        # follows at once (an assistant turn waits for its first tool_started, or its turn_ended; a step's
+        # last tool result for the model_request that sends it): a turn with one tool call is 4 commits
         self._held: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         self._unsubscribe = log.subscribe(self._heard)
         self._cancelled_by: dict[str, str] = {}
@@ -124,11 +125,15 @@ class Brain:
         and events others append (heard from the log's subscription, after their commit),
         so a step reads nothing from the database. A session seen first (or again after
         eviction) is read once, only the event types a request depends on."""
-        if session_id in self._held:  # an assistant turn held for the next write: written now, read below
+        if session_id in self._held:  # events held for the next write: written now, read below
             t, p = self._held[session_id].pop()
             if not self._held[session_id]:
                 del self._held[session_id]
             await self._append(session_id, t, p)
+        return await self._folded(session_id)
+
+    async def _folded(self, session_id: str) -> Conversation:
+        """The session's Conversation with every committed event folded in (events the brain holds are not)."""
         self._clock += 1
         view = self._views.get(session_id)
         if view is None:
@@ -245,9 +250,16 @@ class Brain:
                 await asyncio.wait({task})
             raise
 
+    async def _made(self, session_id: str) -> None:
+        """The session's model made (once), off the event loop: an SDK import and client take seconds."""
+        conv = await self._require(session_id)
+        model: str = (conv.frozen or {})["model"]  # session_payload always writes it; the request reads it so too
+        if model not in self._models:
+            await asyncio.to_thread(self.model, model)
+
     async def start_resume(self, session_id: str) -> bool:
         """Resume a turn that was cut off, in the background; False when there is none."""
-        await self._require(session_id)
+        await self._made(session_id)
         async with self.turns.lock(session_id):
             if self.turns.running(session_id):
                 # a turn whose turn_ended is committed (a client may answer it at once) is only finishing up
@@ -282,10 +294,7 @@ class Brain:
                      key: str | None = None) -> tuple[Event, asyncio.Task | None]:
         if not isinstance(text, str) or not text.strip():
             raise ConfigError("the message is empty")
-        conv = await self._require(session_id)
-        model: str = (conv.frozen or {})["model"]  # session_payload always writes it; the request reads it so too
-        if model not in self._models:  # an SDK import and client take seconds: not on the event loop
-            await asyncio.to_thread(self.model, model)
+        await self._made(session_id)
         busy = f"a turn is already running in session {session_id}; wait for it or interrupt it"
         async with self.turns.lock(session_id):
             # under the lock: a retry racing its first send finds the first's message committed (or commits its own)
@@ -334,9 +343,12 @@ class Brain:
                 rename(tx, session_id, title, auto=True, only_untitled=True)
 
         try:
-            message = {"text": text, **({"idempotency_key": key} if key is not None else {})}
-            first = await self._append(session_id, "user_message", message, before=name) if text is not None \
-                else await self._append(session_id, "resumed", {})
+            if text is not None:  # the first model_request with it: the call starts once both are committed
+                asked = await self._model_request(session_id, 1, (await self._folded(session_id)).size_with_message())
+                message = {"text": text, **({"idempotency_key": key} if key is not None else {})}
+                first = await self._append(session_id, "user_message", message, before=name, then=[asked])
+            else:
+                first = await self._append(session_id, "resumed", {})
         except BaseException as e:
             if isinstance(e, asyncio.CancelledError):
                 started.cancel()
@@ -345,7 +357,7 @@ class Brain:
             return None
         started.set_result(first)
         try:
-            return await (self._loop(session_id) if text is not None else self._resume(session_id))
+            return await (self._loop(session_id, asked=True) if text is not None else self._resume(session_id))
         except asyncio.CancelledError:
             await _to_the_end(self._close(session_id, "interrupted", self._cancelled_by.pop(session_id, "user")))
             raise
@@ -355,8 +367,14 @@ class Brain:
 
     # -- the loop --------------------------------------------------------------
 
-    async def _loop(self, session_id: str) -> str:
+    async def _loop(self, session_id: str, asked: bool = False) -> str:
         while True:
+            if not asked:  # the step's model_request, committed with the results the model is about to read
+                results_only = all(t == "tool_result" for t, _ in self._held.get(session_id, ()))
+                # held results do not change the request's size; anything else held is written first
+                conv = await (self._folded(session_id) if results_only else self.conversation(session_id))
+                await self._append(session_id, *await self._model_request(session_id, 1, conv.request_size()))
+            asked = False
             conv = await self.conversation(session_id)
             pauses = conv.state.pauses
             message = await self._call_model(session_id, conv.request())
@@ -373,13 +391,20 @@ class Brain:
         await self._append(session_id, "turn_ended", {"stop_reason": stop})
         return stop
 
+    async def _model_request(self, session_id: str, attempt: int, messages: int) -> tuple[str, dict[str, Any]]:
+        """The `model_request` event of a call of the session's model with a request of `messages` messages."""
+        conv = await self._folded(session_id)
+        return "model_request", {"attempt": attempt, "model": self.model((conv.frozen or {})["model"]).name,
+                                 "messages": messages}
+
     async def _call_model(self, session_id: str, request: dict[str, Any]) -> dict[str, Any] | None:
-        """Stream one response, with retries; append it verbatim. None if it failed for good."""
+        """Stream one response, with retries; append it verbatim. None if it failed for good.
+        The first attempt's model_request is committed already (see _loop)."""
         model = self.model(request["model"])
         s = self.settings
         for attempt in range(1, s.max_retries + 2):
-            await self._append(session_id, "model_request",
-                               {"attempt": attempt, "model": model.name, "messages": len(request["messages"])})
+            if attempt > 1:
+                await self._append(session_id, *await self._model_request(session_id, attempt, len(request["messages"])))
             t0, first = time.perf_counter(), None
             builder = MessageBuilder()
             try:
@@ -454,7 +479,7 @@ class Brain:
         a cancel of the turn cancels them all and waits until each has stopped."""
         if len(pending) == 1:
             call, coro = pending[0]
-            await self._result(session_id, call, await coro)
+            await self._result(session_id, call, await coro, hold=True)
             return
         tasks = [asyncio.ensure_future(coro) for _, coro in pending]
         try:
@@ -466,41 +491,59 @@ class Brain:
                     if task.done():
                         break
                     await asyncio.wait([t for t in tasks if not t.done()], return_when=asyncio.FIRST_COMPLETED)
-                await self._result(session_id, call, task.result())
+                await self._result(session_id, call, task.result(), hold=call is pending[-1][0])
         finally:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _result(self, session_id: str, call: dict[str, Any], out: ToolOutput, closing: bool = False) -> None:
+    async def _result(self, session_id: str, call: dict[str, Any], out: ToolOutput, hold: bool = False,
+                      closing: bool = False) -> None:
+        """Record a call's result; `hold`: no other call runs, so it is committed with the write that follows at
+        once (the next model_request, a tool_started, or the turn's end); `closing`: part of a turn's closing."""
         content = {} if out.content is None else {"content": out.content}  # None: read from its observation
         payload = {"tool_use_id": call["id"], "name": call["name"], **content, "is_error": out.is_error, **out.details}
         if self.redact is not None:
             # every string, tracebacks and display text included, before the log or the model sees it
             payload = _map_strings(payload, self.redact, skip=BASE64_KEYS)
-        await (self._closing if closing else self._append)(session_id, "tool_result", payload)
+        if hold:
+            self._held.setdefault(session_id, []).append(("tool_result", payload))
+        else:
+            await (self._closing if closing else self._append)(session_id, "tool_result", payload)
 
     async def _append(self, session_id: str, type: str, payload: dict[str, Any],
-                      before: Callable[[Any], None] | None = None) -> Event:
-        """Append and wait for the commit (`before(tx)` first, in the same transaction). A cancel arriving
-        meanwhile waits for the write to finish, so whoever handles the cancel reads a log that already holds
-        it (never a second turn_ended)."""
+                      before: Callable[[Any], None] | None = None,
+                      then: Sequence[tuple[str, dict[str, Any]]] = ()) -> Event:
+        """Append and wait for the commit (`before(tx)` first, `then` after, in the same transaction). A cancel
+        arriving meanwhile waits for the write to finish, so whoever handles the cancel reads a log that already
+        holds it (never a second turn_ended)."""
         held = self._held.pop(session_id, None)  # popped and submitted with no await between: order is kept
+        view = self._views.get(session_id)
+        # where a cold read may start, once a compaction moved it: recorded with the next write, never ahead of it
+        mark = view.conv.start_seq if view is not None and view.conv.start_seq > view.marked else None
 
         def write(tx: Any) -> Event:
             for t, p in held or ():
                 tx.append(session_id, t, p)
             if before is not None:
                 before(tx)
-            return tx.append(session_id, type, payload)
+            event = tx.append(session_id, type, payload)
+            for t, p in then:
+                tx.append(session_id, t, p)
+            if mark is not None:
+                tx.set_session(session_id, request_from=mark)
+            return event
 
-        done = asyncio.wrap_future(self.log.write(write))
+        done = self.log.write_soon(write)
         try:
-            return await asyncio.shield(done)
+            event = await asyncio.shield(done)
         except asyncio.CancelledError:
             if not done.done():
                 await asyncio.wait({done})
             raise
+        if mark is not None and view is not None:
+            view.marked = max(view.marked, mark)
+        return event
 
     # -- ending a turn that did not end by itself ------------------------------------
 
@@ -615,6 +658,7 @@ class _View:
         self.inbox: deque[Event] = deque()
         self.lock = asyncio.Lock()
         self.used = 0
+        self.marked = 1  # the request_from this process recorded (1: none; after a cold read, recorded once again)
 
 
 def _map_strings(value: Any, fn: Callable[[str], str], skip: tuple[str, ...] = ()) -> Any:

@@ -84,6 +84,10 @@ class Conversation:
         self._order: list[str] = []  # tool_use ids of the latest assistant turn, in its order
         self._start = 0  # index of the first message sent (after a compaction: see feed)
         self._opened = 0  # index of the latest user message that holds only text
+        self._opened_seq = 0  # and the seq of its user_message
+        # the seq a cold read may start from (with session_created): the user message the latest compaction's
+        # requests start at; 1 before any compaction
+        self.start_seq = 1
         self._cleared = 0  # messages before this index had their tool results cleared
         self._base = 0  # estimated tokens of system prompt and tools
         self._clearing = 0  # the trigger when old tool results are cleared (context mode `clear`), else 0
@@ -118,7 +122,7 @@ class Conversation:
                 if self._per_turn:  # earlier turns are not sent: neither are results still owed to them
                     self._order, self._results = [], {}
                     self._start = len(self.messages)
-                self._opened = len(self.messages)
+                self._opened, self._opened_seq = len(self.messages), seq
                 self._push({"role": "user", "content": [text_block]})
         elif t == "turn_ended":
             self.state = TurnState(open=False)
@@ -138,8 +142,15 @@ class Conversation:
             if any(b.get("type") == "compaction" for b in content):
                 # the API drops what came before the compaction block; we send from the user message that
                 # opened the step's turn (text only: no tool result whose call would be missing), so the
-                # request keeps the shape the API checks, and stops growing with the session
-                self._start = self._opened
+                # request keeps the shape the API checks, and stops growing with the session. What came
+                # before is not kept either (but by the clear fallback, whose estimates go by message), and
+                # a cold read may start there (start_seq).
+                if self._clearing:
+                    self._start = self._opened
+                else:
+                    del self.messages[:self._opened]
+                    self._start = self._opened = 0
+                    self.start_seq = self._opened_seq
             self._order = [b["id"] for b in content if b.get("type") == "tool_use"]
         elif t == "tool_started":
             if st.open:
@@ -201,6 +212,14 @@ class Conversation:
                 request[key] = frozen[key]
         request.update(context_request(frozen.get("context")))
         return request
+
+    def request_size(self) -> int:
+        """How many messages `request()` holds, without building it (tool results still owed do not change it)."""
+        return len(self.messages) - self._start + (1 if self._order else 0)
+
+    def size_with_message(self) -> int:
+        """How many messages `request()` will hold once the next user message is folded in."""
+        return 1 if self._per_turn else len(self.messages) - self._start + 1
 
     def tokens(self) -> int:
         """The estimated input tokens of the next request (4 bytes of JSON a token)."""

@@ -83,7 +83,7 @@ class Attempt:
 
     async def _append(self, type: str, payload: dict[str, Any]) -> None:
         sid = self.spec.id
-        await asyncio.wrap_future(self.host.log.write(lambda tx: tx.append(sid, type, payload)))
+        await self.host.log.awrite(lambda tx: tx.append(sid, type, payload))
 
     def _create(self) -> None:
         """Create the session with its `eval_started` (the task's files go in before its first turn)."""

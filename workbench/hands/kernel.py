@@ -184,6 +184,10 @@ class KernelHands(Hands):
                 self.state = "failed"
                 raise
             self.kernel, self.state = kernel, "idle"
+            if source == "spare" or reason == "replace a dead kernel":
+                # a death: the next spare boots now, not after the next call, so that another death soon after
+                # is served by a spare too (a second kernel per session, as before: idle closing stops both)
+                self._want_spare()
             self.generation += 1
             self.shown_ids = set()  # a new kernel holds no handle of the old one's displays
             await self._emit("hands_started", {

@@ -9,6 +9,7 @@ configuration locked, so SQL run through the log stays inside it.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import stat
@@ -31,6 +32,7 @@ from .settings import LogSettings
 from .writer import STATES, Listing, WriterLog, WriterTx, session_row
 
 SCHEMA_VERSION = "1"
+logger = logging.getLogger("workbench.log")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -43,9 +45,11 @@ CREATE TABLE IF NOT EXISTS sessions (
     title      VARCHAR,
     model      VARCHAR,
     kind       VARCHAR NOT NULL,     -- 'chat', 'dream' or 'eval'
-    archived   BOOLEAN NOT NULL DEFAULT false   -- set by session_archived events
+    archived   BOOLEAN NOT NULL DEFAULT false,  -- set by session_archived events
+    parent_id  VARCHAR,              -- the session that started this one (its session_created's parent_id)
+    request_from BIGINT              -- the seq a cold read of its request starts at (after a compaction), or NULL
 );
-CREATE TABLE IF NOT EXISTS session_summary (   -- kept by every commit, in the same transaction as the events
+CREATE TABLE IF NOT EXISTS session_summary (   -- kept in memory by the writer, written lazily (see DuckDBLog)
     session_id VARCHAR PRIMARY KEY,
     events     BIGINT NOT NULL,      -- how many events the session has
     last_seq   BIGINT NOT NULL,      -- 0 before its first event
@@ -84,6 +88,12 @@ STALE = """
 RESUMMARIZE = ("INSERT OR REPLACE INTO session_summary "
                + SUMMARY_FROM_EVENTS.format(where=f"WHERE s.id IN ({STALE})"))
 SUMMARY_VERSION = "1"
+# a session's parent, from its session_created: what a database from before the parent column is filled with
+PARENT_FROM_EVENT = ("CASE WHEN json_type(first.payload, '$.parent_id') = 'VARCHAR' "
+                     "THEN json_extract_string(first.payload, '$.parent_id') END")
+FILL_PARENTS = (f"UPDATE sessions SET parent_id = {PARENT_FROM_EVENT} FROM events first "
+                "WHERE first.session_id = sessions.id AND first.seq = 1 AND sessions.parent_id IS NULL")
+PARENTS_VERSION = "1"
 # SQL that may write events behind the summary: any statement that names the table
 NAMES_EVENTS = re.compile(r"\bevents\b", re.IGNORECASE)
 
@@ -148,6 +158,17 @@ def one_row(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None =
     return row
 
 
+def _overlay(row: tuple, mark: list[Any] | None) -> tuple:
+    """A listing row with what commits since the summary was written changed: [added, last seq, type, ts, turn mark]."""
+    if mark is None:
+        return row
+    return (*row[:5], row[5] + mark[0], mark[1], mark[2], mark[3], mark[4] or row[9], *row[10:])
+
+
+def _want_summary(tx: Tx) -> None:
+    tx.want_summary = True
+
+
 def event_from_row(row: tuple) -> Event:
     """An `events` row (session_id, seq, ts, type, payload) as an Event: the one place rows are decoded."""
     return Event(row[0], row[1], row[2].replace(tzinfo=UTC), row[3], decode_payload(row[4]))
@@ -175,16 +196,30 @@ def select_events(con: duckdb.DuckDBPyConnection, session_id: str, after: int | 
 
 
 class Tx(WriterTx):
-    """A DuckDB write transaction; `execute` runs SQL of its own (the memory store's tables)."""
+    """A DuckDB write transaction; `execute` runs SQL of its own (the memory store's tables).
+
+    It begins lazily: a transaction that only appends events ends as one INSERT in DuckDB's
+    autocommit mode (atomic on its own), the commonest write paying one statement, not three.
+    """
 
     _log: DuckDBLog
 
     def __init__(self, log: DuckDBLog, con: duckdb.DuckDBPyConnection):
         super().__init__(log)
         self.con = con
+        self.begun = False
         self.raw = False  # whether SQL of the caller ran: it may have written events behind the seq cache
         self.raw_events = False  # whether that SQL named the events table: the summary is checked at commit
+        self.want_summary = False  # write the summary kept in memory in this transaction (a reader needs it)
+        self.clean = False  # and mark the file's summary as complete (at close)
         self.pending: list[tuple[str, int, datetime, str, str]] = []  # appended rows not yet inserted
+        self.new_sessions: dict[str, list[Any]] = {}  # created rows not yet inserted (id, created, title, model, kind, parent)
+
+    def begin(self) -> None:
+        """Begin the DuckDB transaction, once: before anything reads or writes other than the final INSERT."""
+        if not self.begun:
+            self.con.execute("BEGIN TRANSACTION")
+            self.begun = True
 
     def execute(self, sql: str, params: Iterable[Any] = ()) -> duckdb.DuckDBPyConnection:
         """Run SQL in this transaction."""
@@ -195,7 +230,25 @@ class Tx(WriterTx):
         return self.con.execute(sql, list(params))
 
     def flush(self) -> None:
-        """Insert the rows appended so far: one statement for all of them, before anything reads."""
+        """Begin, and insert the sessions and rows appended so far, before anything reads or writes."""
+        self.begin()
+        self._insert_pending()
+
+    def commit(self) -> None:
+        """Insert what is pending and commit; a lone INSERT of events runs on its own, in autocommit mode."""
+        if self.begun or self.new_sessions:
+            self.flush()
+            self.con.execute("COMMIT")
+        else:
+            self._insert_pending()
+
+    def _insert_pending(self) -> None:
+        if self.new_sessions:
+            made, self.new_sessions = list(self.new_sessions.values()), {}
+            for row in made:
+                self.con.execute("INSERT INTO sessions (id, created_at, title, model, kind, parent_id) VALUES (?, ?, ?, ?, ?, ?)",
+                                 row)
+                self.con.execute("INSERT INTO session_summary VALUES (?, 0, 0, NULL, ?, NULL)", [row[0], row[1]])
         if not self.pending:
             return
         rows, self.pending = self.pending, []
@@ -208,24 +261,22 @@ class Tx(WriterTx):
             [list(col) for col in zip(*rows, strict=True)],
         )
 
-    def summarize(self) -> None:
-        """Bring session_summary up to date with what this transaction appended (at commit, before COMMIT)."""
+    def deltas(self) -> dict[str, list[Any]]:
+        """What this transaction's events change in each session's summary: [added, last seq, type, ts, turn mark]."""
+        out: dict[str, list[Any]] = {}
+        for e in self.appended:
+            s = out.setdefault(e.session_id, [0, 0, None, None, None])
+            s[0] += 1
+            s[1], s[2], s[3] = e.seq, e.type, e.ts.replace(tzinfo=None)
+            if e.type in ("user_message", "turn_ended"):
+                s[4] = e.type
+        return out
+
+    def write_summary(self, marks: dict[str, list[Any]]) -> None:
+        """Bring session_summary up to date with the changes kept in memory (one statement for all sessions)."""
         self.flush()
-        if self.appended:
-            last: dict[str, list[Any]] = {}  # session -> [added, last seq, last type, last ts, turn mark]
-            for e in self.appended:
-                s = last.setdefault(e.session_id, [0, 0, None, None, None])
-                s[0] += 1
-                s[1], s[2], s[3] = e.seq, e.type, e.ts.replace(tzinfo=None)
-                if e.type in ("user_message", "turn_ended"):
-                    s[4] = e.type
-            if len(last) == 1:  # one session (a single append): the plain statement is the cheaper one
-                ((sid, (n, seq, type_, ts, mark)),) = last.items()
-                self.con.execute(
-                    "UPDATE session_summary SET events = events + ?, last_seq = ?, last_type = ?, updated_at = ?, "
-                    "turn_mark = coalesce(?, turn_mark) WHERE session_id = ?", [n, seq, type_, ts, mark, sid])
-                return self._resummarize()
-            cols = list(zip(*((sid, *v) for sid, v in last.items()), strict=True))
+        if marks:
+            cols = list(zip(*((sid, *v) for sid, v in marks.items()), strict=True))
             self.con.execute(
                 "UPDATE session_summary AS m SET events = m.events + v.n, last_seq = v.last_seq, last_type = v.last_type, "
                 "updated_at = v.ts, turn_mark = coalesce(v.mark, m.turn_mark) "
@@ -234,11 +285,19 @@ class Tx(WriterTx):
                 "WHERE m.session_id = v.sid",
                 [list(c) for c in cols],
             )
-        self._resummarize()
-
-    def _resummarize(self) -> None:
         if self.raw_events:  # SQL of the caller named the events table: recompute what it may have put behind
             self.con.execute(RESUMMARIZE)
+
+    def _created(self, session_id: str, payload: dict[str, Any]) -> None:
+        parent = payload.get("parent_id")
+        if not isinstance(parent, str):
+            return
+        row = self.new_sessions.get(session_id)
+        if row is not None:
+            row[5] = parent
+        else:  # its row is written already (SQL of the caller read in between)
+            self.flush()
+            self.con.execute("UPDATE sessions SET parent_id = ? WHERE id = ?", [parent, session_id])
 
     def _committed_seq(self, session_id: str) -> int:
         cached = None if self.raw else self._log._seqs.get(session_id)
@@ -267,11 +326,7 @@ class Tx(WriterTx):
         return bool(one_row(self.con, "SELECT count(*) FROM sessions WHERE id = ?", [session_id])[0])
 
     def _insert_session(self, session_id: str, created: datetime, title: str | None, model: str | None, kind: str) -> None:
-        self.con.execute(
-            "INSERT INTO sessions (id, created_at, title, model, kind) VALUES (?, ?, ?, ?, ?)",
-            [session_id, created, title, model, kind],
-        )
-        self.con.execute("INSERT INTO session_summary VALUES (?, 0, 0, NULL, ?, NULL)", [session_id, created])
+        self.new_sessions[session_id] = [session_id, created, title, model, kind, None]
 
     def _scrub(self, targets: list[str], replacement: str) -> dict[str, list[int]]:
         self.flush()
@@ -332,6 +387,16 @@ class DuckDBLog(WriterLog):
         self._seqs: dict[str, int] = {}  # last committed seq per session, known to the writer
         self._summary = True  # whether the database has session_summary (a read-only old one may not)
         self._archived = True  # whether sessions has the archived column (a read-only old one may not)
+        self._parents = True  # whether sessions has the parent_id column (a read-only old one may not)
+        # The summary is kept in memory and written lazily: `_marks` holds, per session, what commits
+        # changed since it was last written ([events added, last seq, last type, its ts, the last turn
+        # mark or None]); readers add it to what they read. It is written when a reader filters or sorts
+        # by it, and at close; a process that dies before leaves the file marked unclean, and the next
+        # one recomputes the summary from the events. `_writes` is odd while a write of it may land.
+        self._marks: dict[str, list[Any]] = {}
+        self._marks_lock = threading.Condition()
+        self._writes = 0
+        self._unclean = False  # whether the file says its summary may be behind (set by the first commit)
         self._cursor_lock = threading.Condition()
         self._swapping = False  # whether compact() is replacing the file: cursors wait
         try:
@@ -344,29 +409,37 @@ class DuckDBLog(WriterLog):
     # -- lifecycle ---------------------------------------------------------
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
+        self._writer_ident = threading.get_ident()
         con = _open(self.path, self.read_only)
         try:
             if self.read_only:
                 con.execute("SELECT count(*) FROM events").fetchone()
-                try:  # a database from before the summary lists from its events
-                    self._summary = bool(one_row(con, "SELECT count(*) FROM meta WHERE key = 'summary_version'")[0])
+                try:  # a database from before the summary, or whose writer died with it unwritten, lists from its events
+                    meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
                 except duckdb.CatalogException:
-                    self._summary = False
-                self._archived = bool(one_row(
-                    con, "SELECT count(*) FROM information_schema.columns WHERE table_name = 'sessions' "
-                    "AND column_name = 'archived'")[0])
+                    meta = {}
+                self._summary = "summary_version" in meta and meta.get("summary_clean") != "0"
+                columns = {r[0] for r in con.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = 'sessions'").fetchall()}
+                self._archived, self._parents = "archived" in columns, "parent_id" in columns
                 return con
             con.execute(SCHEMA)
             # a database from before archiving: the column, false for every session
             con.execute("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS archived BOOLEAN DEFAULT false")
-            con.execute(
-                "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT DO NOTHING", [SCHEMA_VERSION]
-            )
-            if not one_row(con, "SELECT count(*) FROM meta WHERE key = 'summary_version'")[0]:
-                # a database from before the summary: build it from the events, once
+            con.execute("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS parent_id VARCHAR")
+            con.execute("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS request_from BIGINT")
+            con.execute("INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT DO NOTHING", [SCHEMA_VERSION])
+            meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+            if "summary_version" not in meta or meta.get("summary_clean") == "0" or "parents_version" not in meta:
+                # a database from before the summary (or the parent column), or whose last writer died before
+                # writing the summary it kept in memory: built from the events, once
                 con.execute("BEGIN TRANSACTION")
                 con.execute(RESUMMARIZE)
-                con.execute("INSERT INTO meta VALUES ('summary_version', ?)", [SUMMARY_VERSION])
+                if "parents_version" not in meta:
+                    con.execute(FILL_PARENTS)
+                for key, value in (("summary_version", SUMMARY_VERSION), ("summary_clean", "1"),
+                                   ("parents_version", PARENTS_VERSION)):
+                    con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, value])
                 con.execute("COMMIT")
         except duckdb.CatalogException:
             con.close()
@@ -377,6 +450,14 @@ class DuckDBLog(WriterLog):
         return con
 
     def _release(self) -> None:
+        if not self.read_only and self._unclean:
+            tx = self._begin()
+            tx.clean = True
+            try:  # the summary kept in memory, written; the file is clean again
+                self._commit(tx)
+            except duckdb.Error:  # the next open recomputes it from the events
+                self._rollback(tx)
+                logger.warning("could not write the sessions summary of %s at close", self.path, exc_info=True)
         self._close_connection(checkpoint=not self.read_only)
 
     def __enter__(self) -> DuckDBLog:
@@ -453,12 +534,34 @@ class DuckDBLog(WriterLog):
     def _begin(self) -> Tx:
         if self.read_only:
             raise DatabaseLocked(f"{self.path} was opened read-only")
-        self._con.execute("BEGIN TRANSACTION")
         return Tx(self, self._con)
 
     def _commit(self, tx: Tx) -> None:
-        tx.summarize()
-        self._con.execute("COMMIT")
+        deltas = tx.deltas()
+        write = tx.want_summary or tx.raw_events or tx.clean
+        # the first change kept only in memory: the file says so in the same commit
+        marking = bool(deltas) and not self._unclean and not write
+        if not write:
+            if marking:
+                tx.flush()
+                tx.con.execute("INSERT OR REPLACE INTO meta VALUES ('summary_clean', '0')")
+            tx.commit()
+            self._keep(deltas, tx.removed)
+        else:
+            with self._marks_lock:
+                self._writes += 1
+            try:
+                tx.write_summary(self._merged(deltas, tx.removed))
+                if tx.clean:
+                    tx.con.execute("INSERT OR REPLACE INTO meta VALUES ('summary_clean', '1')")
+                tx.commit()
+                with self._marks_lock:
+                    self._marks.clear()
+            finally:
+                with self._marks_lock:
+                    self._writes += 1
+                    self._marks_lock.notify_all()
+        self._unclean = (self._unclean or marking) and not tx.clean
         if tx.raw:
             self._seqs.clear()
         self._seqs.update(tx.last)
@@ -466,10 +569,41 @@ class DuckDBLog(WriterLog):
     def _rollback(self, tx: Tx) -> None:
         # the counters may have been advanced, or rows written behind them, by what failed
         self._seqs.clear()
-        try:
-            self._con.execute("ROLLBACK")
-        except duckdb.Error:
-            pass  # a failed COMMIT has already ended the transaction
+        if tx.begun:
+            try:
+                self._con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass  # a failed COMMIT has already ended the transaction
+
+    def _keep(self, deltas: dict[str, list[Any]], removed: set[str]) -> None:
+        """After a commit that did not write the summary: what it changed, kept in memory for readers."""
+        if not deltas and not removed:
+            return
+        with self._marks_lock:
+            for sid in removed:
+                self._marks.pop(sid, None)
+            for sid, d in deltas.items():
+                m = self._marks.get(sid)
+                if m is None:
+                    self._marks[sid] = d
+                else:
+                    m[0] += d[0]
+                    m[1], m[2], m[3] = d[1], d[2], d[3]
+                    m[4] = d[4] or m[4]
+
+    def _merged(self, deltas: dict[str, list[Any]], removed: set[str]) -> dict[str, list[Any]]:
+        """What is kept in memory with this transaction's changes added (a copy: the transaction may fail)."""
+        with self._marks_lock:
+            out = {sid: list(m) for sid, m in self._marks.items() if sid not in removed}
+        for sid, d in deltas.items():
+            m = out.get(sid)
+            out[sid] = list(d) if m is None else [m[0] + d[0], d[1], d[2], d[3], d[4] or m[4]]
+        return out
+
+    def _write_summary_now(self) -> None:
+        """Write the summary kept in memory, for a read that filters or sorts by it (one transaction, if any change)."""
+        if self._marks and not self.read_only and threading.get_ident() != self._writer_ident:
+            self.write(_want_summary).result()
 
     # -- reading -----------------------------------------------------------
 
@@ -499,50 +633,83 @@ class DuckDBLog(WriterLog):
     def _has_session(self, session_id: str) -> bool:
         return bool(self._read("SELECT count(*) FROM sessions WHERE id = ?", [session_id])[0][0])
 
+    def _columns(self) -> tuple[str, str, str]:
+        """(the summary's table, the select list of a row, the join its parent needs): a read-only file from
+        before the summary or the parent column computes them from the events."""
+        summary = "session_summary" if self._summary else f"({SUMMARY_FROM_EVENTS.format(where='')})"
+        parent, join = ("s.parent_id", "") if self._parents else (
+            PARENT_FROM_EVENT, "LEFT JOIN events first ON first.session_id = s.id AND first.seq = 1")
+        select = ("s.id, s.created_at, s.title, s.model, s.kind, m.events, m.last_seq, m.last_type, m.updated_at, "
+                  f"m.turn_mark, {parent}, {'s.archived' if self._archived else 'false'}")
+        return summary, select, join
+
+    def _session(self, session_id: str) -> dict[str, Any] | None:
+        summary, select, join = self._columns()
+        rows = self._overlaid(f"SELECT {select} FROM sessions s JOIN {summary} m ON m.session_id = s.id {join} "
+                              "WHERE s.id = ? AND m.session_id = ?", [session_id, session_id])
+        return session_row(*rows[0]) if rows else None
+
     def _sessions(self, q: Listing) -> list[dict[str, Any]]:
-        where: list[str] = []
+        own: list[str] = []  # conditions on the sessions table
         params: list[Any] = []
         if q.ids is not None:
-            where.append("s.id IN (SELECT unnest(?::VARCHAR[]))")
+            own.append("s.id IN (SELECT unnest(?::VARCHAR[]))")
             params.append(q.ids)
         if q.kind is not None:
-            where.append("s.kind = ?")
+            own.append("s.kind = ?")
             params.append(q.kind)
-        if q.state is not None:
-            mark = {v: k for k, v in STATES.items()}[q.state]
-            where.append("m.turn_mark IS NULL" if mark is None else "m.turn_mark = ?")
-            params += [] if mark is None else [mark]
         if q.text is not None:
-            where.append("contains(lower(s.title), lower(?))")
+            own.append("contains(lower(s.title), lower(?))")
             params.append(q.text)
         if q.archived is not None:
-            where.append("s.archived = ?" if self._archived else "? = false")
+            own.append("s.archived = ?" if self._archived else "? = false")
             params.append(q.archived)
+        summed: list[str] = []  # conditions on the summary
+        if q.state is not None:
+            mark = {v: k for k, v in STATES.items()}[q.state]
+            summed.append("m.turn_mark IS NULL" if mark is None else "m.turn_mark = ?")
+            params += [] if mark is None else [mark]
         if q.updated_after is not None:
-            where.append("m.updated_at > ?")
+            summed.append("m.updated_at > ?")
             params.append(q.updated_after)
         if q.updated_before is not None:
-            where.append("m.updated_at < ?")
+            summed.append("m.updated_at < ?")
             params.append(q.updated_before)
         key = {"created_at": "s.created_at", "updated_at": "m.updated_at"}[q.key]
         sign, way = ("<", "DESC") if q.descending else (">", "ASC")
         if q.after is not None:
-            where.append(f"({key} {sign} ? OR ({key} = ? AND s.id {sign} ?))")
+            (summed if q.key == "updated_at" else own).append(f"({key} {sign} ? OR ({key} = ? AND s.id {sign} ?))")
             params += [q.after[0], q.after[0], q.after[1]]
-        summary = "session_summary" if self._summary else f"({SUMMARY_FROM_EVENTS.format(where='')})"
-        sql = f"""
-            SELECT s.id, s.created_at, s.title, s.model, s.kind,
-                   m.events, m.last_seq, m.last_type, m.updated_at, m.turn_mark,
-                   CASE WHEN json_type(first.payload, '$.parent_id') = 'VARCHAR'
-                        THEN json_extract_string(first.payload, '$.parent_id') END AS parent_id,
-                   {"s.archived" if self._archived else "false"}
-            FROM sessions s JOIN {summary} m ON m.session_id = s.id
-            LEFT JOIN events first ON first.session_id = s.id AND first.seq = 1
-            {"WHERE " + " AND ".join(where) if where else ""}
-            ORDER BY {key} {way}, s.id {way}
-            {"" if q.limit is None else f"LIMIT {int(q.limit)}"}
-        """
-        return [session_row(*row) for row in self._read(sql, params)]
+        summary, select, join = self._columns()
+        order = f"ORDER BY {key} {way}, s.id {way}" + ("" if q.limit is None else f" LIMIT {int(q.limit)}")
+        where = own + summed
+        if summed or q.key == "updated_at":
+            # filtered or sorted by the summary: the one kept in memory is written first, and the read is of the file
+            self._write_summary_now()
+            return [session_row(*row) for row in self._read(
+                f"SELECT {select} FROM sessions s JOIN {summary} m ON m.session_id = s.id {join} "
+                f"{'WHERE ' + ' AND '.join(where) if where else ''} {order}", params)]
+        # the page is chosen from the sessions table alone (top-N), and only its rows are joined
+        source = f"(SELECT * FROM sessions s {'WHERE ' + ' AND '.join(own) if own else ''} {order})"
+        return [session_row(*row) for row in self._overlaid(
+            f"SELECT {select} FROM {source} s JOIN {summary} m ON m.session_id = s.id {join} {order}", params)]
+
+    def _overlaid(self, sql: str, params: list[Any]) -> list[tuple]:
+        """Rows of the sessions listing, with what the writer keeps in memory added to the file's summary.
+
+        A write of the summary landing between the read and the overlay would count its changes twice:
+        such a read is done again."""
+        while True:
+            with self._marks_lock:
+                self._marks_lock.wait_for(lambda: self._writes % 2 == 0)
+                seen = self._writes
+            rows = self._read(sql, params)
+            with self._marks_lock:
+                if self._writes != seen:
+                    continue
+                if not self._marks:
+                    return rows
+                return [_overlay(r, self._marks.get(r[0])) for r in rows]
 
     def _search(self, text: str, kind: str | None, archived: bool | None, limit: int,
                 offset: int) -> list[tuple[dict[str, Any], int, str | None, str]]:
@@ -582,6 +749,7 @@ class DuckDBLog(WriterLog):
               ON m.session_id = h.sid
             ORDER BY m.updated_at DESC, h.sid DESC LIMIT {int(limit)} OFFSET {int(offset)}
         """
+        self._write_summary_now()  # hits are sorted by the summary's updated_at
         found = self._read(sql, [*params, text, text])
         by_id = {r["id"]: r for r in self._sessions(Listing(ids=[f[0] for f in found]))}
         return [(by_id[sid], seq, type_, words or "") for sid, seq, type_, words in found if sid in by_id]
@@ -601,4 +769,5 @@ class DuckDBLog(WriterLog):
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> QueryResult:
         """Run one SELECT, read-only, within the query limits of LogSettings (see docs/api.md, /query)."""
+        self._write_summary_now()  # SQL may read session_summary: it holds what the writer kept in memory
         return run_query(self.cursor(), sql, params, self.settings)

@@ -146,6 +146,8 @@ def turn_running(tx: Any, session_id: str) -> bool:
 
 def rename(tx: Any, session_id: str, title: str, *, auto: bool = False, only_untitled: bool = False) -> Event | None:
     """Set a session's title and record it (`session_renamed`); with only_untitled, only if it has none yet."""
+    if only_untitled and tx.has_title(session_id):  # known without a read: the usual case, every later message
+        return None
     row = tx.session_fields(session_id)
     if only_untitled and row["title"]:
         return None

@@ -37,6 +37,7 @@ class _Session:
     rows: list[Row]
     turn_mark: str | None = None  # the type of the last user_message or turn_ended
     archived: bool = False
+    request_from: int | None = None  # set by the brain after a compaction (a cold read of this log reads it all)
 
 
 def select(session_id: str, rows: list[Row], until: int | None, types: list[str] | None,
@@ -109,8 +110,8 @@ class MemoryTx(WriterTx):
                 s = self._log._store.get(session_id)
         if s is None:
             return None
-        return {"title": s.title, "model": s.model, "kind": s.kind, "archived": s.archived,
-                **self.updates.get(session_id, {})}
+        row = {"title": s.title, "model": s.model, "kind": s.kind, "archived": s.archived}
+        return {**row, **{k: v for k, v in self.updates.get(session_id, {}).items() if k in row}}
 
     def _set_session(self, session_id: str, fields: dict[str, Any]) -> None:
         staged = self.sessions.get(session_id)

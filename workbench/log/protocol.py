@@ -20,6 +20,7 @@ for fast tests. Both pass one conformance suite (tests/log/test_conformance.py):
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -86,6 +87,10 @@ class SessionLog(Protocol):
         """Run fn(tx) in one transaction on the writer thread; a Future of its result."""
         ...
 
+    def write_soon(self, fn: Callable[[Tx], T]) -> asyncio.Future[T]:
+        """`write` from an event loop: a future of that loop, set once committed (one wake-up per group commit)."""
+        ...
+
     async def awrite(self, fn: Callable[[Tx], T]) -> T:
         """`write` awaited without blocking the event loop."""
         ...
@@ -94,8 +99,8 @@ class SessionLog(Protocol):
         """Call fn(event) on the writer thread after each commit; returns an unsubscribe."""
         ...
 
-    def subscribe_commits(self, fn: CommitSubscriber) -> Callable[[], None]:
-        """Call fn(events) on the writer thread once per commit (its events in order); returns an unsubscribe."""
+    def subscribe_commits(self, fn: CommitSubscriber, loop: asyncio.AbstractEventLoop | None = None) -> Callable[[], None]:
+        """Call fn(events) once per commit (its events in order), on the writer thread or on `loop`; an unsubscribe."""
         ...
 
     def has_session(self, session_id: str) -> bool:
@@ -104,6 +109,10 @@ class SessionLog(Protocol):
 
     def session(self, session_id: str) -> dict[str, Any]:
         """One row of `sessions()`; raises UnknownSession."""
+        ...
+
+    def session_kind(self, session_id: str) -> str:
+        """A session's kind, read once and then known (a kind never changes); raises UnknownSession."""
         ...
 
     def sessions(self, ids: list[str] | None = None, kind: str | None = None) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -183,12 +184,51 @@ def valid_id(value: Any) -> bool:
     return isinstance(value, str) and encodable(value)
 
 
-@dataclass(frozen=True)
 class _Job:
-    """A write waiting for its group commit: the function to run in the transaction, and its caller's Future."""
+    """A write waiting for its group commit: the function to run in the transaction, and where its outcome goes:
+    a thread's Future, or, for a caller on an event loop, that loop's future (set in one callback per group, with
+    no Future of its own: a Future's lock costs more than the rest of an append's hand-off)."""
 
-    fn: Callable[[Any], Any]
-    future: Future
+    __slots__ = ("fn", "future", "waiter", "cancelled", "result", "error")
+
+    def __init__(self, fn: Callable[[Any], Any], future: Future | None, waiter: asyncio.Future | None) -> None:
+        self.fn, self.future, self.waiter = fn, future, waiter
+        self.cancelled = False  # a loop caller withdrew it before it ran (under the log's submit lock)
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def start(self) -> bool:
+        """Whether the write is still wanted; from now on it cannot be withdrawn."""
+        return self.future.set_running_or_notify_cancel() if self.future is not None else not self.cancelled
+
+    def set_result(self, result: Any) -> None:
+        if self.future is not None:
+            self.future.set_result(result)
+        self.result = result
+
+    def set_exception(self, error: BaseException) -> None:
+        if self.future is not None:
+            self.future.set_exception(error)
+        self.error = error
+
+
+def _settle(heard: list[tuple[CommitSubscriber, list[Event]]], jobs: list[_Job]) -> None:
+    """On a loop: its subscribers hear the group's commits, then each waiting future gets its write's outcome
+    (unless it was cancelled meanwhile)."""
+    for fn, events in heard:
+        try:
+            fn(events)
+        except Exception:
+            logger.exception("a subscriber of the session log failed on a commit of %d events; they are committed",
+                             len(events))
+    for job in jobs:
+        waiter = job.waiter
+        if waiter is None or waiter.done():
+            continue
+        if job.error is not None:
+            waiter.set_exception(job.error)
+        else:
+            waiter.set_result(job.result)
 
 
 class WriterTx:
@@ -198,6 +238,11 @@ class WriterTx:
         self._log = log
         self.appended: list[Event] = []
         self.last: dict[str, int] = {}  # the last seq this transaction gave each session
+        # what the log learns once this transaction commits (and forgets if it does not): kinds of new
+        # sessions, sessions seen with a title, sessions removed
+        self.kinds: dict[str, str] = {}
+        self.titled: set[str] = set()
+        self.removed: set[str] = set()
 
     def append(self, session_id: str, type: str, payload: dict[str, Any]) -> Event:
         """Append an event; it is committed with the rest of the transaction, or not at all."""
@@ -213,6 +258,8 @@ class WriterTx:
         seq += 1
         ts = utcnow()
         self._insert(session_id, seq, ts, type, data)
+        if type == "session_created":
+            self._created(session_id, copy)
         self.last[session_id] = seq
         event = Event(session_id, seq, ts.replace(tzinfo=UTC), type, copy)
         self.appended.append(event)
@@ -237,28 +284,46 @@ class WriterTx:
             raise SessionExists(f"session {_show(session_id)} already exists")
         self._insert_session(session_id, utcnow(), title, model, kind)
         self.last[session_id] = 0
+        self.kinds[session_id] = kind
+        if title:
+            self.titled.add(session_id)
 
     def session_fields(self, session_id: str) -> dict[str, Any]:
         """{title, model, kind, archived} of a session as this transaction sees it; UnknownSession."""
         row = self._session_fields(session_id) if valid_id(session_id) else None
         if row is None:
             raise UnknownSession(f"no session {_show(session_id)}")
+        if row["title"]:
+            self.titled.add(session_id)
         return row
 
+    def has_title(self, session_id: str) -> bool:
+        """Whether the session is known to have a title, without a read (a title, once set, is never removed)."""
+        return session_id in self.titled or session_id in self._log._titled
+
     def set_session(self, session_id: str, **fields: Any) -> None:
-        """Change a session's row: its `title` and/or `archived` (the caller appends the event that says so)."""
-        assert set(fields) <= {"title", "archived"}, fields
+        """Change a session's row: its `title` and/or `archived` (the caller appends the event that says so), or
+        `request_from` (the seq a cold read of its request may start at: the brain's, after a compaction)."""
+        assert set(fields) <= {"title", "archived", "request_from"}, fields
         self._set_session(session_id, fields)
+        if fields.get("title"):
+            self.titled.add(session_id)
 
     def remove_session(self, session_id: str) -> int:
         """Remove a session's rows (events, summary, session) in this transaction; returns how many events it had."""
         n = self._remove_session(session_id)
         self.last.pop(session_id, None)
+        self.removed.add(session_id)
+        self.kinds.pop(session_id, None)
+        self.titled.discard(session_id)
         # what this transaction appended to it is gone with it: nobody is told of it
         self.appended = [e for e in self.appended if e.session_id != session_id]
         return n
 
     # -- what each log's transaction provides --------------------------------
+
+    def _created(self, session_id: str, payload: dict[str, Any]) -> None:
+        """A session's `session_created` was appended (a log that keeps its parent_id in the row learns it here)."""
 
     def _session_fields(self, session_id: str) -> dict[str, Any] | None:
         raise NotImplementedError
@@ -300,11 +365,19 @@ class WriterLog:
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="workbench-log-writer")
         self._subscribers: list[Subscriber] = []
         self._commit_subscribers: list[CommitSubscriber] = []
+        self._loop_subscribers: list[tuple[asyncio.AbstractEventLoop, CommitSubscriber]] = []
+        self._heard: list[tuple[asyncio.AbstractEventLoop, CommitSubscriber, list[Event]]] = []  # for the next _wake
         self._submit_lock = threading.Lock()
         self._arrived = threading.Condition(self._submit_lock)  # notified when a write is queued
         self._closed = False
         self._queue: deque[_Job] = deque()  # writes waiting for the next group commit (under _submit_lock)
         self._draining = False  # whether a drain of the queue is submitted to the writer and not yet done
+        # What commits taught: a session's kind never changes and a title once set is never removed, so
+        # neither needs a read again (changed on the writer thread only, after a commit; read anywhere)
+        self._kinds: dict[str, str] = {}
+        self._titled: set[str] = set()
+        self._removals = 0  # sessions removed so far: a kind read before a removal is not kept after it
+        self._learned = threading.Lock()
 
     # -- what each log provides ----------------------------------------------
 
@@ -380,14 +453,28 @@ class WriterLog:
                     # A lone writer (groups of one) never waits.
                     self._arrived.wait_for(functools.partial(self._queued, last), self.settings.group_wait)
                 n = min(len(self._queue), self.settings.max_group)
-                jobs = [self._queue.popleft() for _ in range(n)]
+                # started under the lock a withdrawal takes: a job is run, or withdrawn, never both
+                jobs = [j for j in (self._queue.popleft() for _ in range(n)) if j.start()]
             last = n
-            jobs = [j for j in jobs if j.future.set_running_or_notify_cancel()]
             if jobs:
                 self._commit_group(jobs)
+                self._wake([j for j in jobs if j.waiter is not None])
 
     def _queued(self, n: int) -> bool:
         return len(self._queue) >= n
+
+    def _wake(self, jobs: list[_Job]) -> None:
+        """Hand a group's commits and outcomes to the loops that hear or wait for them: one callback per loop."""
+        heard, self._heard = self._heard, []
+        by_loop: dict[asyncio.AbstractEventLoop, tuple[list[Any], list[_Job]]] = {}
+        for loop, fn, events in heard:
+            by_loop.setdefault(loop, ([], []))[0].append((fn, events))
+        for job in jobs:
+            assert job.waiter is not None
+            by_loop.setdefault(job.waiter.get_loop(), ([], []))[1].append(job)
+        for loop, (calls, some) in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits there any more
+                loop.call_soon_threadsafe(_settle, calls, some)
 
     def _commit_group(self, jobs: list[_Job]) -> None:
         """Run every job's fn in one transaction and commit it; then announce the events, then answer the callers.
@@ -403,7 +490,7 @@ class WriterLog:
             tx = self._begin()
         except BaseException as e:  # a read-only log, a connection gone: every caller hears why
             for job in jobs:
-                job.future.set_exception(e)
+                job.set_exception(e)
             return
         results: list[Any] = []
         failed: tuple[int, BaseException] | None = None
@@ -419,7 +506,7 @@ class WriterLog:
             except BaseException as exc:
                 self._rollback(tx)
                 if len(jobs) == 1:
-                    jobs[0].future.set_exception(exc)
+                    jobs[0].set_exception(exc)
                     return
                 logger.warning("a group commit of %d writes failed (%s); committing each alone", len(jobs), exc)
                 for job in jobs:
@@ -428,20 +515,45 @@ class WriterLog:
         else:
             self._rollback(tx)
             i, error = failed
-            jobs[i].future.set_exception(error)
+            jobs[i].set_exception(error)
             rest = jobs[:i] + jobs[i + 1:]
             if rest:
                 self._commit_group(rest)
             return
+        self._learn(tx)
         self._announce(tx.appended)
         for job, result in zip(jobs, results, strict=True):
-            job.future.set_result(result)
+            job.set_result(result)
+
+    def _learn(self, tx: WriterTx) -> None:
+        """After a commit: what it says of sessions' kinds and titles, and which sessions are gone."""
+        with self._learned:
+            if tx.removed:
+                self._removals += 1
+                for sid in tx.removed:
+                    self._kinds.pop(sid, None)
+                    self._titled.discard(sid)
+            self._kinds.update(tx.kinds)
+            self._titled.update(tx.titled)
+
+    def session_kind(self, session_id: str) -> str:
+        """A session's kind (chat, dream, eval, ...): read once, then known (a kind never changes); UnknownSession."""
+        kind = self._kinds.get(session_id)
+        if kind is None:
+            removals = self._removals
+            kind = self.session(session_id)["kind"]
+            with self._learned:
+                if removals == self._removals:  # no session was removed meanwhile (it may have been this one)
+                    self._kinds[session_id] = kind
+        return kind
 
     def _announce(self, events: list[Event]) -> None:
         # the events are committed: a failing subscriber must not make its writer think otherwise,
         # nor keep the other subscribers from hearing of them
         if not events:
             return
+        for loop, fn in list(self._loop_subscribers):
+            self._heard.append((loop, fn, events))
         for fn in list(self._commit_subscribers):
             try:
                 fn(events)
@@ -464,18 +576,42 @@ class WriterLog:
         see `_commit_group` for what happens when one of them fails.
         """
         future: Future[T] = Future()
+        self._enqueue(_Job(fn, future, None))
+        return future
+
+    def _enqueue(self, job: _Job) -> None:
         with self._submit_lock:
             self._check_open()
-            self._queue.append(_Job(fn, future))
+            self._queue.append(job)
             self._arrived.notify()
             if not self._draining:
                 self._draining = True
                 self._writer.submit(self._drain)
-        return future
+
+    def _withdraw(self, job: _Job) -> None:
+        """A loop caller no longer wants its write: it is not run unless it has started."""
+        with self._submit_lock:
+            job.cancelled = True
+
+    def write_soon(self, fn: Callable[[Any], T]) -> asyncio.Future[T]:
+        """`write` for a caller on an event loop: a future of the running loop, set once the write is committed.
+
+        The outcomes of a group's writes reach each loop in one callback (one wake-up per group, not one per
+        write). Cancelling the future does not stop the write."""
+        waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._enqueue(_Job(fn, None, waiter))
+        return waiter
 
     async def awrite(self, fn: Callable[[Any], T]) -> T:
-        """`write` awaited without blocking the event loop."""
-        return await asyncio.wrap_future(self.write(fn))
+        """`write` awaited without blocking the event loop (cancelled before it runs, it is not run)."""
+        waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        job = _Job(fn, None, waiter)
+        self._enqueue(job)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            self._withdraw(job)
+            raise
 
     def prepare(self, type: str, payload: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
         """An event's checked type and payload as (the JSON bytes to store, a fresh copy decoded from them).
@@ -497,7 +633,7 @@ class WriterLog:
     async def aappend(self, session_id: str, type: str, payload: dict[str, Any]) -> Event:
         """`append` without blocking the event loop."""
         data, copy = self.prepare(type, payload)
-        return await asyncio.wrap_future(self.write(lambda tx: tx.append_prepared(session_id, type, data, copy)))
+        return await self.awrite(lambda tx: tx.append_prepared(session_id, type, data, copy))
 
     def create_session(
         self,
@@ -589,12 +725,16 @@ class WriterLog:
         self._subscribers.append(fn)
         return lambda: self._subscribers.remove(fn) if fn in self._subscribers else None
 
-    def subscribe_commits(self, fn: CommitSubscriber) -> Callable[[], None]:
-        """Call fn(events) on the writer thread once per commit, with its events in order; returns an unsubscribe.
+    def subscribe_commits(self, fn: CommitSubscriber, loop: asyncio.AbstractEventLoop | None = None) -> Callable[[], None]:
+        """Call fn(events) once per commit, with its events in order; returns an unsubscribe.
 
-        One call per group commit instead of one per event: for a subscriber that hands events
-        to another thread (the server's event loop), one hop per commit.
+        On the writer thread; or, given a `loop`, on that loop, in the one callback per group commit that
+        also answers the writes its tasks wait for (no wake-up of its own).
         """
+        if loop is not None:
+            entry = (loop, fn)
+            self._loop_subscribers.append(entry)
+            return lambda: self._loop_subscribers.remove(entry) if entry in self._loop_subscribers else None
         self._commit_subscribers.append(fn)
         return lambda: self._commit_subscribers.remove(fn) if fn in self._commit_subscribers else None
 
@@ -602,10 +742,16 @@ class WriterLog:
 
     def session(self, session_id: str) -> dict[str, Any]:
         """One session's row (see `sessions`); raises UnknownSession."""
-        rows = self.sessions(ids=[session_id])
-        if not rows:
+        self._check_open()
+        row = self._session(session_id) if valid_id(session_id) else None
+        if row is None:
             raise UnknownSession(f"no session {_show(session_id)}")
-        return rows[0]
+        return row
+
+    def _session(self, session_id: str) -> dict[str, Any] | None:
+        """One session's row, or None."""
+        rows = self._sessions(Listing(ids=[session_id]))
+        return rows[0] if rows else None
 
     def sessions(self, ids: list[str] | None = None, kind: str | None = None, **filters: Any) -> list[dict[str, Any]]:
         """Every session (or those of `ids`, of `kind`, ...), oldest first, with its event count, last event and state.

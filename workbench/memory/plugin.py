@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import from_env
 from ..egress import EgressSettings, Vault
-from ..errors import ConfigError, TurnBusy, WorkbenchError
+from ..errors import ConfigError, TurnBusy, UnknownSession, WorkbenchError
 from ..log import DuckDBLog, Event
 from ..plugins import Command, NewSession, Plugin, PromptPart
 from .dream import (
@@ -147,7 +147,8 @@ class MemoryPlugin(Plugin):
         await asyncio.to_thread(commit_finished_dreams, self.store)
 
         def on_commit(e: Event) -> None:  # on the log's writer thread: never wait for a write here
-            if e.type == "turn_ended" and e.payload.get("stop_reason") == "end_turn" and not loop.is_closed():
+            if e.type == "turn_ended" and e.payload.get("stop_reason") == "end_turn" and self._is_dream(e.session_id) \
+                    and not loop.is_closed():
                 with contextlib.suppress(RuntimeError):  # the loop closed in between
                     loop.call_soon_threadsafe(lambda: host.background(asyncio.to_thread(self._commit_if_dream, e.session_id)))
 
@@ -177,8 +178,15 @@ class MemoryPlugin(Plugin):
             except WorkbenchError as e:  # e.g. the dream model cannot be made: the next tick tries again
                 log_.warning("workbench: the scheduled dream did not start: %s", e)
 
+    def _is_dream(self, session_id: str) -> bool:
+        """Whether the session is a dream: its kind, known to the log after the first read (a chat's turn costs no query)."""
+        try:
+            return self.store is not None and self.store.log.session_kind(session_id) == "dream"
+        except UnknownSession:  # deleted since
+            return False
+
     def _commit_if_dream(self, session_id: str) -> None:
-        if self.store is not None and self.store.log.session(session_id)["kind"] == "dream":
+        if self.store is not None and self._is_dream(session_id):
             commit_dream(self.store, session_id)
 
     def _host(self) -> Host:

@@ -9,8 +9,6 @@ traitlets: `c.Workbench.db = ...` in jupyter_server_config.py or
 
 from __future__ import annotations
 
-import asyncio
-import importlib
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
@@ -103,9 +101,8 @@ class Workbench(ExtensionApp):
         """After the loop runs: start the host (reap orphans, warm the pool, plugins), wake cut-off turns."""
         if self.runtime is None:
             return
-        # The Anthropic SDK takes seconds to import: do it now, in a thread, so the
-        # first turn (and the event loop, which would do it inline) does not pay for it.
-        self._warm = asyncio.get_running_loop().run_in_executor(None, importlib.import_module, "anthropic")
+        # Nothing is imported ahead of need (the Anthropic SDK took 10-20 s of a loaded machine's CPU in a
+        # thread at start): a turn or a resume makes its model, and so imports its SDK, in a thread of its own.
         await self.runtime.ready()
         if self.resume_on_start:
             resumed = await self.runtime.wake()

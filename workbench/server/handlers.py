@@ -24,6 +24,7 @@ from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from ..errors import BodyTooLarge, DatabaseLocked, UnknownSession, WorkbenchError
 from . import bodies
+from .fanout import wire
 from .runtime import STOPPING, Runtime, ServerStopping
 
 MAX_ERROR_CHARS = 2000
@@ -366,7 +367,7 @@ class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
         runtime = runtime_of(self)
         self.session_id, self._last, self._live = id, self.after, False
         self._output_upto: dict[str, int] = {}
-        self._buffer: list[tuple[str, Any]] = []
+        self._buffer: list[tuple[str, Any, str | None]] = []
         self._unwatch = runtime.watch(id, self._on_live)
         try:
             backlog = await runtime.events(id, self.after)
@@ -381,35 +382,32 @@ class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
         snapshots = runtime.live_output(id)
         self._output_upto = {m["tool_use_id"]: m["n"] for m in snapshots}
         buffered, self._buffer = self._buffer, []
-        for kind, obj in buffered:
-            self._send(kind, obj)
+        for kind, obj, text in buffered:
+            self._send(kind, obj, text)
         for m in snapshots:
             self._send("output", m, snapshot=True)
         self._live = True
 
-    def _on_live(self, kind: str, obj: Any) -> None:
+    def _on_live(self, kind: str, obj: Any, text: str | None) -> None:
         if kind == "closed":  # the server stops
             self._stop()
             self.close(1001, STOPPING)
         elif self._live:
-            self._send(kind, obj)
+            self._send(kind, obj, text)
         else:
-            self._buffer.append((kind, obj))
+            self._buffer.append((kind, obj, text))
 
-    def _send(self, kind: str, obj: Any, snapshot: bool = False) -> None:
+    def _send(self, kind: str, obj: Any, text: str | None = None, snapshot: bool = False) -> None:
+        """Send an item of the feed (`text`: its message, encoded once for every socket; else encoded here)."""
         if kind == "event":
             if obj.seq <= self._last:
                 return
             self._last = obj.seq
-            msg = {"kind": "event", "event": obj.to_json()}
         elif kind == "output":
             if not snapshot and obj["n"] <= self._output_upto.get(obj["tool_use_id"], 0):
                 return  # in the snapshot this socket was sent already
-            msg = {"kind": "output", "session_id": self.session_id, **obj}
-        else:
-            msg = {"kind": "delta", "session_id": self.session_id, "event": obj}
         try:
-            written = self.write_message(json.dumps(msg, default=str))
+            written = self.write_message(text if text is not None else wire(kind, obj, self.session_id))
         except WebSocketClosedError:
             self._stop()
             return

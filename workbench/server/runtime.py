@@ -15,7 +15,6 @@ import logging
 import os
 import signal
 import uuid
-from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -26,12 +25,7 @@ from ..hands.files import FilesSettings
 from ..host import Host
 from ..log import Event
 from ..usage import session_usage
-
-# A watcher hears ("event", Event) for each committed event of its session,
-# ("delta", stream_event) for each live model stream event, ("output", message)
-# for the live output of a running tool call (brain/live.py), and ("closed", None)
-# once when the server stops; on the event loop.
-Watcher = Callable[[str, Any], None]
+from .fanout import Fanout, Watcher
 
 STOPPING = "the workbench server is shutting down; try again when it is back"
 
@@ -45,13 +39,13 @@ class Runtime:
         self.log = host.log
         self.brain = host.brain
         self.logger = logger or logging.getLogger("workbench.server")
-        self._watchers: dict[str, list[Watcher]] = defaultdict(list)
+        self.fanout = Fanout(self.logger)  # every session's websockets (server/fanout.py)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started: asyncio.Future | None = None
         self.stopping = False
         self._serving = 0  # requests being served now
         self._idle: asyncio.Event | None = None
-        self._unsubscribe = self.log.subscribe_commits(self._on_commit)
+        self._unsubscribe: Callable[[], None] = lambda: None  # hearing the log's commits, from `ready` on
         self._unlisten = self.brain.listen(self._on_delta)
         self._unlisten_output = self.brain.listen_output(self._on_output)
 
@@ -66,6 +60,8 @@ class Runtime:
             raise ServerStopping(STOPPING)
         if self._started is None:
             self._loop = asyncio.get_running_loop()
+            # on the loop, in the callback that also answers the brain's writes: no wake-up of its own
+            self._unsubscribe = self.log.subscribe_commits(self.fanout.events, loop=self._loop)
             self._started = asyncio.ensure_future(self.host.start())
         await asyncio.shield(self._started)
 
@@ -82,51 +78,20 @@ class Runtime:
             if not self._serving and self._idle is not None:
                 self._idle.set()
 
-    def _on_commit(self, events: list[Event]) -> None:
-        # Called on the log's writer thread after a commit, with all its events: one hop to the loop per
-        # commit (a group commit may hold many events), and none when nobody watches these sessions.
-        # call_soon_threadsafe keeps commit order, so watchers see seqs in order.
-        loop = self._loop
-        watched = [e for e in events if self._watchers.get(e.session_id)]
-        if watched and loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # the loop closed in between
-                loop.call_soon_threadsafe(self._dispatch_events, watched)
-
-    def _dispatch_events(self, events: list[Event]) -> None:
-        for e in events:
-            self._dispatch(e.session_id, "event", e)
-
     def _on_delta(self, session_id: str, ev: dict[str, Any]) -> None:
-        self._dispatch(session_id, "delta", ev)
+        self.fanout.delta(session_id, ev)
 
     def _on_output(self, session_id: str, message: dict[str, Any]) -> None:
-        if self._watchers.get(session_id):
-            self._dispatch(session_id, "output", message)
+        self.fanout.output(session_id, message)
 
     def live_output(self, session_id: str) -> list[dict[str, Any]]:
         """The output so far of the session's running calls (one snapshot message each; not stored)."""
         return self.brain.live.snapshots(session_id)
 
-    def _dispatch(self, session_id: str, kind: str, obj: Any) -> None:
-        for fn in list(self._watchers.get(session_id, ())):
-            try:
-                fn(kind, obj)
-            except Exception:  # one broken watcher must not starve the others
-                self.logger.exception("workbench: a stream watcher failed")
-
     def watch(self, session_id: str, fn: Watcher) -> Callable[[], None]:
-        """Hear a session's committed events and live deltas (on the loop); returns an unwatch."""
+        """Hear a session's committed events, live deltas and output (on the loop: server/fanout.py); an unwatch."""
         self._loop = self._loop or asyncio.get_running_loop()
-        self._watchers[session_id].append(fn)
-
-        def unwatch() -> None:
-            fns = self._watchers.get(session_id)
-            if fns and fn in fns:
-                fns.remove(fn)
-                if not fns:
-                    del self._watchers[session_id]
-
-        return unwatch
+        return self.fanout.watch(session_id, fn)
 
     # -- sessions --------------------------------------------------------------
 
@@ -378,8 +343,7 @@ class Runtime:
             self._idle = asyncio.Event()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), grace)
-        for sid in list(self._watchers):
-            self._dispatch(sid, "closed", None)
+        self.fanout.close()
         self._unsubscribe()
         self._unlisten()
         self._unlisten_output()

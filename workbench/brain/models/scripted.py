@@ -25,10 +25,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+import orjson
+
 from ...errors import UnknownModel
 from .base import message_events
 
 SIGNING_KEY = b"workbench-scripted-model"
+TOKENS_PER_MESSAGE = 200  # what the usage estimate counts for each message before the latest
 
 Script = Callable[[dict[str, Any]], "Reply"]
 
@@ -45,24 +48,29 @@ class Reply:
     redacted: bool = False  # add a redacted_thinking block
     stop_details: dict | None = None
 
-    def message(self, request: dict[str, Any], key: bytes = SIGNING_KEY) -> dict[str, Any]:
-        """The complete assistant message, with deterministic ids and signed thinking."""
-        digest = hashlib.sha256(json.dumps(request.get("messages", []), sort_keys=True).encode()).hexdigest()
+    def message(self, request: dict[str, Any], key: bytes = SIGNING_KEY,
+                digest: Callable[[list[dict[str, Any]]], str] | None = None) -> dict[str, Any]:
+        """The complete assistant message, with deterministic ids (from `digest` of the messages: by default
+        of all of them) and signed thinking."""
+        messages = request.get("messages", [])
+        digest_ = (digest or history_digest)(messages)
         content: list[dict[str, Any]] = []
         if self.redacted:
-            content.append({"type": "redacted_thinking", "data": "redacted-" + digest[:32]})
+            content.append({"type": "redacted_thinking", "data": "redacted-" + digest_[:32]})
         if self.thinking is not None:
             content.append({"type": "thinking", "thinking": self.thinking, "signature": sign(self.thinking, key)})
         if self.text:
             content.append({"type": "text", "text": self.text})
         calls = [("python", {"code": c}) for c in self.code] + list(self.tool_calls)
         for i, (name, inp) in enumerate(calls):
-            content.append({"type": "tool_use", "id": f"toolu_{digest[:20]}{i:02d}", "name": name, "input": inp})
+            content.append({"type": "tool_use", "id": f"toolu_{digest_[:20]}{i:02d}", "name": name, "input": inp})
         stop = self.stop_reason or ("tool_use" if calls else "end_turn")
         out_tokens = sum(len(json.dumps(b)) // 4 for b in content) + 1
-        in_tokens = len(json.dumps(request.get("messages", []))) // 4 + len(str(request.get("system", ""))) // 4
+        # an estimate whose cost does not grow with the session: the latest message as it is, the others at a flat rate
+        in_tokens = (len(orjson.dumps(messages[-1])) // 4 if messages else 0) + TOKENS_PER_MESSAGE * max(len(messages) - 1, 0) \
+            + len(str(request.get("system", ""))) // 4
         return {
-            "id": f"msg_{digest[:24]}",
+            "id": f"msg_{digest_[:24]}",
             "type": "message",
             "role": "assistant",
             "model": request.get("model", "scripted"),
@@ -72,6 +80,20 @@ class Reply:
             **({"stop_details": self.stop_details} if self.stop_details else {}),
             "usage": {"input_tokens": in_tokens, "output_tokens": out_tokens},
         }
+
+
+def history_digest(messages: list[dict[str, Any]]) -> str:
+    """A digest of every message of a request (what the fake Messages API's recorded answers are named by)."""
+    return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+
+
+def step_digest(messages: list[dict[str, Any]]) -> str:
+    """A digest of a request that differs between the steps of a session, at a cost that does not grow with it:
+    the number of messages (it grows with every step) and the last two (the step's own input)."""
+    h = hashlib.sha256(str(len(messages)).encode())
+    for m in messages[-2:]:
+        h.update(orjson.dumps(m, option=orjson.OPT_SORT_KEYS))
+    return h.hexdigest()
 
 
 def sign(thinking: str, key: bytes = SIGNING_KEY) -> str:
@@ -257,7 +279,7 @@ class ScriptedModel:
         self.delay = delay
 
     async def stream(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        message = self.script(request).message(request)
+        message = self.script(request).message(request, digest=step_digest)  # the harness's benchmarks run it
         for ev in message_events(message):
             if self.delay:
                 await asyncio.sleep(self.delay)

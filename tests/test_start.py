@@ -1,0 +1,33 @@
+"""A host imports what its first request needs when it needs it: starting one, and resuming a cut-off turn of the
+scripted model, imports neither the Anthropic SDK nor detect-secrets (each takes seconds of a loaded machine)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+SCRIPT = """
+import asyncio, sys
+from workbench.host import Host
+from workbench.log import DuckDBLog
+
+db = sys.argv[1]
+with DuckDBLog(db) as log:
+    log.create_session("cut", title=None, model="scripted", payload={"model": "scripted", "system": "", "tools": [],
+                                                                      "max_tokens": 100})
+    log.append("cut", "user_message", {"text": "hello"})
+
+async def main():
+    async with Host.open(db, hands=False) as host:
+        assert await host.brain.resume("cut") == "end_turn"
+    print(sorted(m for m in ("anthropic", "detect_secrets") if m in sys.modules))
+
+asyncio.run(main())
+"""
+
+
+def test_starting_a_host_and_resuming_a_scripted_turn_imports_no_sdk_nor_secret_scanner(tmp_path):
+    p = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "wb.duckdb")], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "[]"
