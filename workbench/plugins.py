@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # types only: plugins must not import the host at run time
     from .brain.models.scripted import Script
     from .brain.tools import Tool
     from .host import Host
+    from .service.parts import ServicePart
 
 
 class CommandContext(Protocol):
@@ -103,6 +104,10 @@ class Plugin:
 
     def config_checks(self) -> Mapping[str, Callable[[Any], None]]:
         return {}
+
+    def service(self) -> ServicePart | None:
+        """The operations this plugin adds to the service (memories, dreams, eval runs), over either transport."""
+        return None
 
     # -- bound to a host -------------------------------------------------------
 
