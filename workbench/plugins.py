@@ -14,6 +14,7 @@ server's routes, the docs checks):
     commands()           `workbench` subcommands (Command)
     routes()             (path, tornado handler class) pairs served under the API
     config_checks()      per-session config keys -> a check that raises ConfigError
+    service()            its own operations on the service, over either transport (ServicePart)
 
 Hooks of a plugin bound to a host (`attach(host)` is called once the log
 exists, before the brain is made):
