@@ -58,7 +58,7 @@ def fake_api():
 # pure policy and structure checks. Everything that starts kernels, sandboxes, Jupyter servers, CLI
 # subprocesses or a browser is slow: these directories and modules, plus any test marked slow itself.
 
-SLOW_DIRS = ("hands", "sandbox", "server", "ui", "memory", "fidelity")
+SLOW_DIRS = ("hands", "sandbox", "server", "service", "ui", "memory", "fidelity")
 SLOW_MODULES = ("test_brain.py", "test_cli.py", "test_cli_manage.py", "test_bench_quick.py", "test_leakcheck.py")
 # The sandbox, quota, identity and escape tests: CI runs them a second time as an unprivileged user
 # (scripts/unprivileged.sh -m isolation), since a researcher's server is not root and CI's is.

@@ -328,3 +328,75 @@ def test_the_protocol_check_catches_a_probe_and_a_downcast():
             "workbench.hands.factory": (PKG / "hands" / "factory.py", ast.parse(source))}  # the hands' own: theirs
     assert hands_probes(mods) == ["workbench.delegate.intruder:1: isinstance(hands, KernelHands)",
                                   "workbench.delegate.intruder:3: getattr(host.hands, 'vault', None)"]
+
+
+# -- one service, two transports ----------------------------------------------------------------------------------
+
+FACES = ("workbench.cli", "workbench.client")  # the faces over the service (workbench/service)
+# where a face picks its transport: the CLI builds the in-process one over a host of its --db there; the console
+# is the CommandContext a plugin's command gets (its host), until plugin commands run on the service too
+TRANSPORT_PICKERS = ("workbench.cli.service", "workbench.cli.console")
+HTTP_LIBRARIES = ("httpx", "websocket", "tornado.httpclient", "tornado.websocket", "requests", "urllib.request", "aiohttp")
+IN_PROCESS = ("workbench.brain", "workbench.service.local")  # what a Host holds, and the in-process transport
+# the core's routes (docs/api.md): a face that names one writes an operation over REST a second time
+CORE_PATHS = ("/workbench/api", "/sessions", "/search", "/query", "/models", "/status")
+
+
+def _is_face(name: str) -> bool:
+    return any(name == f or name.startswith(f + ".") for f in FACES)
+
+
+def _path_literal(node: ast.AST) -> str | None:
+    """The text a string constant or an f-string starts with (None for anything else)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+        return str(node.values[0].value)
+    return None
+
+
+def second_implementations(mods: dict[str, tuple[Path, ast.Module]]) -> list[str]:
+    """Where a face (the CLI, the notebook client) writes an operation of the service again: a core REST path, an
+    HTTP or websocket library, or a Host (outside the module that picks the transport)."""
+    problems = []
+    for name, (path, tree) in sorted(mods.items()):
+        if not _is_face(name):
+            continue
+        for mod, names, line in import_statements(name, path, tree):
+            # the host module also loads plugins and says the version: only its Host is a host
+            hosted = any(mod == m or mod.startswith(m + ".") for m in IN_PROCESS) or (
+                mod == "workbench.host" and (not names or "Host" in names))
+            if any(mod == lib or mod.startswith(lib + ".") for lib in HTTP_LIBRARIES):
+                problems.append(f"{name}:{line}: imports {mod}: HTTP belongs to the REST transport (workbench.service.rest)")
+            elif name not in TRANSPORT_PICKERS and hosted:
+                problems.append(f"{name}:{line}: imports {mod}: a face runs operations on the service, not on a Host")
+        parts = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values}
+        for node in ast.walk(tree):
+            text = _path_literal(node) if id(node) not in parts else None
+            if text is not None and text.startswith(CORE_PATHS):
+                problems.append(f"{name}:{node.lineno}: {text!r} names a route of the API: call the service instead")
+    return problems
+
+
+def test_the_faces_write_no_operation_a_second_time():
+    """The CLI and the notebook client run every operation through the service (workbench/service): no REST path,
+    no HTTP, no Host of their own (docs/architecture.md, "One service, two transports")."""
+    assert second_implementations(modules()) == []
+
+
+def test_the_second_implementation_check_catches_one():
+    source = ("import httpx\n"
+              "from ..host import Host\n"
+              "from ..service.local import Local\n"
+              "from ..service import Blocking\n"
+              "def usage(client, sid):\n"
+              "    return client._call('GET', f'/sessions/{sid}/usage')\n"
+              "NOTE = 'sessions are listed by /sessions'\n")
+    mods = {"workbench.cli.intruder": (PKG / "cli" / "intruder.py", ast.parse(source)),
+            "workbench.server.handlers": (PKG / "server" / "handlers.py", ast.parse(source))}  # not a face: its own
+    assert second_implementations(mods) == [
+        "workbench.cli.intruder:1: imports httpx: HTTP belongs to the REST transport (workbench.service.rest)",
+        "workbench.cli.intruder:2: imports workbench.host: a face runs operations on the service, not on a Host",
+        "workbench.cli.intruder:3: imports workbench.service.local: a face runs operations on the service, not on a Host",
+        "workbench.cli.intruder:6: '/sessions/' names a route of the API: call the service instead",
+    ]

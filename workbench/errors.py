@@ -152,12 +152,32 @@ class ServerUnavailable(WorkbenchError):
 
 
 class RequestRefused(WorkbenchError):
-    """The workbench server answered a client request with an error (its status and message)."""
+    """The workbench server answered a client request with an error (its status and message).
 
-    def __init__(self, status: int, message: str):
+    `as_local()` is the error the server raised for it, with the same words: what the in-process
+    transport of the service raises for the same call (`unknown`: the error of a 404 there).
+    """
+
+    def __init__(self, status: int, message: str, unknown: type[WorkbenchError] | None = None):
         super().__init__(f"{message} (HTTP {status})")
         self.status = status
         self.message = message
+        self.unknown = unknown or UnknownSession
+
+    def as_local(self) -> WorkbenchError:
+        """The error this refusal stands for (404: `unknown`; 409: a conflict, an existing session or a busy turn;
+        422: a reused idempotency key)."""
+        if self.status == 404:
+            return self.unknown(self.message)
+        if self.status == 409:
+            if issubclass(self.unknown, MemoryStoreError):
+                return MemoryConflict(self.message)
+            return SessionExists(self.message) if "exists" in self.message else TurnBusy(self.message)
+        if self.status == 400:
+            return ConfigError(self.message)
+        if self.status == 422:
+            return KeyReused(self.message)
+        return self
 
 
 class PluginError(WorkbenchError):

@@ -230,6 +230,10 @@ class Host:
                 return p
         raise PluginError(f"the {name!r} plugin is not loaded here (loaded: {', '.join(p.name for p in self.plugins) or 'none'})")
 
+    async def resumed_by_plugin(self, session_id: str) -> bool:
+        """Whether a plugin resumes this session's kind as a whole (a dream), instead of the brain's turn resume."""
+        return (await self.log.asession(session_id))["kind"] in self.resumers
+
     async def resume(self, session_id: str) -> Any:
         """Resume a session: its kind's plugin resumer if it has one (a dream: all of it), else its cut-off turn."""
         kind = (await self.log.asession(session_id))["kind"]

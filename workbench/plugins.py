@@ -14,6 +14,7 @@ server's routes, the docs checks):
     commands()           `workbench` subcommands (Command)
     routes()             (path, tornado handler class) pairs served under the API
     config_checks()      per-session config keys -> a check that raises ConfigError
+    service()            its own operations on the service, over either transport (ServicePart)
 
 Hooks of a plugin bound to a host (`attach(host)` is called once the log
 exists, before the brain is made):
@@ -44,6 +45,7 @@ if TYPE_CHECKING:  # types only: plugins must not import the host at run time
     from .brain.models.scripted import Script
     from .brain.tools import Tool
     from .host import Host
+    from .service.parts import ServicePart
 
 
 class CommandContext(Protocol):
@@ -103,6 +105,10 @@ class Plugin:
 
     def config_checks(self) -> Mapping[str, Callable[[Any], None]]:
         return {}
+
+    def service(self) -> ServicePart | None:
+        """The operations this plugin adds to the service (memories, dreams, eval runs), over either transport."""
+        return None
 
     # -- bound to a host -------------------------------------------------------
 

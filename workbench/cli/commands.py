@@ -7,27 +7,24 @@ import dataclasses
 import json
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from ..brain.tools import tool_named
 from ..config import from_env
 from ..errors import ConfigError, UnknownSession
 from ..hands.factory import HandsSettings
-from ..host import Host
 from ..log import DuckDBLog
 from ..log.manage import auto_title
 from ..plugins import Command, CommandContext
 from ..render import table
 from ..strictnum import argument
-from ..usage import session_usage
 from .console import EXIT_INTERRUPTED, EXIT_OK, EXIT_STOPPED, Console, Printer
-from .remote import Remote
+from .service import Service, on_service, printed, row_or_none
 from .show import print_show
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from ..host import Host
 
 STOP_REASONS = MappingProxyType({
     "end_turn": "the turn ended",
@@ -39,49 +36,30 @@ STOP_REASONS = MappingProxyType({
 })
 
 
-def _turn(args: argparse.Namespace, ctx: CommandContext, action: str) -> int:
+def _turn(args: argparse.Namespace, wb: Service, action: str) -> int:
     """Run (or resume) one turn with live output; the exit code says how it ended."""
-    host = ctx.build_host(args)  # nothing runs yet: bad input exits before a kernel starts
     sid: str | None = args.session
-
-    async def go() -> str | None:
-        nonlocal sid
-        try:
-            log, brain = host.log, host.brain
-            exists = bool(sid) and log.has_session(sid)
-            if action == "resume" and not exists:
-                raise UnknownSession(f"no session {sid!r}")
-            if exists:
-                model = log.session(sid)["model"]
-                if getattr(args, "model", None) and args.model != model:
-                    raise ConfigError(f"session {sid} uses model {model!r}; a session's model cannot change")
-                if getattr(args, "tool", None):
-                    raise ConfigError(f"session {sid} exists; its tools were fixed when it was created")
-            else:
-                model = args.model or host.models.default_name()
-            host.models.check(model)
-            for name in getattr(args, "tool", None) or ():
-                tool_named(host.tools, name)  # an unknown tool fails before anything is written
-            if action == "run" and not args.prompt.strip():
-                raise ConfigError("the prompt is empty")
-            await host.start()
-            if action == "run" and not exists:
-                tools = ["python", *dict.fromkeys(t for t in args.tool or () if t != "python")]
-                sid = brain.create_session(sid, title=auto_title(args.prompt), model=model, tools=tools,
-                                           message=args.prompt)["id"]
-                print(f"session {sid} (model {model})", file=sys.stderr)
-            assert sid is not None, "resume needs an existing session; run made one if there was none"
-            stop = ctx.follow(host, sid, thinking=getattr(args, "thinking", False))
-            try:
-                # a resume goes through the host: a plugin may resume its kind of session as a whole (a dream)
-                return await (brain.run_turn(sid, args.prompt) if action == "run" else host.resume(sid))
-            finally:
-                stop()
-        finally:
-            await host.close()
-
+    row = row_or_none(wb, sid)
+    if action == "resume" and row is None:
+        raise UnknownSession(f"no session {sid!r}")
+    if row is not None:
+        model = row["model"]
+        if getattr(args, "model", None) and args.model != model:
+            raise ConfigError(f"session {sid} uses model {model!r}; a session's model cannot change")
+        if getattr(args, "tool", None):
+            raise ConfigError(f"session {sid} exists; its tools were fixed when it was created")
+    if action == "run" and not args.prompt.strip():
+        raise ConfigError("the prompt is empty")
+    if action == "run" and row is None:
+        tools = ["python", *dict.fromkeys(t for t in args.tool or () if t != "python")]
+        row = wb.run(lambda s: s.create_session(id=sid, title=auto_title(args.prompt), model=args.model, tools=tools,
+                                                first_message=args.prompt))
+        print(f"session {row['id']} (model {row['model']})", file=sys.stderr)
+    assert row is not None, "resume needs an existing session; run made one if there was none"
+    sid = str(row["id"])
+    watch = printed(Printer(sid, thinking=getattr(args, "thinking", False)))
     try:
-        stop = ctx.run(go)
+        stop = wb.run(lambda s: s.run_turn(sid, args.prompt, watch) if action == "run" else s.resume_turn(sid, watch))
     except KeyboardInterrupt:
         print(f"\nworkbench: interrupted; the turn was recorded as interrupted (session {sid})", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -99,69 +77,13 @@ def _ended(stop: str | None, sid: str | None) -> int:
     return EXIT_STOPPED
 
 
-def _remote_turn(args: argparse.Namespace, r: Remote, action: str) -> int:
-    """`run` / `resume` through the server: the turn runs there, its events and deltas come over the websocket."""
-    sid: str | None = args.session
-    row = r.session(sid) if sid else None
-    if action == "resume" and row is None:
-        raise UnknownSession(f"no session {sid!r}")
-    if row is not None:
-        model = row["model"]
-        if getattr(args, "model", None) and args.model != model:
-            raise ConfigError(f"session {sid} uses model {model!r}; a session's model cannot change")
-        if getattr(args, "tool", None):
-            raise ConfigError(f"session {sid} exists; its tools were fixed when it was created")
-    if action == "run" and not args.prompt.strip():
-        raise ConfigError("the prompt is empty")
-    if action == "run" and row is None:
-        tools = ["python", *dict.fromkeys(t for t in args.tool or () if t != "python")]
-        with r.answers():
-            row = r.client.create_session(id=sid, title=auto_title(args.prompt), model=args.model, tools=tools,
-                                          first_message=args.prompt)
-        sid = row["id"]
-        print(f"session {sid} (model {row['model']})", file=sys.stderr)
-    assert sid is not None and row is not None, "resume needs an existing session; run made one if there was none"
-    printer = Printer(sid, thinking=getattr(args, "thinking", False))
-    after = row["last_seq"]
-
-    def start() -> int | None:
-        if action == "run":
-            return r.client.send(sid, args.prompt)
-        return after if r.client.resume(sid) else None
-
-    try:
-        stop = r.follow(sid, after, start, printer.event, printer.delta, printer.output)
-    except KeyboardInterrupt:
-        r.interrupt(sid)
-        print(f"\nworkbench: interrupted; the turn was recorded as interrupted (session {sid})", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    return _ended(stop, sid)
+def run_cmd(args: argparse.Namespace, wb: Service) -> int:
+    return _turn(args, wb, "run")
 
 
-def remote_run(args: argparse.Namespace, r: Remote) -> int:
-    return _remote_turn(args, r, "run")
-
-
-def remote_resume(args: argparse.Namespace, r: Remote) -> int:
+def resume_cmd(args: argparse.Namespace, wb: Service) -> int:
     args.session = args.id
-    return _remote_turn(args, r, "resume")
-
-
-def cmd_run(args: argparse.Namespace, ctx: CommandContext) -> int:
-    return _turn(args, ctx, "run")
-
-
-def cmd_resume(args: argparse.Namespace, ctx: CommandContext) -> int:
-    args.session = args.id
-    return _turn(args, ctx, "resume")
-
-
-def _read_only(args: argparse.Namespace, ctx: CommandContext) -> Host:
-    return ctx.build_host(args, read_only=True, hands=False)
-
-
-def _close(host: Host, ctx: CommandContext) -> None:
-    ctx.run(host.close)
+    return _turn(args, wb, "resume")
 
 
 def _listing(args: argparse.Namespace) -> dict[str, Any]:
@@ -200,43 +122,18 @@ def _tokens(usage: dict[str, Any]) -> str:
     return f"{ins:,}/{t['output_tokens']:,}"
 
 
-def _check_listing(fn: Callable[[], T]) -> T:
-    try:
-        return fn()
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-
-
-def cmd_sessions(args: argparse.Namespace, ctx: CommandContext) -> int:
-    host = _read_only(args, ctx)
-    try:
-        if args.limit is None and args.cursor is None:
-            rows, cursor = _check_listing(lambda: host.log.sessions(**_listing(args))), None
-        else:
-            page = _check_listing(lambda: host.log.sessions_page(limit=args.limit or 50, cursor=args.cursor, **_listing(args)))
-            rows, cursor = page["sessions"], page["next"]
-        if args.usage:  # a read of each listed session's model calls: meant for a page, not a whole large log
-            for r in rows:
-                events = host.log.events(r["id"], types=["session_created", "user_message", "assistant_turn"])
-                r["usage"] = {"session_id": r["id"], **session_usage(events, host.prices, r["model"])}
-    finally:
-        _close(host, ctx)
-    return _print_sessions(args, rows, cursor)
-
-
-def remote_sessions(args: argparse.Namespace, r: Remote) -> int:
-    with r.answers():
-        if args.limit is None and args.cursor is None:
-            rows, cursor = r.client.sessions(**_listing(args)), None
-        else:
-            page = r.client.sessions_page(limit=args.limit or 50, cursor=args.cursor, **_listing(args))
-            rows, cursor = page["sessions"], page["next"]
+def sessions_cmd(args: argparse.Namespace, wb: Service) -> int:
+    page = wb.run(lambda s: s.sessions(limit=args.limit, cursor=args.cursor, **_listing(args)))
+    rows = page["sessions"]
     for row in rows:
-        row.pop("running", None)  # the log's row, as a local listing prints it
-        if args.usage:
-            with r.answers():
-                row["usage"] = r.client.usage(row["id"])
-    return _print_sessions(args, rows, cursor)
+        row.pop("running", None)  # the log's row
+        if args.usage:  # a read of each listed session's model calls: meant for a page, not a whole large log
+            row["usage"] = _usage(wb, row["id"])
+    return _print_sessions(args, rows, page["next"])
+
+
+def _usage(wb: Service, session_id: str) -> dict[str, Any]:
+    return wb.run(lambda s: s.usage(session_id))
 
 
 def _print_export(events: list[Any]) -> int:
@@ -245,60 +142,24 @@ def _print_export(events: list[Any]) -> int:
     return EXIT_OK
 
 
-def cmd_show(args: argparse.Namespace, ctx: CommandContext) -> int:
-    host = _read_only(args, ctx)
-    try:
-        row = host.log.session(args.id)
-        events = host.log.events(args.id)
-        usage = session_usage(events, host.prices, row["model"])
-    finally:
-        _close(host, ctx)
-    return print_show(args, events, row, usage)
+def show_cmd(args: argparse.Namespace, wb: Service) -> int:
+    row = wb.run(lambda s: s.session(args.id))
+    row.pop("running", None)
+    events = wb.run(lambda s: s.events(args.id))
+    return print_show(args, events, row, wb.run(lambda s: s.usage(args.id)))
 
 
-def cmd_export(args: argparse.Namespace, ctx: CommandContext) -> int:
-    host = _read_only(args, ctx)
-    try:
-        session = host.log.session(args.id)
-        events = host.log.events(args.id)
-    finally:
-        _close(host, ctx)
-    return _print_notebook(session, events) if args.ipynb else _print_export(events)
-
-
-def _print_notebook(session: dict[str, Any], events: list[Any]) -> int:
-    from ..export import session_notebook
-
-    print(json.dumps(session_notebook(session, events), ensure_ascii=False, indent=1))
-    return EXIT_OK
+def export_cmd(args: argparse.Namespace, wb: Service) -> int:
+    if args.ipynb:
+        print(json.dumps(wb.run(lambda s: s.notebook(args.id)), ensure_ascii=False, indent=1))
+        return EXIT_OK
+    return _print_export(wb.run(lambda s: s.events(args.id)))
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("id", help="session id")
     p.add_argument("--ipynb", action="store_true",
                    help="the session's code and outputs as a notebook (nbformat 4) instead of its events")
-
-
-def _remote_events(args: argparse.Namespace, r: Remote) -> list[Any]:
-    if r.session(args.id) is None:
-        raise UnknownSession(f"no session {args.id!r}")
-    return r.events(args.id)
-
-
-def remote_show(args: argparse.Namespace, r: Remote) -> int:
-    events = _remote_events(args, r)
-    with r.answers():
-        usage = r.client.usage(args.id)
-    return print_show(args, events, r.session(args.id), usage)
-
-
-def remote_export(args: argparse.Namespace, r: Remote) -> int:
-    if args.ipynb:  # built here from the events, as on the file: the same notebook either way
-        session = r.session(args.id)
-        if session is None:
-            raise UnknownSession(f"no session {args.id!r}")
-        return _print_notebook(session, r.events(args.id))
-    return _print_export(_remote_events(args, r))
 
 
 def cmd_close_hands(args: argparse.Namespace, ctx: CommandContext) -> int:
@@ -351,27 +212,28 @@ def demo_hands() -> HandsSettings:
     return settings
 
 
-def cmd_demo(args: argparse.Namespace, ctx: CommandContext) -> int:
-    # more than a plugin's command gets: its own hands settings, and hands lines printed beside the turn
-    assert isinstance(ctx, Console), "the demo runs only from the workbench command, whose context is its Console"
+def _demo_host(args: argparse.Namespace, ctx: CommandContext) -> Host:
+    """A host of its own for the demo (its own hands settings), on a new file unless --db names one."""
     if args.db is None:
         args.db = str(Path(tempfile.mkdtemp(prefix="workbench-demo-")) / "demo.duckdb")
     else:
         DuckDBLog(args.db).close()  # DatabaseLocked now, before anything is printed, if a server holds it
+    # more than a plugin's command gets: hands settings of its own
+    assert isinstance(ctx, Console), "the demo runs only from the workbench command, whose context is its Console"
+    return ctx.build_host(args, hands=demo_hands())
+
+
+def demo_cmd(args: argparse.Namespace, wb: Service) -> int:
+    """The demo: one scripted session, hands lines printed beside the turn."""
     _demo_intro()
-
-    async def go() -> tuple[str, str, int]:
-        async with Host.open(args.db, hands=demo_hands(), plugins=ctx.plugins) as host:
-            sid = host.brain.create_session(title="demo: temperature analysis", model="scripted:demo")["id"]
-            stop_printing = ctx.follow(host, sid, side=sys.stdout, extra=show_hands)
-            try:
-                stop = await host.brain.run_turn(sid, DEMO_PROMPT)
-            finally:
-                stop_printing()
-            return sid, stop, len(host.log.events(sid))
-
-    sid, stop, n = ctx.run(go)
-    return _demo_end(args, sid, stop, n)
+    sid = wb.run(lambda s: s.create_session(title="demo: temperature analysis", model="scripted:demo"))["id"]
+    watch = printed(Printer(sid, side=sys.stdout), extra=show_hands)
+    try:
+        stop = wb.run(lambda s: s.run_turn(sid, DEMO_PROMPT, watch))
+    except KeyboardInterrupt:
+        print(f"\nworkbench: interrupted; the turn was recorded as interrupted (session {sid})", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return _demo_end(args, sid, stop, len(wb.run(lambda s: s.events(sid))))
 
 
 def _demo_intro() -> None:
@@ -391,26 +253,6 @@ def _demo_end(args: argparse.Namespace, sid: str, stop: str | None, n: int) -> i
     print(f"See them with:  workbench show {sid} --db {args.db}")
     print(f"or as JSON:     workbench export {sid} --db {args.db}")
     return EXIT_OK if stop == "end_turn" else EXIT_STOPPED
-
-
-def remote_demo(args: argparse.Namespace, r: Remote) -> int:
-    """The demo in the server that holds --db: the same session, run there, printed here."""
-    _demo_intro()
-    with r.answers():
-        sid = r.client.create_session(title="demo: temperature analysis", model="scripted:demo")["id"]
-    printer = Printer(sid, side=sys.stdout)
-
-    def on_event(ev: Any) -> None:
-        show_hands(ev)
-        printer.event(ev)
-
-    try:
-        stop = r.follow(sid, 0, lambda: r.client.send(sid, DEMO_PROMPT), on_event, printer.delta, printer.output)
-    except KeyboardInterrupt:
-        r.interrupt(sid)
-        print(f"\nworkbench: interrupted; the turn was recorded as interrupted (session {sid})", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    return _demo_end(args, sid, stop, len(r.events(sid)))
 
 
 def _configure_run(p: argparse.ArgumentParser) -> None:
@@ -452,13 +294,14 @@ def _sessions_args(p: argparse.ArgumentParser) -> None:
 
 
 CORE_COMMANDS = (
-    Command("run", "run one user turn to completion", _configure_run, cmd_run, remote=remote_run),
-    Command("resume", "finish a turn that was cut off", _session_id, cmd_resume, remote=remote_resume),
-    Command("sessions", "list sessions", _sessions_args, cmd_sessions, remote=remote_sessions),
-    Command("show", "a session as a readable transcript", _show_args, cmd_show, remote=remote_show),
+    Command("run", "run one user turn to completion", _configure_run, **on_service(run_cmd, hands=True)),
+    Command("resume", "finish a turn that was cut off", _session_id, **on_service(resume_cmd, hands=True)),
+    Command("sessions", "list sessions", _sessions_args, **on_service(sessions_cmd, read_only=True)),
+    Command("show", "a session as a readable transcript", _show_args, **on_service(show_cmd, read_only=True)),
     Command("export", "a session's events as JSON lines, or with --ipynb its code and outputs as a notebook",
-            _export_args, cmd_export, remote=remote_export),
-    Command("demo", "offline demo: a short data analysis in a real kernel", lambda p: None, cmd_demo, remote=remote_demo),
+            _export_args, **on_service(export_cmd, read_only=True)),
+    Command("demo", "offline demo: a short data analysis in a real kernel", lambda p: None,
+            **on_service(demo_cmd, build=_demo_host)),
     Command("close-hands", "stop a session's kernel in the running workbench server", _close_hands_args, cmd_close_hands,
             needs_db=False),
 )

@@ -9,34 +9,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import ConfigError, InvalidPayload
-from ..plugins import Command, CommandContext
+from ..errors import InvalidPayload
+from ..plugins import Command
 from ..render import one_line, table
 from ..strictnum import argument
-from ..usage import describe, session_usage
+from ..usage import describe
 from .console import EXIT_ERROR, EXIT_OK
-from .remote import Remote
-
-
-def _writing(args: argparse.Namespace, ctx: CommandContext, fn: Callable[[Any], Any], read_only: bool = False) -> Any:
-    """fn(host) on a host of the command's database (opened for writing unless read_only), without hands;
-    closed after. A ValueError of the log (a bad argument) is a ConfigError: exit 2 with its message."""
-    host = ctx.build_host(args, read_only=read_only, hands=False)
-    try:
-        try:
-            return fn(host)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-    finally:
-        ctx.run(host.close)
-
-
-def _reading(args: argparse.Namespace, ctx: CommandContext, fn: Callable[[Any], Any]) -> Any:
-    return _writing(args, ctx, fn, read_only=True)
+from .service import Service, on_service
 
 
 def _said(args: argparse.Namespace, row: dict[str, Any], what: str) -> int:
@@ -58,29 +40,18 @@ def _title(args: argparse.Namespace) -> str:
     return title
 
 
-def cmd_rename(args: argparse.Namespace, ctx: CommandContext) -> int:
+def rename_cmd(args: argparse.Namespace, wb: Service) -> int:
     title = _title(args)
-    row = _writing(args, ctx, lambda h: (h.log.rename_session(args.id, title), h.log.session(args.id))[1])
-    return _said(args, row, "renamed")
+    return _said(args, wb.run(lambda s: s.rename(args.id, title)), "renamed")
 
 
-def remote_rename(args: argparse.Namespace, r: Remote) -> int:
-    with r.answers():
-        return _said(args, r.client.rename(args.id, _title(args)), "renamed")
-
-
-def _archiver(archived: bool) -> tuple[Callable[..., int], Callable[..., int]]:
+def _archiver(archived: bool) -> Callable[[argparse.Namespace, Service], int]:
     word = "archived" if archived else "unarchived"
 
-    def local(args: argparse.Namespace, ctx: CommandContext) -> int:
-        row = _writing(args, ctx, lambda h: (h.log.archive_session(args.id, archived), h.log.session(args.id))[1])
-        return _said(args, row, word)
+    def archive(args: argparse.Namespace, wb: Service) -> int:
+        return _said(args, wb.run(lambda s: s.archive(args.id, archived)), word)
 
-    def remote(args: argparse.Namespace, r: Remote) -> int:
-        with r.answers():
-            return _said(args, r.client.archive(args.id, archived), word)
-
-    return local, remote
+    return archive
 
 
 # -- delete ---------------------------------------------------------------------------------------------
@@ -108,26 +79,11 @@ def _deleted(out: dict[str, Any]) -> int:
     return EXIT_OK
 
 
-def cmd_delete(args: argparse.Namespace, ctx: CommandContext) -> int:
-    def go(host: Any) -> int:
-        row = host.log.session(args.id)  # UnknownSession first
-        if not _confirmed(args, row):
-            return EXIT_ERROR
-        # no turn runs in this process: an open turn in the log is one a dead process left (resumable, not running)
-        n = host.log.delete_session(args.id, busy=lambda sid: False)
-        return _deleted({"deleted": args.id, "events": n})
-
-    return int(_writing(args, ctx, go))
-
-
-def remote_delete(args: argparse.Namespace, r: Remote) -> int:
-    with r.answers():
-        row = r.session(args.id)
-        if row is None:
-            r.client.session(args.id)  # the server's 404, in its words
-        if not _confirmed(args, row):
-            return EXIT_ERROR
-        return _deleted(r.client.delete(args.id))
+def delete_cmd(args: argparse.Namespace, wb: Service) -> int:
+    row = wb.run(lambda s: s.session(args.id))  # UnknownSession first
+    if not _confirmed(args, row):
+        return EXIT_ERROR
+    return _deleted(wb.run(lambda s: s.delete(args.id)))
 
 
 # -- fork -----------------------------------------------------------------------------------------------
@@ -141,19 +97,8 @@ def _forked(args: argparse.Namespace, row: dict[str, Any], origin: str) -> int:
     return EXIT_OK
 
 
-def cmd_fork(args: argparse.Namespace, ctx: CommandContext) -> int:
-    new_id = args.new_id or uuid.uuid4().hex[:12]
-
-    def go(host: Any) -> dict[str, Any]:
-        host.log.fork_session(args.id, args.seq, new_id=new_id, title=args.title)
-        return host.log.session(new_id)
-
-    return _forked(args, _writing(args, ctx, go), args.id)
-
-
-def remote_fork(args: argparse.Namespace, r: Remote) -> int:
-    with r.answers():
-        return _forked(args, r.client.fork(args.id, args.seq, id=args.new_id, title=args.title), args.id)
+def fork_cmd(args: argparse.Namespace, wb: Service) -> int:
+    return _forked(args, wb.run(lambda s: s.fork(args.id, args.seq, new_id=args.new_id, title=args.title)), args.id)
 
 
 # -- search ---------------------------------------------------------------------------------------------
@@ -179,13 +124,8 @@ def _search_kw(args: argparse.Namespace) -> dict[str, Any]:
     return {"limit": args.limit, "cursor": args.cursor, "archived": None if args.archived else False}
 
 
-def cmd_search(args: argparse.Namespace, ctx: CommandContext) -> int:
-    return _print_hits(args, _reading(args, ctx, lambda h: h.log.search(args.text, **_search_kw(args))))
-
-
-def remote_search(args: argparse.Namespace, r: Remote) -> int:
-    with r.answers():
-        return _print_hits(args, r.client.search(args.text, **_search_kw(args)))
+def search_cmd(args: argparse.Namespace, wb: Service) -> int:
+    return _print_hits(args, wb.run(lambda s: s.search(args.text, **_search_kw(args))))
 
 
 # -- usage and models -----------------------------------------------------------------------------------
@@ -203,18 +143,8 @@ def _print_usage(args: argparse.Namespace, usage: dict[str, Any]) -> int:
     return EXIT_OK
 
 
-def cmd_usage(args: argparse.Namespace, ctx: CommandContext) -> int:
-    def go(host: Any) -> dict[str, Any]:
-        row = host.log.session(args.id)
-        events = host.log.events(args.id, types=["session_created", "user_message", "assistant_turn"])
-        return {"session_id": args.id, **session_usage(events, host.prices, row["model"])}
-
-    return _print_usage(args, _reading(args, ctx, go))
-
-
-def remote_usage(args: argparse.Namespace, r: Remote) -> int:
-    with r.answers():
-        return _print_usage(args, r.client.usage(args.id))
+def usage_cmd(args: argparse.Namespace, wb: Service) -> int:
+    return _print_usage(args, wb.run(lambda s: s.usage(args.id)))
 
 
 def _print_models(args: argparse.Namespace, models: list[dict[str, Any]]) -> int:
@@ -228,13 +158,8 @@ def _print_models(args: argparse.Namespace, models: list[dict[str, Any]]) -> int
     return EXIT_OK
 
 
-def cmd_models(args: argparse.Namespace, ctx: CommandContext) -> int:
-    return _print_models(args, _reading(args, ctx, lambda h: h.model_choices()))
-
-
-def remote_models(args: argparse.Namespace, r: Remote) -> int:
-    with r.answers():
-        return _print_models(args, r.client.models())
+def models_cmd(args: argparse.Namespace, wb: Service) -> int:
+    return _print_models(args, wb.run(lambda s: s.models())["models"])
 
 
 # -- arguments ------------------------------------------------------------------------------------------
@@ -281,17 +206,14 @@ def _usage_args(p: argparse.ArgumentParser) -> None:
     _json_only(p)
 
 
-_archive, _remote_archive = _archiver(True)
-_unarchive, _remote_unarchive = _archiver(False)
-
 MANAGE_COMMANDS = (
-    Command("rename", "give a session a new title", _rename_args, cmd_rename, remote=remote_rename),
-    Command("archive", "hide a session from listings (it stays searchable)", _id_json, _archive, remote=_remote_archive),
-    Command("unarchive", "bring an archived session back", _id_json, _unarchive, remote=_remote_unarchive),
-    Command("delete", "delete a session's events for good (asks first)", _delete_args, cmd_delete, remote=remote_delete),
-    Command("fork", "a new session starting with a copy of another's log", _fork_args, cmd_fork, remote=remote_fork),
-    Command("search", "find sessions by words in their titles and messages", _search_args, cmd_search,
-            remote=remote_search),
-    Command("usage", "a session's tokens and estimated cost, per turn", _usage_args, cmd_usage, remote=remote_usage),
-    Command("models", "the models a session may be created with", _json_only, cmd_models, remote=remote_models),
+    Command("rename", "give a session a new title", _rename_args, **on_service(rename_cmd)),
+    Command("archive", "hide a session from listings (it stays searchable)", _id_json, **on_service(_archiver(True))),
+    Command("unarchive", "bring an archived session back", _id_json, **on_service(_archiver(False))),
+    Command("delete", "delete a session's events for good (asks first)", _delete_args, **on_service(delete_cmd)),
+    Command("fork", "a new session starting with a copy of another's log", _fork_args, **on_service(fork_cmd)),
+    Command("search", "find sessions by words in their titles and messages", _search_args,
+            **on_service(search_cmd, read_only=True)),
+    Command("usage", "a session's tokens and estimated cost, per turn", _usage_args, **on_service(usage_cmd, read_only=True)),
+    Command("models", "the models a session may be created with", _json_only, **on_service(models_cmd, read_only=True)),
 )

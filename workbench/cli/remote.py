@@ -12,32 +12,23 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
-    ConfigError,
     DatabaseLocked,
-    KeyReused,
-    MemoryConflict,
     RequestRefused,
-    SessionExists,
-    TurnBusy,
-    UnknownMemory,
     UnknownSession,
     WorkbenchError,
 )
 from ..log.events import Event
+from ..service import event_of
 
 if TYPE_CHECKING:
     from ..client.api import WorkbenchClient
 
-# what a refusal of the server becomes here: the error a local run would raise, with the server's words
-BY_STATUS: Mapping[int, type[WorkbenchError]] = MappingProxyType({400: ConfigError, 409: TurnBusy, 422: KeyReused})
 EVENTS_PAGE = 100_000
 
 
@@ -85,16 +76,10 @@ class Remote:
         try:
             yield
         except RequestRefused as e:
-            if e.status == 404:
-                raise unknown(e.message) from None
-            if e.status == 409 and unknown is UnknownMemory:
-                raise MemoryConflict(e.message) from None
-            if e.status == 409 and "exists" in e.message:
-                raise SessionExists(e.message) from None
-            kind = BY_STATUS.get(e.status)
-            if kind is None:
+            local = RequestRefused(e.status, e.message, unknown).as_local()
+            if isinstance(local, RequestRefused):
                 raise
-            raise kind(e.message) from None
+            raise local from None
 
     def session(self, session_id: str) -> dict[str, Any] | None:
         """The session's row as the log gives it (without the server's `running`), or None if there is none."""
@@ -153,11 +138,6 @@ class Remote:
             self.client.interrupt(session_id)
         except WorkbenchError:
             pass  # the server is gone or the turn ended: nothing left to interrupt
-
-
-def event_of(e: dict[str, Any]) -> Event:
-    """An event of the API (`Event.to_json()`) as an Event."""
-    return Event(e["session_id"], e["seq"], datetime.fromisoformat(e["ts"]), e["type"], e["payload"])
 
 
 def run_remote(args: argparse.Namespace, plugins: list[Any], command: Any, locked: DatabaseLocked) -> int:

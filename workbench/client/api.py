@@ -2,30 +2,27 @@
 
 It runs anywhere (a notebook kernel, a script) and never opens the DuckDB
 file: the server owns it. `connect()` finds the Jupyter server this kernel
-belongs to and its token, or takes them explicitly.
+belongs to and its token, or takes them explicitly. It is the service's REST
+transport (workbench/service/rest.py) seen from synchronous code: the service
+runs on a loop in a thread of its own, off the kernel's loop, and each method
+waits for its operation; Ctrl-C (a kernel interrupt) cancels it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote, urlencode
+from typing import Any, TypeVar
+from urllib.parse import quote
 
 from ..errors import RequestRefused, ServerUnavailable
+from ..service import Blocking
+from ..service.rest import HOW_TO_FIX, Rest
 
-HOW_TO_FIX = (
-    "start JupyterLab with the workbench extension enabled (`jupyter server extension enable workbench`), "
-    "or pass workbench.connect(url=..., token=...)"
-)
-
-
-SEND_RETRIES = 2  # a message that got no answer is sent again (with its key) up to this often
+T = TypeVar("T")
 
 
 @dataclass
@@ -53,77 +50,41 @@ class WorkbenchClient:
     """The workbench API of one Jupyter server, over HTTP and a websocket."""
 
     def __init__(self, url: str, token: str | None = None, *, timeout: float = 30.0):
-        import httpx
-
         self.url = url.rstrip("/")
-        self.api = self.url + "/workbench/api"
         self.token = token or ""
         self.timeout = timeout
-        self.headers = {"Authorization": f"token {self.token}"} if self.token else {}
-        self.http = httpx.Client(headers=self.headers, timeout=timeout)
         self.session_id: str | None = None  # the default session of ask()
         self.notebook_session: str | None = None  # the notebook's %agent session (connect() looks), for files
+        self._service: Blocking[Rest] = Blocking(lambda: Rest(self.url, self.token, timeout=timeout)).open()
 
     def __repr__(self) -> str:
         return f"<WorkbenchClient {self.url}>"
 
     def close(self) -> None:
-        self.http.close()
+        self._service.close()
+
+    def _run(self, fn: Callable[[Rest], Awaitable[T]]) -> T:
+        return self._service.run(fn)
 
     # -- REST ----------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, body: Any = None, params: dict | None = None, content: bytes | None = None,
-              retries: int = 0) -> Any:
-        """`retries`: how often a request that got no answer (a dropped connection, a timeout) is sent again,
-        only for a request the server answers the same however often it gets it (a message with its key)."""
-        import httpx
-
-        for attempt in range(retries + 1):
-            try:
-                if content is not None:  # a file sent as it is (an import): the server reads and checks its bytes
-                    r = self.http.request(method, self.api + path, content=content, params=params,
-                                          headers={"Content-Type": "application/json"})
-                else:
-                    r = self.http.request(method, self.api + path, json=body, params=params)
-                break
-            except httpx.TransportError:
-                if attempt < retries:
-                    continue
-                raise ServerUnavailable(f"no workbench server answers at {self.url} (no answer after {attempt + 1} "
-                                        f"attempt(s)): {HOW_TO_FIX}") from None
-            except httpx.HTTPError as e:
-                raise ServerUnavailable(f"no workbench server answers at {self.url} ({type(e).__name__}): {HOW_TO_FIX}") from None
-        if r.status_code == 404 and path == "/status":
-            raise ServerUnavailable(
-                f"the Jupyter server at {self.url} does not have the workbench extension enabled: "
-                "run `jupyter server extension enable workbench` and restart it"
-            )
-        if r.status_code == 403:
-            raise RequestRefused(403, f"the server at {self.url} refused the token; pass workbench.connect(url=..., token=...)")
-        return self._checked(r)
-
-    def _checked(self, r: Any) -> Any:
-        """The JSON of a response, or RequestRefused with the server's one-line error."""
-        if r.status_code >= 400:
-            try:
-                message = r.json().get("error") or r.text
-            except ValueError:
-                message = r.text[:200] or r.reason_phrase
-            raise RequestRefused(r.status_code, message)
-        return r.json()
+    def _call(self, method: str, path: str, body: Any = None, params: dict | None = None,
+              content: bytes | None = None) -> Any:
+        """A route of the API that the service has no operation for (a plugin's: memories, dreams, evals)."""
+        return self._service.run(lambda s: s.call(method, path, body, params=params, content=content))
 
     def status(self) -> dict[str, Any]:
-        return self._call("GET", "/status")
+        return self._run(lambda s: s.status())
 
     def sessions(self, **filters: Any) -> list[dict[str, Any]]:
         """Sessions oldest first (or in `order`); filters as `sessions_page` takes them, every match."""
-        return self._call("GET", "/sessions", params=_listing(filters))["sessions"]
+        return self._run(lambda s: s.sessions(**filters))["sessions"]
 
     def sessions_page(self, *, limit: int = 50, cursor: str | None = None, **filters: Any) -> dict[str, Any]:
         """One page: {"sessions": [...], "next": cursor or None}. filters: kind, state (new, unfinished, ended),
         text (in the title), updated_after, updated_before (ISO 8601 or datetime), order (created, -created,
         updated, -updated). Pass `next` back as `cursor`, with the same filters, for the page after."""
-        return self._call("GET", "/sessions", params=_listing({**filters, "limit": limit, "cursor": cursor}))
+        return self._run(lambda s: s.sessions(limit=limit, cursor=cursor, **filters))
 
     def iter_sessions(self, *, page: int = 200, **filters: Any) -> Iterator[dict[str, Any]]:
         """Every matching session, fetched a page at a time."""
@@ -141,7 +102,7 @@ class WorkbenchClient:
         return [s for s in self.sessions() if s.get("parent_id") == sid]
 
     def session(self, session_id: str) -> dict[str, Any]:
-        return self._call("GET", f"/sessions/{session_id}")
+        return self._run(lambda s: s.session(session_id))
 
     def create_session(
         self,
@@ -155,25 +116,23 @@ class WorkbenchClient:
     ) -> dict[str, Any]:
         """Create a session; returns it (with its `id`, new unless given). `first_message`: the message
         about to be sent (not sent), what the session's memories are ranked by."""
-        body = {k: v for k, v in dict(id=id, title=title, model=model, system=system, config=config, tools=tools,
-                                      first_message=first_message).items() if v is not None}
-        return self._call("POST", "/sessions", body)
+        return self._run(lambda s: s.create_session(id=id, title=title, model=model, system=system, config=config,
+                                                    tools=tools, first_message=first_message))
 
     def send(self, session_id: str, text: str, *, key: str | None = None) -> int:
         """Start a turn; returns the seq of its user_message (the turn runs in the server). The message goes
         with an idempotency key (`key`, else a new one), and is sent again with it when the connection fails:
         the server records it once (docs/api.md, "Retrying safely")."""
-        body = {"text": text, "idempotency_key": key or uuid.uuid4().hex}
-        return self._call("POST", f"/sessions/{session_id}/messages", body, retries=SEND_RETRIES)["seq"]
+        return self._run(lambda s: s.send(session_id, text, key=key))
 
     def events(self, session_id: str, after: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
-        params = {"after": after, **({"limit": limit} if limit else {})}
-        return self._call("GET", f"/sessions/{session_id}/events", params=params)["events"]
+        return [e.to_json() for e in self._run(lambda s: s.events(session_id, after, limit))]
 
     def notebook(self, session_id: str | None = None, path: str | Path | None = None) -> dict[str, Any]:
         """The session's code and outputs as a notebook (nbformat 4 JSON, docs/api.md); written to `path`
         (an .ipynb file, not overwritten if it exists) when given."""
-        nb = self._call("GET", f"/sessions/{quote(self._sid(session_id), safe='')}/notebook")
+        sid = self._sid(session_id)
+        nb = self._run(lambda s: s.notebook(sid))
         if path is not None:
             target = Path(path)
             with target.open("x", encoding="utf-8") as f:  # never overwrite a notebook of the user's
@@ -181,73 +140,68 @@ class WorkbenchClient:
         return nb
 
     def interrupt(self, session_id: str | None = None) -> bool:
-        return self._call("POST", f"/sessions/{self._sid(session_id)}/interrupt", {})["interrupted"]
+        sid = self._sid(session_id)
+        return self._run(lambda s: s.interrupt(sid))
 
     def resume(self, session_id: str | None = None) -> bool:
-        return self._call("POST", f"/sessions/{self._sid(session_id)}/resume", {})["resumed"]
+        sid = self._sid(session_id)
+        return self._run(lambda s: s.resume(sid))
 
     def hands(self, session_id: str | None = None) -> dict[str, Any]:
-        return self._call("GET", f"/sessions/{self._sid(session_id)}/hands")
+        sid = self._sid(session_id)
+        return self._run(lambda s: s.hands(sid))
 
     def restart_hands(self, session_id: str | None = None) -> dict[str, Any]:
-        return self._call("POST", f"/sessions/{self._sid(session_id)}/hands/restart", {})
+        sid = self._sid(session_id)
+        return self._run(lambda s: s.restart_hands(sid))
 
     def close_hands(self, session_id: str | None = None) -> dict[str, Any]:
-        return self._call("POST", f"/sessions/{self._sid(session_id)}/hands/close", {})
+        sid = self._sid(session_id)
+        return self._run(lambda s: s.close_hands(sid))
 
     # -- managing sessions ------------------------------------------------------
 
     def rename(self, session_id: str, title: str) -> dict[str, Any]:
         """Give a session a new title (recorded as `session_renamed`); its row after."""
-        return self._call("PATCH", f"/sessions/{_part(session_id)}", {"title": title})
+        return self._run(lambda s: s.rename(session_id, title))
 
     def archive(self, session_id: str, archived: bool = True) -> dict[str, Any]:
         """Archive a session (archived=False: bring it back); its row after."""
-        return self._call("PATCH", f"/sessions/{_part(session_id)}", {"archived": archived})
+        return self._run(lambda s: s.archive(session_id, archived))
 
     def delete(self, session_id: str) -> dict[str, Any]:
         """Delete a session's events and rows for good (refused while a turn runs): {"deleted", "events"}."""
-        return self._call("DELETE", f"/sessions/{_part(session_id)}", {})
+        return self._run(lambda s: s.delete(session_id))
 
     def fork(self, session_id: str, seq: int | None = None, *, id: str | None = None,
              title: str | None = None) -> dict[str, Any]:
         """A new session starting with a copy of this one's log up to `seq` (cut back to a turn boundary); its row."""
-        body = {k: v for k, v in {"seq": seq, "id": id, "title": title}.items() if v is not None}
-        return self._call("POST", f"/sessions/{_part(session_id)}/fork", body)
+        return self._run(lambda s: s.fork(session_id, seq, new_id=id, title=title))
 
     def search(self, text: str, *, limit: int = 20, cursor: str | None = None, kind: str | None = None,
                archived: bool | None = None) -> dict[str, Any]:
         """Sessions whose title or messages hold text (any case): {"hits": [row + seq, type, snippet], "next"}."""
-        params = {"q": text, "limit": limit, "cursor": cursor, "kind": kind,
-                  "archived": None if archived is None else ("true" if archived else "false")}
-        return self._call("GET", "/search", params={k: v for k, v in params.items() if v is not None})
+        return self._run(lambda s: s.search(text, limit=limit, cursor=cursor, kind=kind, archived=archived))
 
     def usage(self, session_id: str | None = None) -> dict[str, Any]:
         """Tokens and estimated cost per turn and in total: {"turns", "total", "priced"}."""
-        return self._call("GET", f"/sessions/{_part(self._sid(session_id))}/usage")
+        sid = self._sid(session_id)
+        return self._run(lambda s: s.usage(sid))
 
     def models(self) -> list[dict[str, Any]]:
         """The models a session may be created with (the default first), with their thinking and effort settings."""
-        return self._call("GET", "/models")["models"]
+        return self._run(lambda s: s.models())["models"]
 
     def query(self, sql: str, params: list[Any] | None = None) -> dict[str, Any]:
         """One read-only SQL statement against the session log: {"columns", "rows", "truncated"}."""
-        return self._call("POST", "/query", {"sql": sql, "params": params or []})
+        return self._run(lambda s: s.query(sql, params or []))
 
     # -- files in a session's workspace (docs/notebook.md, "Data between notebook and agent") ---------------
 
     def put_file(self, session_id: str, path: str, data: Any, *, name: str | None = None, kind: str = "file") -> dict[str, Any]:
         """Write `data` (bytes or a binary file object, streamed) to `path` in the session's workspace;
         returns the `file_attached` record: name, path, bytes, sha256, kind, seq."""
-        import httpx
-
-        params = {"path": path, "kind": kind, **({"name": name} if name else {})}
-        try:
-            r = self.http.post(f"{self.api}/sessions/{quote(session_id, safe='')}/files", params=params, content=data,
-                               headers={"Content-Type": "application/octet-stream"}, timeout=max(self.timeout, 300))
-        except httpx.HTTPError as e:
-            raise ServerUnavailable(f"the upload of {path!r} to {self.url} failed ({type(e).__name__}: {e})") from None
-        return self._checked(r)
+        return self._run(lambda s: s.put_file(session_id, path, data, name=name or "", kind=kind))
 
     def attach(self, session_id: str | None = None, *names: str, namespace: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Copy variables of `namespace` (by name) and files of this machine (by path) into the session's workspace,
@@ -281,36 +235,18 @@ class WorkbenchClient:
 
     def files(self, session_id: str | None = None) -> list[dict[str, Any]]:
         """The session's workspace: [{"path", "type" (file, dir, link, other), "bytes", "mtime"}], sorted by path."""
-        return self._call("GET", f"/sessions/{quote(self._fsid(session_id), safe='')}/files")["files"]
+        sid = self._fsid(session_id)
+        return self._run(lambda s: s.files(sid))["files"]
 
     def get(self, session_id: str | None, path: str | None = None, *, max_bytes: int | None = None) -> bytes:
         """The bytes of a file in the session's workspace (the server sends at most its max_download_mb;
         `max_bytes` refuses a bigger one here, before it is all read). `get(path)`: of the current session."""
-        import httpx
-
         if path is None:
             session_id, path = None, session_id
         if not path:
             raise RequestRefused(400, "give the path of a file in the session's workspace")
-
-        url = f"{self.api}/sessions/{quote(self._fsid(session_id), safe='')}/files/content"
-        try:
-            with self.http.stream("GET", url, params={"path": path}) as r:
-                if r.status_code >= 400:
-                    r.read()
-                    self._checked(r)
-                declared = int(r.headers.get("X-Workbench-Bytes") or 0)
-                if max_bytes is not None and declared > max_bytes:
-                    raise RequestRefused(413, f"{path!r} is {declared:,} bytes, more than max_bytes={max_bytes:,}")
-                chunks, size = [], 0
-                for chunk in r.iter_bytes():
-                    size += len(chunk)
-                    if max_bytes is not None and size > max_bytes:
-                        raise RequestRefused(413, f"{path!r} is more than max_bytes={max_bytes:,} bytes")
-                    chunks.append(chunk)
-                return b"".join(chunks)
-        except httpx.HTTPError as e:
-            raise ServerUnavailable(f"fetching {path!r} from {self.url} failed ({type(e).__name__}: {e})") from None
+        sid, where = self._fsid(session_id), path
+        return self._run(lambda s: s.read_file(sid, where, max_bytes=max_bytes))
 
     def load(self, session_id: str | None, path: str | None = None, *, allow_pickle: bool = False,
              max_bytes: int | None = None) -> Any:
@@ -485,30 +421,16 @@ class Stream:
     """An open event stream of one session (a websocket); iterate it, then close it."""
 
     def __init__(self, client: WorkbenchClient, session_id: str, after: int = 0, timeout: float | None = None):
-        import websocket
-
-        url = "ws" + client.api[len("http"):] + f"/sessions/{session_id}/stream?" + urlencode({"after": after})
-        try:
-            self.ws = websocket.create_connection(
-                url, header=[f"{k}: {v}" for k, v in client.headers.items()], timeout=timeout, suppress_origin=True
-            )
-        except (OSError, websocket.WebSocketException) as e:
-            raise ServerUnavailable(f"cannot open the event stream at {url.split('?')[0]}: {e}") from None
+        self._service = client._service
+        self._opened = client._service.service.stream(session_id, after, timeout)
+        self._messages = self._service.run(lambda _: self._opened.__aenter__())
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        import websocket
-
-        while True:
-            try:
-                raw = self.ws.recv()
-            except websocket.WebSocketConnectionClosedException:
-                return
-            if not raw:
-                return
-            yield json.loads(raw)
+        for m in self._service.iterate(self._messages):
+            yield m.to_json()
 
     def close(self) -> None:
-        self.ws.close()
+        self._service.run(lambda _: self._opened.__aexit__(None, None, None))
 
     def __enter__(self) -> Stream:
         return self
@@ -549,25 +471,6 @@ def _ancestors() -> list[int]:
         return [p.pid for p in psutil.Process().parents()]
     except Exception:
         return [os.getppid()]
-
-
-def _part(session_id: str) -> str:
-    """A session id as one path segment (an id with a slash or a space must not name another route)."""
-    return quote(session_id, safe="")
-
-
-def _listing(filters: dict[str, Any]) -> dict[str, Any]:
-    """The query arguments of GET /sessions for a listing's filters (text is `q`; datetimes in ISO 8601)."""
-    out: dict[str, Any] = {}
-    for name, value in filters.items():
-        if value is None:
-            continue
-        if isinstance(value, datetime):
-            value = value.isoformat()
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        out["q" if name == "text" else name] = value
-    return out
 
 
 def connect(url: str | None = None, token: str | None = None) -> WorkbenchClient:
