@@ -27,7 +27,7 @@ def missing_module(error: dict[str, Any] | None, python: str) -> str | None:
     module = found.group(1).split(".")[0]
     package = PACKAGES.get(module, module)
     if not python:
-        return (f"`{module}` is not installed where the hands run (the kernel gateway's Python): install "
-                f"`{package}` there, then restart the hands")
+        return (f"`{module}` is not installed where the hands run (the kernel gateway's Python): install it in the "
+                f"environment of the gateway's kernels with `pip install {package}`, then restart the hands")
     return (f"`{module}` is not installed in the hands' Python environment ({python}, read-only and offline in the "
             f"sandbox): install it there with `{python} -m pip install {package}`, then restart the hands")
