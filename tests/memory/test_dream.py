@@ -12,6 +12,7 @@ from workbench.brain import BUILTIN_TOOLS, Brain
 from workbench.brain.models import Reply, ScriptedModel
 from workbench.memory.dream import commit_dream, commit_finished_dreams, create_dream, run_dream, uncommitted_dreams
 from workbench.memory.dream_script import dream_script
+from workbench.memory.events import event_text
 from workbench.memory.plugin import MemoryPlugin
 from workbench.memory.store import MemorySettings
 from workbench.memory.tools import dream_tools
@@ -21,17 +22,6 @@ def dream_brain(store, model_factory) -> Brain:
     """A brain over the store's log with the dream tools and no hands (dreams run no code)."""
     return Brain(store.log, hands_factory=None, model_factory=model_factory,
                  tools={**BUILTIN_TOOLS, **{t.name: t for t in dream_tools(store)}})
-
-
-def strings(value) -> list[str]:
-    """Every string inside a JSON value (the test's own reading of a payload)."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in strings(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in strings(v)]
-    return []
 
 
 def cited_event(log, citation):
@@ -52,7 +42,7 @@ def test_dream_proposes_memories_whose_citations_hold(brain, store, recorded):
         for c in m["provenance"]:
             assert c["session_id"] in recorded
             e = cited_event(store.log, c)
-            assert any(c["quote"] in s for s in strings(e.payload)), (c, e.payload)
+            assert c["quote"] in event_text(e), (c, e.payload)  # what the citation check reads of the event
     by_title = {m["title"]: m for m in memories}
     fix = by_title["Fix for ZeroDivisionError: division by zero"]
     err = cited_event(store.log, fix["provenance"][0])
