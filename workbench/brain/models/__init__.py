@@ -83,8 +83,10 @@ class ModelCatalog:
                 listed = tuple(ids) if ids is not None else None
                 self._listed = (time.monotonic() + LISTED_FOR, listed)
             except Exception as e:  # the SDK's errors: no Models API there, no network, a refused key
-                log.warning("workbench: the Models API did not list this key's models (%s); model names are not "
-                            "checked against it", f"{type(e).__name__}: {str(e)[:200]}")
+                # info, not a warning: a compatible server without a Models API is ordinary, and a refused key is
+                # said by the model call itself; a warning here printed on every CLI command's stderr
+                log.info("workbench: the Models API did not list this key's models (%s); model names are not "
+                         "checked against it", f"{type(e).__name__}: {str(e)[:200]}")
                 listed = None
                 self._listed = (time.monotonic() + UNLISTED_FOR, None)
             return listed
