@@ -224,7 +224,10 @@ def crash_script(request: dict[str, Any]) -> Reply:
     if step == 0:
         return Reply(thinking="", text="First I'll keep a value in the kernel.", code=["answer = 41 + 1\nprint('answer =', answer)"])
     if step == 1:
-        return Reply(text="Now I'll crash my own kernel on purpose.", code=["import os\nos.kill(os.getpid(), 9)"])
+        # a moment before the kill: a kernel killed at once can die before it says the call started, and the
+        # hands then say the code "may not have run"; the demo shows a death while a call runs, every time
+        return Reply(text="Now I'll crash my own kernel on purpose.",
+                     code=["import os, time\ntime.sleep(0.5)\nos.kill(os.getpid(), 9)"])
     if step == 2:
         return Reply(text="The kernel died. Is my value still there?", code=["print(answer)"])
     out = last_tool_output(request)
