@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 
 S = TypeVar("S")
 T = TypeVar("T")
+SIGNAL_STEP = 0.1  # seconds between looks for a signal while the main thread waits for an operation
 
 
 class Blocking(Generic[S]):
@@ -102,10 +103,10 @@ class Blocking(Generic[S]):
         done = threading.Event()
         loop.call_soon_threadsafe(lambda: task.add_done_callback(lambda _: done.set()))
         try:
-            done.wait()
+            _wait(done)
         except KeyboardInterrupt:
             loop.call_soon_threadsafe(task.cancel)
-            done.wait()
+            _wait(done)
             raise
         if task.cancelled():
             raise KeyboardInterrupt
@@ -134,6 +135,14 @@ class Blocking(Generic[S]):
                 raise
         else:
             self.run(lambda _: cm.__aexit__(None, None, None))
+
+
+def _wait(event: threading.Event) -> None:
+    """Wait for `event` in short steps: Python runs a signal's handler (Ctrl-C, the CLI's SIGTERM) only in the main
+    thread and only between steps, and a signal the kernel delivers to another of the process's threads (the
+    service's loop, the log's writer) does not wake a wait without a timeout: the command would never hear it."""
+    while not event.wait(SIGNAL_STEP):
+        pass
 
 
 async def _task(make: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
