@@ -12,18 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import signal
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ..config import from_env
-from ..errors import ConfigError, ServerStopping, TurnBusy, WorkbenchError
-from ..hands import files as wsfiles
+from ..errors import ConfigError, ServerStopping, TurnBusy
 from ..hands.files import FilesSettings
 from ..host import Host
 from ..log import Event
+from ..service.local import Local
 from ..usage import session_usage
 from .fanout import Fanout, Watcher
 
@@ -40,6 +38,8 @@ class Runtime:
         self.brain = host.brain
         self.logger = logger or logging.getLogger("workbench.server")
         self.fanout = Fanout(self.logger)  # every session's websockets (server/fanout.py)
+        # the operations written once, on the service: the server adds its requests' lifetime and the live feed
+        self.service = Local(host, files=self.files_settings, logger=self.logger)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started: asyncio.Future | None = None
         self.stopping = False
@@ -62,7 +62,7 @@ class Runtime:
             self._loop = asyncio.get_running_loop()
             # on the loop, in the callback that also answers the brain's writes: no wake-up of its own
             self._unsubscribe = self.log.subscribe_commits(self.fanout.events, loop=self._loop)
-            self._started = asyncio.ensure_future(self.host.start())
+            self._started = asyncio.ensure_future(self.service.ready())
         await asyncio.shield(self._started)
 
     @contextlib.asynccontextmanager
@@ -227,46 +227,14 @@ class Runtime:
 
     async def wake(self) -> list[str]:
         """Resume, in the background, every session whose turn was cut off (a dead server)."""
-        rows = await asyncio.to_thread(self.log.sessions)
-        resumed = []
-        for p in self.host.plugins:  # what plugins resume themselves (a dream goes on with its remaining chunks)
-            resumed += await p.wake()
-        taken = set(resumed)
-        for s in rows:
-            # a session a plugin went on with is its; any other cut-off turn the brain finishes, also one of a
-            # kind a plugin resumes (a chat turn sent to a dream that had ended is an ordinary turn)
-            if s["state"] != "unfinished" or self.host.running(s["id"]) or s["id"] in taken:
-                continue
-            try:
-                await asyncio.to_thread(self.host.models.check, s["model"])
-                if await self.brain.start_resume(s["id"]):
-                    resumed.append(s["id"])
-            except WorkbenchError as e:  # e.g. the key is gone: leave the turn for a later resume
-                self.logger.warning("workbench: cannot resume session %s: %s", s["id"], e)
-        return resumed
-
-    # -- hands -----------------------------------------------------------------
+        return await self.service.wake()
 
     async def hands_status(self, session_id: str) -> dict[str, Any]:
-        hands = await self.brain.hands(session_id)
-        return {**hands.status(), "session_id": session_id, "running": self.brain.running(session_id)}
+        return await self.service.hands(session_id)
 
     async def restart_hands(self, session_id: str) -> dict[str, Any]:
         """Replace the session's kernel with a fresh one; returns the new status."""
-        hands = await self.brain.hands(session_id)
-        if await self._call_in_flight(session_id):
-            # A call is running (or its kernel is starting for it): kill the kernel once it has one, so the
-            # call ends the way a kernel death does (an error result for the model) and the next call starts fresh.
-            status = await self._kernel_of_call(session_id, hands)
-            if status.get("pid"):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(status["pid"]), signal.SIGKILL)
-                generation = (status.get("generation") or 0) + 1
-                await self.log.aappend(session_id, "hands_restarted", {"generation": generation, "by": "api", "killed_busy": True})
-                return await self.hands_status(session_id)
-        await hands.restart()
-        await self.log.aappend(session_id, "hands_restarted", {"generation": hands.status().get("generation"), "by": "api"})
-        return await self.hands_status(session_id)
+        return await self.service.restart_hands(session_id)
 
     async def close_hands(self, session_id: str) -> dict[str, Any]:
         """Stop the session's kernel and its spare (its workspace stays; the next call starts a kernel again).
@@ -274,61 +242,22 @@ class Runtime:
         A running call is interrupted and answered first (see KernelHands.close); returns the status
         with `closed`: whether a kernel was running.
         """
-        hands = await self.brain.hands(session_id)
-        closed = await hands.close("api")
-        return {**await self.hands_status(session_id), "closed": closed}
-
-    async def _call_in_flight(self, session_id: str) -> bool:
-        if not self.brain.running(session_id):
-            return False
-        st = await self.brain.turn_state(session_id)
-        return bool(st.started - st.answered)
-
-    async def _kernel_of_call(self, session_id: str, hands: Any, wait: float = 60.0) -> dict[str, Any]:
-        """The hands' status once the running call's kernel runs it (busy, with a pid); {} if the call ended first."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
-        while loop.time() < deadline and await self._call_in_flight(session_id):
-            status = hands.status()
-            if status.get("state") == "busy" and status.get("pid"):
-                return status
-            await asyncio.sleep(0.05)
-        return {}
+        return await self.service.close_hands(session_id)
 
     # -- files in the session's workspace -----------------------------------------
-
-    async def _workspace(self, session_id: str, create: bool) -> tuple[Any, Any]:
-        """(the session's hands, its workspace directory or None); UnknownSession, NoWorkspace."""
-        await self.session(session_id)  # 404 first
-        hands = await self.brain.hands(session_id)
-        return hands, await hands.workspace(create)
 
     async def put_file(self, session_id: str, path: str, source: Any, *, name: str, kind: str) -> dict[str, Any]:
         """Write `source` to `path` in the session's workspace (made if it has none yet) and record a
         `file_attached` event; returns the event's payload with its seq."""
-        path = wsfiles.check_path(path)
-        hands, root = await self._workspace(session_id, create=True)
-        written = await asyncio.to_thread(wsfiles.write_file, root, path, source, hands.workspace_owner())
-        payload = {"name": name or path.rsplit("/", 1)[-1], "path": written["path"], "bytes": written["bytes"],
-                   "sha256": written["sha256"], "kind": kind or "file"}
-        event = await self.log.aappend(session_id, "file_attached", payload)
-        return {**payload, "seq": event.seq}
+        return await self.service.put_file(session_id, path, source, name=name, kind=kind)
 
     async def list_files(self, session_id: str) -> dict[str, Any]:
         """{"files": [...], "truncated": bool, "workspace": whether there is one yet}."""
-        _, root = await self._workspace(session_id, create=False)
-        if root is None or not root.is_dir():
-            return {"files": [], "truncated": False, "workspace": False}
-        files, cut = await asyncio.to_thread(wsfiles.list_files, root, self.files_settings.max_list)
-        return {"files": files, "truncated": cut, "workspace": True}
+        return await self.service.files(session_id)
 
     async def file_root(self, session_id: str, path: str) -> Any:
         """The workspace directory holding `path` (checked); NoSuchFile when the session has none yet."""
-        wsfiles.check_path(path)
-        _, root = await self._workspace(session_id, create=False)
-        if root is None or not root.is_dir():
-            raise wsfiles.NoSuchFile(f"session {session_id} has no workspace yet (it ran no code and was sent no file)")
-        return root
+        return await self.service.file_root(session_id, path)
 
     # -- lifetime --------------------------------------------------------------
 
