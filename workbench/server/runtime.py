@@ -197,33 +197,17 @@ class Runtime:
 
     async def send(self, session_id: str, text: str, key: str | None = None) -> int:
         """Start a turn with the user's text; returns the seq of its committed user_message (the first one's,
-        for the same message sent again with the same idempotency `key`: nothing starts).
-
-        A session without a title is named after its first message (`session_renamed`, auto), committed
-        with the message itself: a refused message names nothing."""
-        self._not_driven(session_id)
-        return (await self.brain.start_turn(session_id, text, name_untitled=True, key=key)).seq
-
-    def _not_driven(self, session_id: str) -> None:
-        """TurnBusy if a plugin goes on with the session between its turns: a turn started now would take
-        the place of its next one (a dream's next chunk, an eval attempt's next turn), which then fails."""
-        if not self.brain.running(session_id) and self.host.running(session_id):
-            raise TurnBusy(f"session {session_id} is at work between its turns (a dream between two chunks, or an "
-                           "eval attempt being graded): wait until it is done, or cancel it")
+        for the same message sent again with the same idempotency `key`: nothing starts)."""
+        return await self.service.send(session_id, text, key=key)
 
     async def resume(self, session_id: str) -> bool:
         """Resume a cut-off turn in the background; False if there is none. A session of a kind a
         plugin resumes itself (a dream) is resumed by it, in the background, as a whole."""
-        kind = (await self.log.asession(session_id))["kind"]
-        if kind in self.host.resumers:
-            self.host.background(self.host.resume(session_id))
-            return True
-        self._not_driven(session_id)
-        return await self.brain.start_resume(session_id)
+        return await self.service.resume(session_id)
 
     async def interrupt(self, session_id: str) -> bool:
         """Interrupt the running turn (and its tool call); True if one was running."""
-        return await self.brain.interrupt(session_id)
+        return await self.service.interrupt(session_id)
 
     async def wake(self) -> list[str]:
         """Resume, in the background, every session whose turn was cut off (a dead server)."""
