@@ -7,6 +7,7 @@ official SDK against the fake Messages API with real kernels, and replay the shi
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import importlib.util
 import json
 import threading
@@ -236,6 +237,24 @@ async def test_a_broken_stream_is_recorded_as_the_failure_it_was(tmp_path):
 
 
 START = [{"type": "message_start", "message": {"role": "assistant", "content": []}}]
+
+
+@pytest.mark.parametrize("mode", ["record", "record-missing"])
+def test_a_new_cassette_file_is_never_seen_without_its_header(tmp_path, monkeypatch, mode):
+    """Whenever a writer waits for its lock, a reader could open the file: it holds the header by then."""
+    path = tmp_path / "c.jsonl"
+    if mode == "record":
+        Cassette(path, "record").record({"model": "old", "messages": []}, START, None)
+    seen = []
+    real = fcntl.flock
+
+    def flock(fd, op):
+        seen.append(path.read_bytes())
+        return real(fd, op)
+    monkeypatch.setattr(fcntl, "flock", flock)
+    Cassette(path, mode).record({"model": "new", "messages": []}, START, None)
+    assert seen and all(s.startswith(b'{"') and b"\n" in s for s in seen), seen
+    assert [e.request["model"] for e in read_entries(path)] == ["new"]  # "record" started the file over
 
 
 def test_two_writers_on_one_file_take_turns(tmp_path):

@@ -160,11 +160,34 @@ class Cassette:
             self._asked[entry.key] = self._asked.get(entry.key, 0) + 1  # this call used it
         return entry
 
-    def _write(self, data: bytes) -> None:
-        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if self._fresh else 0)
+    def _start_file(self) -> None:
+        """Put a file holding only the header in place, whole: a reader never finds the cassette empty.
+
+        Written beside it and linked in (the first writer wins, another's file stays) or, when recording starts
+        over, renamed over the old one; created empty and filled later, a reader in between read no header."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, flags, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, _line(dict(HEADER)).encode())
+            finally:
+                os.close(fd)
+            if self._fresh:
+                os.replace(tmp, self.path)
+            else:
+                try:
+                    os.link(tmp, self.path)
+                except FileExistsError:
+                    pass
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _write(self, data: bytes) -> None:
+        try:
+            if self._fresh or not self.path.exists():
+                self._start_file()
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
         except OSError as e:
             raise CassetteError(f"cannot write cassette {self.path}: {e.strerror}") from None
         try:
