@@ -286,8 +286,18 @@ async def test_a_kill_cut_short_still_closes_the_kernels_zmq_contexts(gone):
     kernel = await LocalLauncher().start(None)
     km, kc, pid = kernel.km, kernel.kc, kernel.pid
     assert kc is not None and pid is not None
+    waiting = asyncio.Event()
+
+    async def shutdown_still_waiting(*args, **kwargs):  # jupyter_client's, at its wait for the process to end
+        await km._async_kill_kernel()  # SIGKILL sent (its context is destroyed later, in cleanup_resources)
+        waiting.set()
+        await asyncio.sleep(3600)  # not returned yet: on a loaded machine that wait may take seconds
+
+    km.shutdown_kernel = shutdown_still_waiting
     kill = asyncio.get_running_loop().create_task(kernel.kill())
-    await asyncio.sleep(0)  # the kill runs to its first wait, in jupyter_client's shutdown (SIGKILL already sent)
+    await asyncio.wait_for(waiting.wait(), 60)
+    # the kill is inside jupyter_client's shutdown: cancelled there (a kill of no more than one step, as this test
+    # once assumed, can be over before a cancel on a quiet machine and on a loaded one alike)
     kill.cancel()
     with pytest.raises(asyncio.CancelledError):
         await kill
