@@ -40,9 +40,13 @@ def test_a_server_killed_at_random_moments_leaves_a_log_the_next_one_finishes(se
         after = rng.uniform(0.3, 3.0)
 
         async def go() -> Tally:
-            stop = asyncio.Event()
+            stop, tally = asyncio.Event(), Tally()
             traffic = asyncio.ensure_future(run("127.0.0.1", server.port, server.token, seed=seed, start=kill * 1_000_000,
-                                                count=1_000_000, pool=pool, big=False, stop=stop, dying=True))
+                                                count=1_000_000, pool=pool, big=False, stop=stop, dying=True, tally=tally))
+            for _ in range(600):  # the moment is random from the first answer: a loaded server may take seconds to it
+                if tally.requests or traffic.done():
+                    break
+                await asyncio.sleep(0.05)
             await asyncio.sleep(after)
             server.kill()  # SIGKILL, mid-whatever
             stop.set()

@@ -946,14 +946,17 @@ def ids_in(data: Any, depth: int = 0) -> list[str]:
 
 async def run(host: str, port: int, token: str, *, seed: int | str, start: int, count: int, pool: Pool,
               workers: int = 4, big: bool = True, stop: asyncio.Event | None = None, dying: bool = False,
-              stopping: asyncio.Event | None = None, timeout: float = 60.0, upload_mb: int | None = None) -> Tally:
+              stopping: asyncio.Event | None = None, timeout: float = 60.0, upload_mb: int | None = None,
+              tally: Tally | None = None) -> Tally:
     """Send requests start..start+count-1 with `workers` connections; `stop` ends the run early.
 
     `dying`: the server may be killed at any moment, so a request without a response is counted
     as dropped instead of a failure (and the run ends at the first refused connection).
     `stopping`: once set, the server is shutting down and a JSON 503 is a right answer.
+    `tally`: counted into as the run goes (the caller can watch it), returned at the end.
     """
-    fuzzer, tally, next_i = Fuzzer(seed, big=big, upload_mb=upload_mb), Tally(), iter(range(start, start + count))
+    fuzzer, next_i = Fuzzer(seed, big=big, upload_mb=upload_mb), iter(range(start, start + count))
+    tally = Tally() if tally is None else tally
 
     async def worker() -> None:
         client = RawClient(host, port, token, timeout=timeout)
