@@ -6,10 +6,22 @@ Kernel) are in `workbench.hands.base`. The rest is in three rooms, each with a f
 start, talk and end) and `isolating` (what keeps them in their place); docs/architecture.md.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .base import Death, EventSink, Hands, Kernel, Launcher, Place
 from .kernel import HandsConfig, KernelHands
-from .launching import LocalLauncher, kernel_env
 from .observing import Observation, failure
+
+if TYPE_CHECKING:
+    from .launching.local import LocalLauncher, kernel_env
+
+
+def __getattr__(name: str) -> Any:  # the local launcher at first use: it imports jupyter_client
+    if name in ("LocalLauncher", "kernel_env"):
+        from .launching import local
+
+        return getattr(local, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "Death", "EventSink", "Hands", "HandsConfig", "Kernel", "KernelHands", "Launcher", "LocalLauncher", "Observation",

@@ -18,7 +18,7 @@ import logging
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import from_env
 from ..egress import EgressSettings, Vault
@@ -31,11 +31,10 @@ from .isolating.preflight import Preflight, RefusedHands, announce, preflight
 from .isolating.quota import WorkspaceSettings
 from .isolating.seccomp import SeccompFilter, SeccompSettings, prepare
 from .kernel import HandsConfig, KernelHands, ReplaySource
-from .launching.gateway import GatewayLauncher
-from .launching.local import LocalLauncher
-from .launching.pool import KernelPool
 from .launching.reaper import KernelRegistry, default_registry_dir
-from .launching.sandbox import SandboxLauncher
+
+if TYPE_CHECKING:
+    from .launching.pool import KernelPool
 
 log = logging.getLogger("workbench.hands")
 
@@ -124,11 +123,15 @@ class HandsFactory:
         self.vault: Vault | None = None
         self.launcher: Launcher | None = None  # None: model code is refused
         if s.backend == "local":
+            from .launching.local import LocalLauncher  # here: a host that starts no kernel does not import them
+
             self.launcher = LocalLauncher(limits=self.limits, registry=self.registry, max_message=self.max_message)
         elif s.backend == "gateway":
             if isinstance(s.gateway_probe, bool) or not isinstance(s.gateway_probe, (int, float)) \
                     or not math.isfinite(s.gateway_probe) or s.gateway_probe < 0:
                 raise ConfigError(f"gateway_probe must be a number of seconds, 0 or more (0: off), not {s.gateway_probe!r}")
+            from .launching.gateway import GatewayLauncher
+
             self.launcher = GatewayLauncher(s.gateway_url, s.gateway_token, max_message=self.max_message,
                                             limits=self.limits, probe=float(s.gateway_probe))
         else:
@@ -137,7 +140,11 @@ class HandsFactory:
             self.launcher = self._sandbox(sandbox or from_env(SandboxSettings), egress or from_env(EgressSettings), vault)
         # for Brain(redact=...): masks the vault's secret values in what the hands return
         self.redact = self.vault.redact if self.vault is not None else None
-        self.pool = KernelPool(self.launcher, s.pool_size) if self.launcher is not None and s.pool_size > 0 else None
+        self.pool: KernelPool | None = None
+        if self.launcher is not None and s.pool_size > 0:
+            from .launching.pool import KernelPool
+
+            self.pool = KernelPool(self.launcher, s.pool_size)
         # every session's hands this factory made and that were not shut down since (the brain shuts down
         # those it forgets): the idle reaper's rounds, and what close() stops
         self._hands: set[Any] = set()
@@ -153,10 +160,14 @@ class HandsFactory:
         if self.preflight.ok:
             if self.seccomp is not None and not self.seccomp.enforced:
                 log.warning("sandboxed hands: the seccomp filter is %s", self.seccomp.how)
+            from .launching.sandbox import SandboxLauncher
+
             return SandboxLauncher(settings, limits=self.limits, registry=self.registry, vault=self.vault,
                                    egress_settings=egress, seccomp=self.seccomp, workspaces=self.workspaces,
                                    max_message=self.max_message)
         if self.settings.unsafe_unsandboxed:
+            from .launching.local import LocalLauncher
+
             return LocalLauncher(limits=self.limits, registry=self.registry, name="unsafe-local",
                                  max_message=self.max_message)
         return None

@@ -8,13 +8,31 @@ keeps some ready (pool.py), the registry and the reaper make sure none outlives 
 kernel from is the isolating room's.
 """
 
-from .gateway import GatewayLauncher
-from .local import LocalLauncher, kernel_env
-from .pip import packages_code
-from .pool import KernelPool
-from .process import ProcessKernel
-from .reaper import KernelRegistry, default_registry_dir, reap_orphans
-from .sandbox import SandboxLauncher
+import importlib
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .gateway import GatewayLauncher
+    from .local import LocalLauncher, kernel_env
+    from .pip import packages_code
+    from .pool import KernelPool
+    from .process import ProcessKernel
+    from .reaper import KernelRegistry, default_registry_dir, reap_orphans
+    from .sandbox import SandboxLauncher
+
+# each name from the module that has it, imported at first use: a process that starts no kernel (a CLI command
+# that reads the log) does not pay for jupyter_client, zmq, tornado's websocket and httpx
+_WHERE = MappingProxyType({"GatewayLauncher": "gateway", "LocalLauncher": "local", "kernel_env": "local", "packages_code": "pip",
+          "KernelPool": "pool", "ProcessKernel": "process", "KernelRegistry": "reaper", "default_registry_dir": "reaper",
+          "reap_orphans": "reaper", "SandboxLauncher": "sandbox"})
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+
 
 __all__ = ["GatewayLauncher", "KernelPool", "KernelRegistry", "LocalLauncher", "ProcessKernel", "SandboxLauncher",
            "default_registry_dir", "kernel_env", "packages_code", "reap_orphans"]
