@@ -42,7 +42,7 @@ async def run(ctx: Context) -> Section:
     from .common import profile
 
     sec = Section("evals", "Evals: attempts one at a time versus 8 at a time (scripted model, sandboxed hands)")
-    n = 8 if ctx.quick else 40
+    n = 3 if ctx.quick else 40  # quick: enough for both rows and the profile (CI checks that the section works)
     seq_wall, seq_cpu, seq_ok = await one_run(ctx, n, 1, "sequential")
     par_wall, par_cpu, par_ok = await one_run(ctx, n, 8, "parallel")
     if seq_ok != n or par_ok != n:
@@ -52,12 +52,12 @@ async def run(ctx: Context) -> Section:
     sec.row("harness CPU per attempt, sequential", [seq_cpu / n])
     sec.row("harness CPU per attempt, --parallel 8", [par_cpu / n])
     # the floor: what an attempt needs from a kernel client, twice (its agent's kernel and its verifier's)
-    floor = 2 * await floors.raw_kernel_cell(ctx.trials(2, 5))
+    floor = 2 * await floors.raw_kernel_cell(ctx.trials(1, 5))
     sec.row("floor: client CPU to start a local kernel, run one cell, shut it down; twice", [floor])
     per = seq_cpu / n
     prof: dict = {}
     if per > 100:  # where the CPU goes: this process, over a second sequential run
-        prof = await profile(os.getpid(), lambda: one_run(ctx, ctx.trials(2, n), 1, "profiled"))
+        prof = await profile(os.getpid(), lambda: one_run(ctx, ctx.trials(1, n), 1, "profiled"))
     sec.goal("eval harness CPU per one-cell attempt (kernels excluded), sequential", per, "ms", "<= 100 ms", per <= 100,
              floor=floor, floor_what="raw jupyter_client: start a kernel, run a cell, shut it down, twice", profile=prof)
     sec.compare(f"{n} attempts, --parallel 8 vs sequential (wall)", par_wall, seq_wall)
