@@ -28,6 +28,17 @@ async def test_shell_and_language_variables(make_hands):
     assert (await run(hands, "!echo {a,b}; set -o pipefail && echo piped")).split() == ["a", "b", "piped"]
 
 
+async def test_the_kernel_starts_without_a_debugger_and_the_models_code_can_import_one(make_hands):
+    """The sandbox's kernel main (bubblewrap.KERNEL_MAIN) skips debugpy at start, as a kernel nobody debugs may; the
+    model's code can import it all the same."""
+    hands, _ = await make_hands()
+    out = json.loads(await run(hands, "import json, sys\nimport ipykernel.debugger as d\n"
+                                      "before = 'debugpy' in sys.modules\nimport debugpy\n"
+                                      "print(json.dumps({'before': before, 'available': d._is_debugpy_available, "
+                                      "'imported': bool(debugpy.__file__)}))"))
+    assert out["before"] is False and out["available"] is False and out["imported"] is True, out
+
+
 async def test_pool_map_and_joblib_run_in_parallel_processes(make_hands):
     hands, _ = await make_hands()
     code = ("import json, multiprocessing as mp, os\nfrom joblib import Parallel, delayed\n"
