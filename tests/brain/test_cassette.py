@@ -24,8 +24,9 @@ from workbench.log import MemoryLog
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "cassettes"
-# wall-clock times and process ids: the only fields a replayed log may differ in
-VOLATILE = ("latency_ms", "ttft_ms", "boot_ms", "start_ms", "pid", "duration_ms", "elapsed_ms")
+# wall-clock times, process ids and the sandbox uid a kernel leased: the only fields a replayed log may differ in
+VOLATILE = ("latency_ms", "ttft_ms", "boot_ms", "start_ms", "pid", "duration_ms", "elapsed_ms",
+            "identity")  # the sandbox uid a kernel leased: whichever was free on this machine at that moment
 
 
 def echo(request) -> Reply:
