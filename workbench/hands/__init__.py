@@ -16,11 +16,11 @@ if TYPE_CHECKING:
     from .launching.local import LocalLauncher, kernel_env
 
 
-def __getattr__(name: str) -> Any:  # the local launcher at first use: it imports jupyter_client
+def __getattr__(name: str) -> Any:  # the local launcher at first use, as the launching room gives it
     if name in ("LocalLauncher", "kernel_env"):
-        from .launching import local
+        from . import launching
 
-        return getattr(local, name)
+        return getattr(launching, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [

@@ -23,9 +23,11 @@ if TYPE_CHECKING:
 
 # each name from the module that has it, imported at first use: a process that starts no kernel (a CLI command
 # that reads the log) does not pay for jupyter_client, zmq, tornado's websocket and httpx
-_WHERE = MappingProxyType({"GatewayLauncher": "gateway", "LocalLauncher": "local", "kernel_env": "local", "packages_code": "pip",
-          "KernelPool": "pool", "ProcessKernel": "process", "KernelRegistry": "reaper", "default_registry_dir": "reaper",
-          "reap_orphans": "reaper", "SandboxLauncher": "sandbox"})
+_WHERE = MappingProxyType({
+    "GatewayLauncher": "gateway", "LocalLauncher": "local", "kernel_env": "local", "packages_code": "pip",
+    "KernelPool": "pool", "ProcessKernel": "process", "KernelRegistry": "reaper", "default_registry_dir": "reaper",
+    "reap_orphans": "reaper", "SandboxLauncher": "sandbox",
+})
 
 
 def __getattr__(name: str) -> Any:
