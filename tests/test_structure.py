@@ -400,3 +400,44 @@ def test_the_second_implementation_check_catches_one():
         "workbench.cli.intruder:3: imports workbench.service.local: a face runs operations on the service, not on a Host",
         "workbench.cli.intruder:6: '/sessions/' names a route of the API: call the service instead",
     ]
+
+
+# -- the core under its faces -------------------------------------------------------------------------------------
+
+# the faces people use: the server's REST API, the CLI, the notebook client, the review panels
+ALL_FACES = ("workbench.server", "workbench.cli", "workbench.client", "workbench.panels")
+# where the package is entered: `import workbench` offers the notebook client and the server extension's hooks,
+# `python -m workbench` is the CLI
+ENTRY_POINTS = ("workbench", "workbench.__main__")
+# the built-in plugins still contribute their routes and commands by importing the faces' handler and console
+# classes (issue 23, item 2: a plugin surface that is all they import); every other module is held to the rule
+PLUGIN_PACKAGES = ("workbench.memory", "workbench.evals", "workbench.delegate")
+
+
+def _under(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def faces_imported_by_the_core(g: dict[str, set[str]]) -> list[str]:
+    """Modules under the faces (the service, the host, the brain, the log, the hands, the checks, ...) that import
+    a face, even lazily: what both faces need (a check, an operation) belongs under both."""
+    return [f"{name} imports {d}: the core is under its faces; move what both need below them"
+            for name, deps in sorted(g.items())
+            if not _under(name, ALL_FACES + PLUGIN_PACKAGES) and name not in ENTRY_POINTS
+            for d in sorted(deps) if _under(d, ALL_FACES)]
+
+
+def test_the_core_imports_no_face():
+    """The in-process service checks a new session as the server does by calling the same code under both
+    (workbench/checks.py), not by importing the server's request bodies."""
+    assert faces_imported_by_the_core(graph()) == []
+
+
+def test_the_face_import_check_catches_one():
+    g = {"workbench.service.local": {"workbench.server.bodies", "workbench.host"},
+         "workbench.server.handlers": {"workbench.service.local"}, "workbench": {"workbench.client"},
+         "workbench.brain.loop": {"workbench.cli.console"}}
+    assert faces_imported_by_the_core(g) == [
+        "workbench.brain.loop imports workbench.cli.console: the core is under its faces; move what both need below them",
+        "workbench.service.local imports workbench.server.bodies: the core is under its faces; move what both need "
+        "below them"]

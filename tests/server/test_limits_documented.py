@@ -1,5 +1,5 @@
-"""Every request limit (the MAX_* constants of the server's and the memory routes' bodies, and of the
-websocket's live output) is in
+"""Every request limit (the MAX_* constants of the checks every face shares, of the server's and the plugins'
+bodies, and of the websocket's live output) is in
 docs/api.md's table with its value, and the table names no constant that does not exist."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from workbench import checks
 from workbench.brain import live
 from workbench.evals import routes as eval_routes
 from workbench.memory import routes as memory_routes
@@ -16,7 +17,7 @@ API_MD = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
 
 def constants() -> dict[str, int | float]:
-    return {name: value for module in (bodies, memory_routes, eval_routes, live) for name, value in vars(module).items()
+    return {name: value for module in (checks, bodies, memory_routes, eval_routes, live) for name, value in vars(module).items()
             if name.startswith("MAX_") and isinstance(value, (int, float))}
 
 

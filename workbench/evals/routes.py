@@ -12,9 +12,9 @@ from typing import Any
 
 from tornado import web
 
+from ..checks import Body, Int, Items, Text, check_model, parse
 from ..errors import ConfigError, UnknownSession
 from ..server import bodies
-from ..server.bodies import Body, Int, Items, Text
 from ..server.handlers import WorkbenchHandler, api
 from ..server.routes import API
 from .results import result_rows, runs
@@ -53,12 +53,12 @@ class EvalsHandler(EvalHandlerBase):
     @web.authenticated
     @api
     async def post(self) -> None:
-        b = bodies.parse(EvalBody, self.body())
+        b = parse(EvalBody, self.body())
         tasks = await asyncio.to_thread(load_tasks, b.tasks)
         if not b.models:
             raise ConfigError("give at least one model")
         for m in b.models:
-            await asyncio.to_thread(bodies.check_model, self.runtime.host, m)
+            await asyncio.to_thread(check_model, self.runtime.host, m)
         run = self.plugin.make_run(tasks, b.models, epochs=b.epochs, parallel=b.parallel, run_id=b.run)
         await asyncio.to_thread(run.check_resumable, run.specs())  # a changed task is a 400 before anything runs
         self.plugin.start(run)

@@ -18,9 +18,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field
 from tornado import web
 
+from ..checks import Body, Items, Text, check_model, kind_of, parse
 from ..errors import BodyTooLarge, ConfigError, UnknownMemory, UnknownSession, WorkbenchError
 from ..server import bodies
-from ..server.bodies import Body, Items, Text
 from ..server.handlers import WorkbenchHandler, api
 from ..server.routes import API
 from . import store as memory_store, tools as memory_tools, transfer as memory_transfer
@@ -113,14 +113,14 @@ ACTIONS: Mapping[str, type[_Review]] = MappingProxyType({
 def review_body(body: Any) -> tuple[str, dict[str, Any]]:
     """(action, the action's fields) of a `PATCH /memories/{id}` body."""
     if not isinstance(body, dict):
-        raise ConfigError(f"the body must be a JSON object, not {bodies.kind_of(body)}")
+        raise ConfigError(f"the body must be a JSON object, not {kind_of(body)}")
     if "actor" in body:
         raise ConfigError('"actor" is not a field: a review is recorded as the authenticated user who sends it')
     action = body.get("action")
     if not isinstance(action, str) or action not in ACTIONS:
         shown = f" {action[:40]!r}" if isinstance(action, str) else ""
         raise ConfigError(f"unknown review action{shown}; the body needs \"action\": one of {', '.join(REVIEW_ACTIONS)}")
-    b = bodies.parse(ACTIONS[action], body, what=f"the {action} action")
+    b = parse(ACTIONS[action], body, what=f"the {action} action")
     fields = {k: v for k, v in b.model_dump(by_alias=True, exclude={"action"}).items() if v is not None and v is not False}
     return action, fields
 
@@ -282,9 +282,9 @@ class DreamsHandler(MemoryHandlerBase):
     @web.authenticated
     @api
     async def post(self) -> None:
-        b = bodies.parse(DreamBody, self.body())
+        b = parse(DreamBody, self.body())
         if b.model is not None:  # before the dream session is created: a refused model leaves nothing behind
-            await asyncio.to_thread(bodies.check_model, self.runtime.host, b.model)
+            await asyncio.to_thread(check_model, self.runtime.host, b.model)
         dream_id = await self.plugin.start_dream(b.sessions, b.model, b.instructions, b.store)
         self.reply({"dream_id": dream_id, "state": "running"}, 202)
 
@@ -309,7 +309,7 @@ class DreamCancelHandler(MemoryHandlerBase):
     async def post(self, id: str) -> None:
         from ..memory.dream import dream_status
 
-        bodies.parse(bodies.EmptyBody, self.body())
+        parse(bodies.EmptyBody, self.body())
         cancelled = await self.plugin.cancel(id, self.actor())
         status = await asyncio.to_thread(dream_status, self.store, id, self.plugin.driving(id))
         self.reply({**status, "cancelled": cancelled})

@@ -204,11 +204,10 @@ class SessionsHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def post(self) -> None:
-        runtime = self.runtime
-        body = self.body()
-        # off the loop: checking a model name may import and set up the Anthropic SDK (seconds)
-        kw = await asyncio.to_thread(bodies.session_body, body, runtime.host)
-        self.reply(await runtime.create_session(**kw), 201)
+        b = bodies.parse(bodies.SessionBody, self.body())
+        self.reply(await self.runtime.service.create_session(
+            id=b.id, title=b.title, model=b.model, system=b.system, config=b.config, tools=b.tools,
+            first_message=b.first_message), 201)
 
 
 class MessagesHandler(WorkbenchHandler):

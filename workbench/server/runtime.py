@@ -127,12 +127,6 @@ class Runtime:
 
         return await asyncio.to_thread(read)
 
-    async def create_session(self, **kw: Any) -> dict[str, Any]:
-        """Create a session (the body was validated before: nothing half-written)."""
-        kw["model"] = kw.get("model") or self.host.models.default_name()
-        s = await asyncio.to_thread(lambda: self.brain.create_session(**kw))
-        return {**s, "running": False}
-
     async def query(self, sql: str, params: list[Any]) -> Any:
         """One read-only SQL statement over the log: a QueryResult (columns, rows, truncated)."""
         return await asyncio.to_thread(self.log.query, sql, params)

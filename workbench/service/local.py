@@ -100,43 +100,11 @@ class Local:
                              system: str | None = None, config: Mapping[str, Any] | None = None,
                              tools: Sequence[str] | None = None, first_message: str | None = None) -> dict[str, Any]:
         # off the loop: checking a model name may import and set up the Anthropic SDK (seconds)
-        kw = await asyncio.to_thread(self._session_args, id, title, model, system, config, tools, first_message)
+        from ..checks import session_args  # pydantic: imported by the first session made, not by every CLI command
+
+        kw = await asyncio.to_thread(lambda: session_args(self.host, id=id, title=title, model=model, system=system,
+                                                          config=config, tools=tools, first_message=first_message))
         return self._row(await asyncio.to_thread(lambda: self.brain.create_session(**kw)))
-
-    def _session_args(self, id: str | None, title: str | None, model: str | None, system: str | None,
-                      config: Mapping[str, Any] | None, tools: Sequence[str] | None,
-                      first_message: str | None) -> dict[str, Any]:
-        """Brain.create_session's arguments, checked against this host before anything is written: the config's
-        keys (the core's and the plugins'), the tools (each known, each once) and the model."""
-        from ..brain.tools import tool_named
-
-        out: dict[str, Any] = {"title": title, "system": system, "model": model or self.host.models.default_name()}
-        if first_message and first_message.strip():
-            out["message"] = first_message
-        if id is not None:
-            out["session_id"] = id
-        if config is not None:
-            from ..server.bodies import config_checks
-
-            checks = config_checks(self.host)
-            unknown = sorted(set(config) - set(checks))
-            if unknown:
-                raise ConfigError(f"unknown config key {unknown[0][:40]!r}; known: {', '.join(checks)}")
-            for k, v in config.items():
-                checks[k](v)
-            out["config"] = dict(config)
-        if tools is not None:
-            seen: set[str] = set()
-            for t in tools:
-                if t in seen:
-                    raise ConfigError(f'"tools" names {t[:40]!r} twice; name each tool once')
-                seen.add(t)
-                tool_named(self.host.tools, t)  # raises ConfigError naming the known tools
-            out["tools"] = list(tools)
-        from ..server.bodies import check_model
-
-        check_model(self.host, out["model"])
-        return out
 
     async def events(self, session_id: str, after: int | None = None, limit: int | None = None) -> list[Event]:
         def read() -> list[Event]:
