@@ -100,10 +100,10 @@ async def test_a_turn_cut_off_in_a_dream_that_had_ended_is_finished_at_the_next_
     seq = runtime.log.append(did, "user_message", {"text": "Anything else?"}).seq
     code, s = await call(jp_fetch, "GET", "sessions", did)
     assert code == 200 and s["state"] == "unfinished", s
-    assert await runtime.wake() == [did]
+    assert await runtime.service.wake() == [did]
     await until_event(jp_ws_fetch, did, "turn_ended", after=seq)
     code, s = await call(jp_fetch, "GET", "sessions", did)
-    assert s["state"] != "unfinished" and await runtime.wake() == []
+    assert s["state"] != "unfinished" and await runtime.service.wake() == []
     code, again = await call(jp_fetch, "GET", "dreams", did)
     assert again["state"] == "done" and [m["id"] for m in again["proposals"]] == [m["id"] for m in dream["proposals"]]
 

@@ -203,7 +203,7 @@ async def test_a_cut_off_turn_is_refused_new_messages_until_resumed(wb, jp_serve
     assert "hello from before the crash" in events[-2]["payload"]["message"]["content"][-1]["text"]
     _, r = await wb.call("POST", "sessions", sid, "resume", expect=202)
     assert r == {"resumed": False}
-    assert await runtime.wake() == []  # nothing left to wake
+    assert await runtime.service.wake() == []  # nothing left to wake
     ws.close()
 
 

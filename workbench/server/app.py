@@ -105,7 +105,7 @@ class Workbench(ExtensionApp):
         # thread at start): a turn or a resume makes its model, and so imports its SDK, in a thread of its own.
         await self.runtime.ready()
         if self.resume_on_start:
-            resumed = await self.runtime.wake()
+            resumed = await self.runtime.service.wake()
             if resumed:
                 self.log.info("workbench: resuming %d cut-off turn(s): %s", len(resumed), ", ".join(resumed))
 

@@ -23,6 +23,7 @@ from tornado import web
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from ..errors import BodyTooLarge, DatabaseLocked, UnknownSession, WorkbenchError
+from ..service.local import Local
 from . import bodies
 from .fanout import wire
 from .runtime import STOPPING, Runtime, ServerStopping
@@ -164,6 +165,11 @@ class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
     def runtime(self) -> Runtime:
         return runtime_of(self)
 
+    @property
+    def service(self) -> Local:
+        """The one service (workbench/service) the handlers run every operation on, as the CLI does in process."""
+        return runtime_of(self).service
+
     def body(self) -> Any:
         """The decoded JSON body (strictly; an empty body is {}); BodyTooLarge over `max_body`."""
         if self._chunks is None:
@@ -199,7 +205,7 @@ class SessionsHandler(WorkbenchHandler):
         filters = {"kind": q.kind, "state": q.state, "text": q.q, "updated_after": q.updated_after,
                    "updated_before": q.updated_before, "order": q.order or "created", "cursor": q.cursor,
                    "archived": bodies.flag(q.archived)}
-        self.reply(await self.runtime.sessions_page(q.limit, **{k: v for k, v in filters.items() if v is not None}))
+        self.reply(await self.service.sessions(limit=q.limit, **filters))
 
     @web.authenticated
     @api
@@ -217,7 +223,7 @@ class MessagesHandler(WorkbenchHandler):
     @api
     async def post(self, id: str) -> None:
         text, key = bodies.message_body(self.body())
-        seq = await self.runtime.send(id, text, key)
+        seq = await self.service.send(id, text, key=key)
         self.reply({"session_id": id, "seq": seq}, 202)
 
 
@@ -228,7 +234,7 @@ class EventsHandler(WorkbenchHandler):
     @api
     async def get(self, id: str) -> None:
         after, limit = self.query.after, self.query.limit
-        events = await self.runtime.events(id, after, limit=limit)  # 404 for an unknown session
+        events = await self.service.events(id, after, limit=limit)  # 404 for an unknown session
         last = events[-1].seq if events else (after or 0)
         self.reply({"events": [e.to_json() for e in events], "last_seq": last})
 
@@ -239,11 +245,7 @@ class NotebookHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def get(self, id: str) -> None:
-        from ..export import session_notebook
-
-        session = await self.runtime.session(id)
-        events = await self.runtime.events(id)
-        self.reply(await asyncio.to_thread(session_notebook, session, events))
+        self.reply(await self.service.notebook(id))
 
 
 class InterruptHandler(WorkbenchHandler):
@@ -251,7 +253,7 @@ class InterruptHandler(WorkbenchHandler):
     @api
     async def post(self, id: str) -> None:
         bodies.empty_body(self.body())
-        self.reply({"interrupted": await self.runtime.interrupt(id)})
+        self.reply({"interrupted": await self.service.interrupt(id)})
 
 
 class ResumeHandler(WorkbenchHandler):
@@ -259,14 +261,14 @@ class ResumeHandler(WorkbenchHandler):
     @api
     async def post(self, id: str) -> None:
         bodies.empty_body(self.body())
-        self.reply({"resumed": await self.runtime.resume(id)}, 202)
+        self.reply({"resumed": await self.service.resume(id)}, 202)
 
 
 class HandsHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def get(self, id: str) -> None:
-        self.reply(await self.runtime.hands_status(id))
+        self.reply(await self.service.hands(id))
 
 
 class HandsRestartHandler(WorkbenchHandler):
@@ -274,7 +276,7 @@ class HandsRestartHandler(WorkbenchHandler):
     @api
     async def post(self, id: str) -> None:
         bodies.empty_body(self.body())
-        self.reply(await self.runtime.restart_hands(id))
+        self.reply(await self.service.restart_hands(id))
 
 
 class HandsCloseHandler(WorkbenchHandler):
@@ -282,7 +284,7 @@ class HandsCloseHandler(WorkbenchHandler):
     @api
     async def post(self, id: str) -> None:
         bodies.empty_body(self.body())
-        self.reply(await self.runtime.close_hands(id))
+        self.reply(await self.service.close_hands(id))
 
 
 class QueryHandler(WorkbenchHandler):
@@ -290,8 +292,7 @@ class QueryHandler(WorkbenchHandler):
     @api
     async def post(self) -> None:
         sql, params = bodies.query_body(self.body())
-        res = await self.runtime.query(sql, params)
-        self.reply({"columns": res.columns, "rows": [list(r) for r in res.rows], "truncated": res.truncated})
+        self.reply(await self.service.query(sql, params))
 
 
 class StatusHandler(WorkbenchHandler):
@@ -333,7 +334,7 @@ class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
             runtime = runtime_of(self)
             async with runtime.serving():
                 await runtime.ready()
-                await runtime.session(id)
+                await runtime.service.session(id)
         except WorkbenchError as e:
             send_error(self, status_of(e), str(e))
             return
@@ -369,7 +370,7 @@ class StreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
         self._buffer: list[tuple[str, Any, str | None]] = []
         self._unwatch = runtime.watch(id, self._on_live)
         try:
-            backlog = await runtime.events(id, self.after)
+            backlog = await runtime.service.events(id, self.after)
         except Exception:
             if runtime.stopping:
                 self.close(1001, STOPPING)
@@ -471,7 +472,7 @@ class FilesHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def get(self, id: str) -> None:
-        self.reply(await self.runtime.list_files(id))
+        self.reply(await self.service.files(id))
 
     @web.authenticated
     @api
@@ -480,7 +481,7 @@ class FilesHandler(WorkbenchHandler):
             raise BodyTooLarge(f"the file is {self._size:,} bytes; an upload may be at most {self.max_body:,} "
                                "(the setting max_upload_mb, docs/settings.md); nothing was written")
         q = self.query
-        written = await self.runtime.put_file(id, q.path, self._spool, name=q.name or "", kind=q.kind or "file")
+        written = await self.service.put_file(id, q.path, self._spool, name=q.name or "", kind=q.kind or "file")
         self.reply(written, 201)
 
 
@@ -497,7 +498,7 @@ class FileContentHandler(WorkbenchHandler):
         from ..hands import files as wsfiles
 
         runtime = self.runtime
-        root = await runtime.file_root(id, self.query.path)
+        root = await runtime.service.file_root(id, self.query.path)
         limit = runtime.files_settings.max_download_mb << 20
         path = wsfiles.check_path(self.query.path)
         opened = wsfiles.open_file(root, path, limit)

@@ -15,19 +15,21 @@ class SessionHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def get(self, id: str) -> None:
-        self.reply(await self.runtime.session(id))
+        self.reply(await self.service.session(id))
 
     @web.authenticated
     @api
     async def patch(self, id: str) -> None:
         title, archived = bodies.patch_body(self.body())
-        self.reply(await self.runtime.change_session(id, title, archived))
+        if title is not None:
+            await self.service.rename(id, title)
+        self.reply(await self.service.archive(id, archived) if archived is not None else await self.service.session(id))
 
     @web.authenticated
     @api
     async def delete(self, id: str) -> None:
         bodies.empty_body(self.body())
-        self.reply(await self.runtime.delete_session(id))
+        self.reply(await self.service.delete(id))
 
 
 class ForkHandler(WorkbenchHandler):
@@ -35,14 +37,14 @@ class ForkHandler(WorkbenchHandler):
     @api
     async def post(self, id: str) -> None:
         b = bodies.fork_body(self.body())
-        self.reply(await self.runtime.fork_session(id, b.seq, b.id, b.title), 201)
+        self.reply(await self.service.fork(id, b.seq, new_id=b.id, title=b.title), 201)
 
 
 class UsageHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def get(self, id: str) -> None:
-        self.reply(await self.runtime.usage(id))
+        self.reply(await self.service.usage(id))
 
 
 class SearchHandler(WorkbenchHandler):
@@ -53,7 +55,7 @@ class SearchHandler(WorkbenchHandler):
     async def get(self) -> None:
         q = self.query
         kw = {"limit": q.limit or 20, "cursor": q.cursor, "kind": q.kind, "archived": bodies.flag(q.archived)}
-        self.reply(await self.runtime.search(q.q, **kw))
+        self.reply(await self.service.search(q.q, **kw))
 
 
 class ModelsHandler(WorkbenchHandler):
