@@ -41,13 +41,11 @@ def _same_file(a: str | Path, b: str | Path) -> bool:
 
 def find_holder(db: str | Path | None, locked: DatabaseLocked) -> WorkbenchClient | None:
     """A client of the running workbench server that holds `db`, or None when none does."""
-    from jupyter_server.serverapp import list_running_servers
-
-    from ..client.api import WorkbenchClient
+    from ..client.api import WorkbenchClient, running_servers
     from ..log import default_db_path
 
     path = Path(db) if db is not None else default_db_path()
-    servers = list(list_running_servers())
+    servers = running_servers()
     # the process DuckDB names as the holder first; any other server on this machine may be it too
     servers.sort(key=lambda info: info.get("pid") != locked.holder_pid)
     for info in servers:
