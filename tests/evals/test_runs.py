@@ -192,3 +192,29 @@ async def test_a_run_has_at_most_parallel_attempts_at_work_and_starts_once(tmp_p
             watcher.cancel()
         assert df["passed"].all() and len(df) == 6
         assert peak == 2  # the attempts overlapped, two at a time and never more
+
+
+async def test_attempts_and_their_verifiers_keep_no_spare_kernel_while_a_chat_session_does(tmp_path, monkeypatch):
+    """Nobody waits on an attempt's kernel or a verifier's (one call, then closed): neither boots a spare beside it,
+    which would double the kernels an eval starts; a chat session on the same host keeps its spare."""
+    from workbench.hands.kernel import KernelHands
+
+    made: list[KernelHands] = []
+    init = KernelHands.__init__
+
+    def spy(self, *args, **kw):
+        init(self, *args, **kw)
+        made.append(self)
+
+    monkeypatch.setattr(KernelHands, "__init__", spy)
+    tasks = [t for t in load_tasks(EXAMPLE) if t.id == "num-fib-30"]
+    async with open_host(tmp_path) as host:
+        df = await host.plugin("evals").make_run(tasks, ["scripted:eval"]).run()
+        assert df["passed"].all(), df[["task", "reason"]].to_string()
+        evals = list(made)
+        if evals[0].launcher.name != "sandbox":
+            pytest.skip("spares are kept by sandboxed hands only")
+        sid = host.brain.create_session(title="chat", model="scripted")["id"]
+        assert await host.brain.run_turn(sid, "```python\nprint(6 * 7)\n```") == "end_turn"
+    assert len(evals) == 2 and not any(h.use_spare for h in evals)  # the attempt's and its verifier's
+    assert len(made) == 3 and made[2].use_spare

@@ -94,6 +94,25 @@ async def test_a_killed_kernel_is_replaced_by_the_spare_in_the_same_workspace(ma
     assert hands.spare.ident["pid"] not in (spare_pid, None)
 
 
+async def test_a_session_that_turns_its_spare_off_runs_one_kernel_and_a_death_is_replaced_cold(make_factory):
+    """`config.hands.spare = false` (eval attempts and verifiers set it): no second kernel boots beside the session's
+    after its calls, and a dead kernel's replacement is started then, in the same workspace."""
+    factory = await make_factory(pool_size=0)
+    events, sink = recorder()
+    hands = factory("no-spare", {"hands": {"spare": False}}, sink)
+    await run(hands, "open('kept.txt', 'w').write('kept'); x = 1")
+    await run(hands, "x + 1")
+    await asyncio.sleep(1.0)  # a spare would be booting by now
+    assert hands.spare is None and hands.status()["spare"] is None
+    await kill(hands)
+    obs = await hands.execute("open('kept.txt').read()", timeout=60)
+    assert obs.ok and obs.result == "'kept'", obs.text()
+    started = [p for t, p in events if t == "hands_started"]
+    assert [(p["spare"], p["reason"]) for p in started][1:] == [(False, "replace a dead kernel")]
+    await asyncio.sleep(1.0)
+    assert hands.spare is None and hands.status()["spare"] is None
+
+
 async def test_after_a_death_the_next_spare_boots_at_once_not_after_the_next_call(make_factory):
     """Deaths in quick succession are each served by a spare: the spare that replaced a dead kernel has one
     booting behind it while the first call in it still runs."""

@@ -89,7 +89,8 @@ class Attempt:
         """Create the session with its `eval_started` (the task's files go in before its first turn)."""
         s, brain = self.spec, self.host.brain
         config = {"eval": {"run": s.run, "task": s.task.id, "model": s.model, "epoch": s.epoch},
-                  "hands": {"keep_dir": str(self.dir)}}
+                  # nobody waits on an attempt's kernel: a death is replaced cold, not by a spare kept for each one
+                  "hands": {"keep_dir": str(self.dir), "spare": False}}
         started = {"run": s.run, "task": s.task.id, "model": s.model, "epoch": s.epoch, "digest": s.task.digest(),
                    "verifier": s.task.verifier.kind, "limits": {"turns": s.task.limits.turns, "tokens": s.task.limits.tokens,
                                                                 "seconds": s.task.limits.seconds}}

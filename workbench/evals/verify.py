@@ -127,7 +127,8 @@ async def python_verdict(hands_factory: Any, agent: Hands, code: str, answer: st
     if source is None or not source.is_dir():
         return verdict(False, 0.0, "not checked: there is no workspace to check on this machine (no code ran, "
                                    "its workspace did not survive a restart, or its kernels run on a gateway)")
-    config = {"hands": {"timeout": float(timeout)}} if timeout else {}
+    # one call, then closed: a spare kernel beside it would boot for nothing (as many kernels again as checks)
+    config = {"hands": {"spare": False, **({"timeout": float(timeout)} if timeout else {})}}
     hands = hands_factory(label, config, None, None)  # no log of their own: the verdict is the record
     try:
         try:

@@ -196,7 +196,7 @@ class HandsFactory:
         else:
             hands = KernelHands(config, launcher=self.launcher, pool=self.pool, on_event=sink, replay=replay,
                                 session_config=session_config, session_id=session_id,
-                                spare=self.settings.spare and self.launcher.name == "sandbox")
+                                spare=self.settings.spare and config.spare and self.launcher.name == "sandbox")
         self._hands = {h for h in self._hands if getattr(h, "state", "") != "stopped"}
         self._hands.add(hands)
         return hands

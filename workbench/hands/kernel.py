@@ -52,6 +52,7 @@ class HandsConfig:
     keep_dir: str | None = None  # where the session's workspace is kept across shutdowns and restarts (evals)
     env: dict[str, str] = field(default_factory=dict)  # extra variables for the kernel
     replay: bool = False  # re-run replayable calls in a fresh kernel after a death
+    spare: bool = True  # keep a spare kernel beside the live one (if the host keeps spares); off for hands nobody waits on
 
     def budget(self) -> Budget:
         """What one call's observation may hold."""
