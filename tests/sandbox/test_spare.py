@@ -113,6 +113,23 @@ async def test_a_session_that_turns_its_spare_off_runs_one_kernel_and_a_death_is
     assert hands.spare is None and hands.status()["spare"] is None
 
 
+async def test_the_spare_boots_once_the_kernel_has_been_idle_and_never_for_hands_closed_at_once(make_factory):
+    """`spare_after`: calls that keep coming put the spare off; it boots once the kernel has been idle that long;
+    hands closed right after their call never boot one."""
+    factory = await make_factory(pool_size=0, spare_after=2.0)
+    hands = factory("spare-later", {}, None)
+    for _ in range(4):  # a call every half second: never idle for two
+        await run(hands, "x = 1")
+        await asyncio.sleep(0.5)
+        assert hands.status()["spare"] is None and hands.spare is None
+    await until(lambda: hands.status()["spare"] == "ready")
+    brief = factory("closed-at-once", {}, None)
+    await run(brief, "y = 2")
+    await brief.close()
+    await asyncio.sleep(3.0)
+    assert brief.spare is None and brief.status()["spare"] is None and brief._spare_task is None
+
+
 async def test_after_a_death_the_next_spare_boots_at_once_not_after_the_next_call(make_factory):
     """Deaths in quick succession are each served by a spare: the spare that replaced a dead kernel has one
     booting behind it while the first call in it still runs."""
@@ -155,7 +172,7 @@ print(json.dumps({{"cwd": os.getcwd(), "files": sorted(os.listdir('.')), "b": os
 
 
 async def test_idle_hands_stop_their_processes_and_come_back_on_the_next_call(make_factory):
-    factory = await make_factory(pool_size=0, idle_timeout=3.0)
+    factory = await make_factory(pool_size=0, idle_timeout=3.0, spare_after=0.5)  # a spare boots before the closing
     events, sink = recorder()
     hands = factory("idle-a", {}, sink)
     await run(hands, "open('kept.txt', 'w').write('still here')")

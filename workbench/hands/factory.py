@@ -59,6 +59,7 @@ class HandsSettings:
     max_message_mb: int = 16  # the largest message the hands read from a kernel; bigger ones are dropped with a note
     registry_dir: str = ""  # where kernel pids are recorded for reaping (default: Jupyter runtime dir)
     spare: bool = True  # sandbox: keep a second kernel per session (once it ran code), in its workspace, for a death
+    spare_after: float = 5.0  # seconds a session's kernel is idle after a call before its spare boots; 0 = at once
     idle_timeout: float = 1800.0  # seconds without a call after which a session's kernel (and spare) stop; 0 = never
 
     def limits(self) -> Limits:
@@ -97,6 +98,12 @@ def hands_config(session_config: dict[str, Any] | None) -> HandsConfig:
     return HandsConfig(**hc)
 
 
+def _seconds(name: str, value: Any, zero: str) -> None:
+    """ConfigError unless `value` is a finite number of seconds, 0 or more (`zero`: what 0 means)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{name} must be a number of seconds, 0 or more (0: {zero}), not {value!r}")
+
+
 class HandsFactory:
     """Makes hands for sessions; owns the launcher, the warm pool and the kernel registry."""
 
@@ -108,9 +115,8 @@ class HandsFactory:
             raise ConfigError(f"unknown hands backend {s.backend!r}; choose one of {', '.join(BACKENDS)}")
         if s.backend == "gateway" and not s.gateway_url:
             raise ConfigError("the gateway backend needs a URL: set WORKBENCH_HANDS_GATEWAY_URL")
-        if isinstance(s.idle_timeout, bool) or not isinstance(s.idle_timeout, (int, float)) \
-                or not math.isfinite(s.idle_timeout) or s.idle_timeout < 0:
-            raise ConfigError(f"idle_timeout must be a number of seconds, 0 or more (0: never), not {s.idle_timeout!r}")
+        _seconds("idle_timeout", s.idle_timeout, "never")
+        _seconds("spare_after", s.spare_after, "at once")
         if isinstance(s.max_message_mb, bool) or not isinstance(s.max_message_mb, int) or not 1 <= s.max_message_mb <= 2048:
             raise ConfigError(f"max_message_mb must be a whole number of MiB from 1 to 2048, not {s.max_message_mb!r}")
         self.registry = KernelRegistry(Path(s.registry_dir or default_registry_dir()))
@@ -127,9 +133,7 @@ class HandsFactory:
 
             self.launcher = LocalLauncher(limits=self.limits, registry=self.registry, max_message=self.max_message)
         elif s.backend == "gateway":
-            if isinstance(s.gateway_probe, bool) or not isinstance(s.gateway_probe, (int, float)) \
-                    or not math.isfinite(s.gateway_probe) or s.gateway_probe < 0:
-                raise ConfigError(f"gateway_probe must be a number of seconds, 0 or more (0: off), not {s.gateway_probe!r}")
+            _seconds("gateway_probe", s.gateway_probe, "off")
             from .launching.gateway import GatewayLauncher
 
             self.launcher = GatewayLauncher(s.gateway_url, s.gateway_token, max_message=self.max_message,
@@ -196,7 +200,8 @@ class HandsFactory:
         else:
             hands = KernelHands(config, launcher=self.launcher, pool=self.pool, on_event=sink, replay=replay,
                                 session_config=session_config, session_id=session_id,
-                                spare=self.settings.spare and config.spare and self.launcher.name == "sandbox")
+                                spare=self.settings.spare and config.spare and self.launcher.name == "sandbox",
+                                spare_after=float(self.settings.spare_after))
         self._hands = {h for h in self._hands if getattr(h, "state", "") != "stopped"}
         self._hands.add(hands)
         return hands

@@ -99,7 +99,8 @@ class KernelHands(Hands):
 
     def __init__(self, config: HandsConfig | None = None, *, launcher: Launcher | None = None, pool: Any = None,
                  on_event: EventSink | None = None, replay: ReplaySource | None = None,
-                 session_config: dict[str, Any] | None = None, session_id: str = "", spare: bool = False):
+                 session_config: dict[str, Any] | None = None, session_id: str = "", spare: bool = False,
+                 spare_after: float = 0.0):
         from .launching.local import LocalLauncher
 
         self.config = config or HandsConfig()
@@ -121,6 +122,8 @@ class KernelHands(Hands):
         # the hot spare: a second kernel of the session, started beside the live one once the session has
         # run code, bound to the same workspace and egress policy; a dead kernel's replacement at once
         self.use_spare = spare
+        self.spare_after = spare_after  # seconds idle after a call before the spare boots (0: at once)
+        self._spare_timer: asyncio.TimerHandle | None = None
         self.spare: Kernel | None = None
         self._spare_task: asyncio.Task[None] | None = None
         self.spare_error: str | None = None  # why the last spare could not start
@@ -257,6 +260,25 @@ class KernelHands(Hands):
 
     # -- the hot spare ----------------------------------------------------
 
+    def _spare_soon(self) -> None:
+        """After a call: the spare boots once the kernel has been idle `spare_after` seconds (a call meanwhile puts
+        it off again). It never competes with the session's own calls for the machine, and hands that run a call
+        and are closed at once (a single cell's call, a script, a test) never boot one."""
+        if not self.use_spare or self.spare is not None:
+            return
+        if self._spare_timer is not None:
+            self._spare_timer.cancel()
+            self._spare_timer = None
+        if self.spare_after <= 0:
+            self._want_spare()
+            return
+        self._spare_timer = asyncio.get_running_loop().call_later(self.spare_after, self._spare_due)
+
+    def _spare_due(self) -> None:
+        self._spare_timer = None
+        if self._call is None and not self._lock.locked():  # else the call under way asks again when it ends
+            self._want_spare()
+
     def _want_spare(self) -> None:
         """Start a spare in the background if the session has a live kernel and no spare (ready or coming)."""
         if not self.use_spare or self.kernel is None or self.spare is not None:
@@ -295,8 +317,11 @@ class KernelHands(Hands):
         return spare
 
     async def _drop_spare(self) -> None:
-        """Stop the spare, and one that is booting."""
+        """Stop the spare, one that is booting, and one that was to boot."""
         self._epoch += 1
+        if self._spare_timer is not None:
+            self._spare_timer.cancel()
+            self._spare_timer = None
         task, self._spare_task = self._spare_task, None
         if task is not None and not task.done():
             task.cancel()
@@ -456,7 +481,7 @@ class KernelHands(Hands):
             obs.hint = obs.hint or missing_module(obs.error, self.launcher.python)
             obs.generation = obs.generation or self.generation
             obs.duration_ms = round((time.perf_counter() - t0) * 1000, 1)
-            self._want_spare()  # the session has run code: a replacement waits beside its kernel
+            self._spare_soon()  # the session has run code: a replacement will wait beside its kernel
             return obs
 
     def _timeout(self, asked: Any) -> float:
