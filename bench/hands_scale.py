@@ -49,7 +49,7 @@ async def _back_to_back(hands: Any, deaths: int, gap: float = 1.0) -> tuple[list
     async def next_death() -> None:
         if killed:
             await asyncio.sleep(max(0.0, gap - (time.perf_counter() - killed[-1])))
-        else:  # the first death finds the spare ready, as in a session whose last call ended a boot ago
+        else:  # the first death finds the spare ready, as in a session whose last call ended spare_after and a boot ago
             await _until(lambda: hands.status()["spare"] == "ready", 120, "the first spare was not ready")
         spares.append(str(hands.status()["spare"]))
         killed.append(time.perf_counter())
@@ -246,5 +246,5 @@ async def run(ctx: Context) -> Section:
     await _idle_memory(ctx, sessions, sec)
     sec.notes.append("Recovery is timed from just after os.kill(pid, SIGKILL) to the answer of `1+1` (the hands notice "
                      "the death on the next execute); with the spare, it is ready before each trial, as it is in a "
-                     f"session whose last call ended more than a boot ago. Python {sys.version.split()[0]}.")
+                     f"session whose last call ended more than `spare_after` (5 s) and a boot ago. Python {sys.version.split()[0]}.")
     return sec
