@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from workbench.log import DuckDBLog
 from workbench.testing import FakeMessagesAPI
 
 REPO = Path(__file__).resolve().parent.parent
+FILE_SECONDS = REPO / "tests" / "file_seconds.json"  # seconds per test file in a CI run: the order files start in
 
 
 @pytest.fixture(autouse=True)
@@ -73,15 +75,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if rel.parts[0] in ISOLATION_DIRS or rel.name in ISOLATION_MODULES:
             item.add_marker(pytest.mark.isolation)
-    # The files of the longest tests (those given a timeout above the default: minutes each) run first, so that in
-    # several worker processes (scripts/test.sh: a file whole in one worker, in this order) none of them starts
-    # last and runs on alone while the other workers idle
+    # The longest files run first, so that in several worker processes (scripts/test.sh: a file whole in one
+    # worker, in this order) none of them starts last and runs on alone while the other workers idle: by the
+    # seconds a CI run measured (tests/file_seconds.json, written by scripts/file_seconds.py), and a file it did
+    # not measure by the longest timeout its tests were given (a long new file then starts early, not last)
+    measured = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.exists() else {}
     longest: dict[str, float] = {}
     for item in items:
+        rel = Path(str(item.fspath)).relative_to(REPO).as_posix()
         mark = item.get_closest_marker("timeout")
         seconds = (mark.args[0] if mark.args else mark.kwargs.get("timeout", 0)) if mark else 0
-        longest[item.fspath] = max(longest.get(item.fspath, 0), seconds or 0)
-    items.sort(key=lambda item: -longest[item.fspath])  # stable: within a file, and among equals, as collected
+        longest[rel] = measured.get(rel, max(longest.get(rel, 0), seconds or 0))
+    items.sort(key=lambda item: -longest[Path(str(item.fspath)).relative_to(REPO).as_posix()])  # stable
 
 
 # -- no process this run started outlives it: see leakcheck.py -------------------------------------------------
