@@ -211,7 +211,7 @@ class SessionsHandler(WorkbenchHandler):
     @api
     async def post(self) -> None:
         b = bodies.parse(bodies.SessionBody, self.body())
-        self.reply(await self.runtime.service.create_session(
+        self.reply(await self.service.create_session(
             id=b.id, title=b.title, model=b.model, system=b.system, config=b.config, tools=b.tools,
             first_message=b.first_message), 201)
 

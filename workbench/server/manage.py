@@ -21,9 +21,10 @@ class SessionHandler(WorkbenchHandler):
     @api
     async def patch(self, id: str) -> None:
         title, archived = bodies.patch_body(self.body())
-        if title is not None:
-            await self.service.rename(id, title)
-        self.reply(await self.service.archive(id, archived) if archived is not None else await self.service.session(id))
+        row = await self.service.rename(id, title) if title is not None else None
+        if archived is not None:
+            row = await self.service.archive(id, archived)
+        self.reply(row)  # the session's row after both (patch_body refuses a body with neither)
 
     @web.authenticated
     @api
