@@ -201,7 +201,8 @@ HANDS_FLOORS = (
     ("workbench.hands.base", "workbench.hands.files"),  # the protocols; the workspace's files
     ("workbench.hands.isolating",),  # what keeps a kernel in its place; never starts one
     ("workbench.hands.launching",),  # how kernels start, talk and end
-    ("workbench.hands.kernel", "workbench.hands.replay", "workbench.hands.factory", "workbench.hands"),
+    ("workbench.hands.kernel", "workbench.hands.replay", "workbench.hands.factory", "workbench.hands.verdict",
+     "workbench.hands"),
 )
 
 
@@ -404,14 +405,18 @@ def test_the_second_implementation_check_catches_one():
 
 # -- the core under its faces -------------------------------------------------------------------------------------
 
-# the faces people use: the server's REST API, the CLI, the notebook client, the review panels
-ALL_FACES = ("workbench.server", "workbench.cli", "workbench.client", "workbench.panels")
+# the faces people use: the server's REST API, the CLI, the notebook client (the memory plugin's review panels are
+# its own, under workbench/memory)
+ALL_FACES = ("workbench.server", "workbench.cli", "workbench.client")
 # where the package is entered: `import workbench` offers the notebook client and the server extension's hooks,
 # `python -m workbench` is the CLI
 ENTRY_POINTS = ("workbench", "workbench.__main__")
-# the built-in plugins still contribute their routes and commands by importing the faces' handler and console
-# classes (issue 23, item 2: a plugin surface that is all they import); every other module is held to the rule
+# the built-in plugins: they import nothing of the core but the plugin surface (workbench.plugins), a stricter rule
+# than this one (test_plugins_import_only_the_plugin_surface)
 PLUGIN_PACKAGES = ("workbench.memory", "workbench.evals", "workbench.delegate")
+# the plugin surface's face parts: they hand a plugin the server's handler, the CLI's console and the notebook
+# client to build its routes, commands and panels on; only plugins import them, and the core never does
+PLUGIN_FACE_PARTS = ("workbench.plugins.web", "workbench.plugins.cli", "workbench.plugins.client")
 
 
 def _under(name: str, packages: tuple[str, ...]) -> bool:
@@ -423,7 +428,7 @@ def faces_imported_by_the_core(g: dict[str, set[str]]) -> list[str]:
     a face, even lazily: what both faces need (a check, an operation) belongs under both."""
     return [f"{name} imports {d}: the core is under its faces; move what both need below them"
             for name, deps in sorted(g.items())
-            if not _under(name, ALL_FACES + PLUGIN_PACKAGES) and name not in ENTRY_POINTS
+            if not _under(name, ALL_FACES + PLUGIN_FACE_PARTS + PLUGIN_PACKAGES) and name not in ENTRY_POINTS
             for d in sorted(deps) if _under(d, ALL_FACES)]
 
 
@@ -441,3 +446,45 @@ def test_the_face_import_check_catches_one():
         "workbench.brain.loop imports workbench.cli.console: the core is under its faces; move what both need below them",
         "workbench.service.local imports workbench.server.bodies: the core is under its faces; move what both need "
         "below them"]
+
+
+# -- plugins on their surface -------------------------------------------------------------------------------------
+
+def plugin_imports_beyond_the_surface(g: dict[str, set[str]], plugins: tuple[str, ...] = PLUGIN_PACKAGES) -> list[str]:
+    """Modules of a plugin that import the core beyond `workbench.plugins` (or another plugin): what a plugin may
+    use is the surface docs/plugins.md documents, so that the core's rooms can move without breaking one."""
+    out = []
+    for name, deps in sorted(g.items()):
+        own = next((p for p in plugins if _under(name, (p,))), None)
+        if own is None:
+            continue
+        out += [f"{name} imports {d}: a plugin imports only workbench.plugins (add what it needs to the surface)"
+                for d in sorted(deps) if not _under(d, (own, "workbench.plugins"))]
+    return out
+
+
+def test_plugins_import_only_the_plugin_surface():
+    assert plugin_imports_beyond_the_surface(graph()) == []
+
+
+def test_the_plugin_surface_check_catches_one():
+    g = {"workbench.memory.cli": {"workbench.cli.console", "workbench.plugins.cli", "workbench.memory.store"},
+         "workbench.delegate.run": {"workbench.evals.verify", "workbench.plugins.hands"},
+         "workbench.evals.plugin": {"workbench.log"}, "workbench.cli.main": {"workbench.plugins"}}
+    assert plugin_imports_beyond_the_surface(g) == [
+        "workbench.delegate.run imports workbench.evals.verify: a plugin imports only workbench.plugins (add what it "
+        "needs to the surface)",
+        "workbench.evals.plugin imports workbench.log: a plugin imports only workbench.plugins (add what it needs to "
+        "the surface)",
+        "workbench.memory.cli imports workbench.cli.console: a plugin imports only workbench.plugins (add what it "
+        "needs to the surface)"]
+
+
+def test_the_example_plugin_imports_only_the_plugin_surface():
+    """examples/echo_plugin is built from docs/plugins.md alone: what it imports of workbench is the surface."""
+    path = PKG.parent / "examples" / "echo_plugin" / "echo_plugin.py"
+    tree = ast.parse(path.read_text(), str(path))
+    taken = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+    taken += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    ours = [m for m in taken if m == "workbench" or m.startswith("workbench.")]
+    assert ours and all(m == "workbench.plugins" or m.startswith("workbench.plugins.") for m in ours), ours

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.brain import Tool, ToolContext, ToolOutput
-from workbench.brain.models import Reply, ScriptedModel
-from workbench.brain.models.scripted import position
 from workbench.plugins import Plugin
+from workbench.plugins.models import Reply, ScriptedModel, position
+from workbench.plugins.tools import Tool, ToolContext, ToolOutput
 
 
 async def word_count(inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:

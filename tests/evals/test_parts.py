@@ -14,7 +14,8 @@ from workbench.evals import Prices, Task, Verifier, report_html, summary, wilson
 from workbench.evals.report import compare_html
 from workbench.evals.results import COLUMNS, attempt_row, frame
 from workbench.evals.script import grader, solver
-from workbench.evals.verify import GRADER_SYSTEM, grader_request, harness_code, parse_grade, read_verdict
+from workbench.evals.verify import GRADER_SYSTEM, grader_request, parse_grade
+from workbench.hands.verdict import harness_code, read_verdict
 from workbench.log import Event
 
 HOSTILE = '<script>alert(1)</script>"\'&<img src=x onerror=alert(2)>'

@@ -23,7 +23,8 @@ import pytest
 import pytest_asyncio
 
 from workbench.errors import WorkbenchError
-from workbench.evals.verify import listing, python_verdict
+from workbench.evals.verify import listing
+from workbench.hands.verdict import python_verdict
 from workbench.hands.isolating import freeze, limits
 from workbench.hands.factory import HandsFactory, HandsSettings
 from workbench.hands.files import copy_tree, list_files, open_file, read_files, write_file

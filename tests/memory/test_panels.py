@@ -24,8 +24,8 @@ import pytest
 from workbench.errors import DatabaseLocked
 from workbench.log import DuckDBLog
 from wbmemory import dream
-from workbench.panels.review import ReviewApp
-from workbench.panels.widgets import MemoryReview
+from workbench.memory.panels.review import ReviewApp
+from workbench.memory.panels.widgets import MemoryReview
 
 
 @pytest.fixture

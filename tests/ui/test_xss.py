@@ -92,8 +92,8 @@ def test_every_html_the_python_views_make_is_escaped(hostile_copy):
     from workbench.client.render import ChatView
     from workbench.log import DuckDBLog
     from workbench.memory import MemoryStore
-    from workbench.panels.review import ReviewApp
-    from workbench.panels.widgets import MemoryReview
+    from workbench.memory.panels.review import ReviewApp
+    from workbench.memory.panels.widgets import MemoryReview
 
     path, dreamed = hostile_copy
     with DuckDBLog(path) as log:
@@ -256,9 +256,9 @@ def test_notebook_views_run_no_planted_script(lab: JupyterProcess, lab_hostile, 
         "%load_ext workbench",
         # the same hostile turn again, live in the cell: streamed deltas, then the committed events
         f"%%agent --session {sid}\n{MESSAGE}",
-        "import workbench\nfrom workbench.panels.source import RestSource\nfrom workbench.panels.widgets import MemoryReview\n"
+        "import workbench\nfrom workbench.memory.panels.source import RestSource\nfrom workbench.memory.panels.widgets import MemoryReview\n"
         "wb = workbench.connect()\nMemoryReview(RestSource(wb.url, wb.token), status='all').widget",
-        "import panel as pn\nfrom workbench.panels.review import ReviewApp\npn.extension(inline=True)\n"
+        "import panel as pn\nfrom workbench.memory.panels.review import ReviewApp\npn.extension(inline=True)\n"
         "ReviewApp(RestSource(wb.url, wb.token), status='all').panel()",
     ]))
     page.goto(f"{lab.url}/lab/tree/xss.ipynb?token={lab.token}")

@@ -290,6 +290,15 @@ class Brain:
     def running(self, session_id: str) -> bool:
         return self.turns.running(session_id)
 
+    def running_sessions(self) -> list[str]:
+        """The sessions whose turn runs in this brain now."""
+        return self.turns.sessions()
+
+    async def wait_turn(self, session_id: str) -> str | None:
+        """Wait for the session's running turn, if any (not cancelling it when the waiter is); its stop reason."""
+        task = self.turns.task(session_id)
+        return await asyncio.shield(task) if task is not None else None
+
     async def _start(self, session_id: str, text: Any, name_untitled: bool = False,
                      key: str | None = None) -> tuple[Event, asyncio.Task | None]:
         if not isinstance(text, str) or not text.strip():

@@ -12,7 +12,7 @@ import argparse
 import contextlib
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from ..errors import RequestRefused, UnknownSession
 from ..host import Host
@@ -78,7 +78,8 @@ def on_service(body: Body, *, read_only: bool = False, hands: bool = False,
 
     def on_db(args: argparse.Namespace, ctx: CommandContext) -> int:
         # built here, in the main thread: DatabaseLocked reaches cli/main.py, which goes to the server instead
-        host = build(args, ctx) if build is not None else ctx.build_host(args, read_only=read_only, hands=hands)
+        # the CLI's own console makes the host: a Host, not just the plugins' view of one (PluginHost)
+        host = build(args, ctx) if build is not None else cast(Host, ctx.build_host(args, read_only=read_only, hands=hands))
         return run(on_file(host), lambda wb: body(args, wb))
 
     def remote(args: argparse.Namespace, r: Any) -> int:

@@ -8,17 +8,17 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from ..brain.tools import Tool, ToolContext, ToolOutput
-from ..config import from_env
-from ..errors import WorkbenchError
-from ..hands.files import FileRefused, read_files
 from ..plugins import Plugin
+from ..plugins.errors import WorkbenchError
+from ..plugins.hands import FileRefused, read_files
+from ..plugins.settings import from_env
+from ..plugins.tools import Tool, ToolContext, ToolOutput
 from .run import Delegation, child_id, depth_of
 from .script import delegate_script, worker_script
 from .spec import BadInput, parse
 
 if TYPE_CHECKING:
-    from ..host import Host
+    from ..plugins import PluginHost as Host
 
 
 @dataclass

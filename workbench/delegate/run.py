@@ -17,12 +17,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..brain.request import turn_state
-from ..brain.tools import ToolOutput
-from ..errors import TurnBusy, WorkbenchError
-from ..evals.verify import python_verdict
-from ..hands.files import write_file
-from ..log import Event
+from ..plugins.errors import TurnBusy, WorkbenchError
+from ..plugins.hands import python_verdict, write_file
+from ..plugins.log import Event
+from ..plugins.models import turn_state
+from ..plugins.tools import ToolOutput
 from .spec import ChildSpec
 
 CHILD_SYSTEM = (

@@ -14,8 +14,7 @@ import json
 import re
 from typing import Any
 
-from ..brain.models.base import FatalModelError
-from ..brain.models.scripted import Reply, last_tool_output, position
+from ..plugins.models import FatalModelError, Reply, last_tool_output, position
 
 # the closing fence starts a line: a prompt inside the JSON may hold fences of its own (JSON escapes its newlines)
 CODE_BLOCK = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.S)  # named: a ```json block is not code

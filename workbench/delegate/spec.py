@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..hands.files import FileRefused, check_path
+from ..plugins.hands import FileRefused, check_path
 
 MAX_PROMPT = 100_000  # characters of one child's task
 MAX_TITLE = 200

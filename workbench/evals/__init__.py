@@ -1,12 +1,12 @@
 """Evals: task sets, verifiers in hands of their own, outcome mode, runs and their report (docs/evals.md)."""
 
-from ..usage import Prices
+from ..plugins.hands import Verdict
+from ..plugins.settings import Prices
 from .attempt import attempt_id
 from .report import report_html, report_panel, summary, wilson
 from .results import COLUMNS, results, runs
 from .runner import EvalRun
 from .tasks import Task, TaskLimits, Verifier, load_tasks, task_from_json, task_to_json
-from .verify import Verdict
 
 __all__ = ["COLUMNS", "EvalRun", "Prices", "Task", "TaskLimits", "Verdict", "Verifier", "attempt_id", "load_tasks",
            "report_html", "report_panel", "results", "runs", "summary", "task_from_json", "task_to_json", "wilson"]

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..brain.request import turn_state
-from ..hands.files import write_file
+from ..plugins.hands import Verdict, python_verdict, write_file
+from ..plugins.models import turn_state
 from .tasks import Task
-from .verify import Verdict, python_verdict, rubric_verdict
+from .verify import rubric_verdict
 
 FEEDBACK = ("A check of your work did not pass:\n\n{explanation}\n\n"
             "Fix it and answer again (your files are as you left them).")
@@ -120,13 +120,13 @@ class Attempt:
                 if done is not None:
                     return dict(done.payload)
                 if turn_state(events).open:
-                    await self._within(brain.resume(s.id, interrupted_by="eval"), t0)
+                    await self.within(brain.resume(s.id, interrupted_by="eval"), t0)
                     continue
                 turns = sum(1 for e in events if e.type == "user_message")
                 verdicts = [e for e in events if e.type == "eval_verdict"]
                 if turns == 0:
                     await self._place_files()
-                    await self._within(brain.run_turn(s.id, s.task.prompt, interrupted_by="eval"), t0)
+                    await self.within(brain.run_turn(s.id, s.task.prompt, interrupted_by="eval"), t0)
                     continue
                 if len(verdicts) < turns:
                     verdict = await self.verify(final_answer(events))
@@ -136,7 +136,7 @@ class Attempt:
                 reason = self._stop(events, last, turns, t0)
                 if reason:
                     return await self._finish(events, last, reason)
-                await self._within(brain.run_turn(s.id, FEEDBACK.format(explanation=last["explanation"]), interrupted_by="eval"), t0)
+                await self.within(brain.run_turn(s.id, FEEDBACK.format(explanation=last["explanation"]), interrupted_by="eval"), t0)
         except TimeoutError:
             events = await brain.events(s.id)
             verdicts = [e.payload for e in events if e.type == "eval_verdict"]
@@ -147,7 +147,7 @@ class Attempt:
                 await brain.interrupt(s.id, by="eval")
             await brain.close_session(s.id)  # stop the attempt's kernel; its log and workspace stay
 
-    async def _within(self, coro: Any, t0: float) -> Any:
+    async def within(self, coro: Any, t0: float) -> Any:
         """A turn within the attempt's time limit (cancelling it interrupts the turn, recorded as such)."""
         limit = self.spec.task.limits.seconds
         if not limit:

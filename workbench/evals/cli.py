@@ -8,10 +8,10 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any, cast
 
-from ..errors import ConfigError
 from ..plugins import Command, CommandContext
-from ..render import table
-from ..strictnum import argument
+from ..plugins.errors import ConfigError
+from ..plugins.settings import argument
+from ..plugins.text import table
 from .report import summary
 from .results import results, runs
 from .tasks import load_tasks, select
@@ -148,7 +148,7 @@ def _run_path(run_id: str) -> str:
 
 
 def remote_evals(args: argparse.Namespace, r: Any) -> int:
-    from ..errors import RequestRefused
+    from ..plugins.errors import RequestRefused
     from .results import frame
 
     if args.run_id:
@@ -170,7 +170,7 @@ def remote_eval(args: argparse.Namespace, r: Any) -> int:
     import signal
     import time
 
-    from ..errors import WorkbenchError
+    from ..plugins.errors import WorkbenchError
     from .results import frame
     from .routes import MAX_EVAL_BODY_BYTES
     from .tasks import task_to_json

@@ -15,18 +15,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from ..config import from_env
-from ..errors import ConfigError, TurnBusy
-from ..log import DuckDBLog
 from ..plugins import Command, Plugin
-from ..usage import Prices
+from ..plugins.errors import ConfigError, TurnBusy
+from ..plugins.settings import Prices, from_env
 from .results import VIEW
 from .runner import EvalRun
 from .script import grader, solver
 from .tasks import Task
 
 if TYPE_CHECKING:
-    from ..host import Host
+    from ..plugins import PluginHost as Host
 
 EVENT_TYPES: Mapping[str, str] = MappingProxyType({
     "eval_started": "an eval attempt began: its run, task, model, epoch, the task's digest, verifier kind and limits",
@@ -72,8 +70,9 @@ class EvalPlugin(Plugin):
 
     def attach(self, host: Host) -> None:
         super().attach(host)
-        if isinstance(host.log, DuckDBLog) and not host.log.read_only:
-            host.log.write(lambda tx: tx.execute(VIEW)).result()
+        sql = host.log.sql()
+        if sql is not None and not sql.read_only:  # a log without SQL (the in-memory twin of fast tests) has no view
+            sql.write(lambda tx: tx.execute(VIEW)).result()
 
     def scripts(self) -> Mapping[str, Any]:
         return {"eval": solver(lambda: self.by_prompt), "grader": grader}
@@ -94,7 +93,7 @@ class EvalPlugin(Plugin):
         if s.workspace_root:
             kw["workspace_root"] = Path(s.workspace_root).expanduser()
         run = EvalRun(self.host, list(tasks), list(models), epochs=epochs, parallel=parallel or s.parallel,
-                      grader_model=s.grader_model, prices=Prices.parse(s.prices or self.host.settings.prices),
+                      grader_model=s.grader_model, prices=Prices.parse(s.prices) if s.prices else self.host.prices,
                       progress=progress, **kw)
         for t in tasks:
             self.by_prompt.setdefault(t.prompt.strip(), t)

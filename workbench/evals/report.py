@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..render import event_text, parts
+from ..plugins.text import event_text, parts
 
 EventsOf = Callable[[str], Iterable[Any]]  # session id -> its events (Event objects or their JSON form)
 SHOWN = ("user_message", "assistant_turn", "tool_started", "tool_result", "eval_verdict", "eval_finished", "turn_ended",

@@ -12,11 +12,8 @@ from typing import Any
 
 from tornado import web
 
-from ..checks import Body, Int, Items, Text, check_model, parse
-from ..errors import ConfigError, UnknownSession
-from ..server import bodies
-from ..server.handlers import WorkbenchHandler, api
-from ..server.routes import API
+from ..plugins.errors import ConfigError, UnknownSession
+from ..plugins.web import API, MAX_MODEL_CHARS, Body, Handler, Int, Items, Text, api, check_model, parse
 from .results import result_rows, runs
 from .runner import MAX_EPOCHS, MAX_MODELS, MAX_PARALLEL
 from .tasks import MAX_TASKS, load_tasks
@@ -28,18 +25,18 @@ class EvalBody(Body):
     """`POST /evals`."""
 
     tasks: Items(dict, MAX_TASKS)
-    models: Items(Text(bodies.MAX_MODEL_CHARS, blank=False), MAX_MODELS)
+    models: Items(Text(MAX_MODEL_CHARS, blank=False), MAX_MODELS)
     epochs: Int(1, MAX_EPOCHS) = 1
     parallel: Int(1, MAX_PARALLEL) | None = None
     run: Text(100, blank=False) | None = None
 
 
-class EvalHandlerBase(WorkbenchHandler):
+class EvalHandlerBase(Handler):
     unknown, what = UnknownSession, "eval run"
 
     @property
     def plugin(self) -> Any:
-        return self.runtime.host.plugin("evals")
+        return self.host.plugin("evals")
 
 
 class EvalsHandler(EvalHandlerBase):
@@ -48,7 +45,7 @@ class EvalsHandler(EvalHandlerBase):
     @web.authenticated
     @api
     async def get(self) -> None:
-        self.reply({"runs": await asyncio.to_thread(runs, self.runtime.host.log)})
+        self.reply({"runs": await asyncio.to_thread(runs, self.host.log)})
 
     @web.authenticated
     @api
@@ -58,7 +55,7 @@ class EvalsHandler(EvalHandlerBase):
         if not b.models:
             raise ConfigError("give at least one model")
         for m in b.models:
-            await asyncio.to_thread(check_model, self.runtime.host, m)
+            await asyncio.to_thread(check_model, self.host, m)
         run = self.plugin.make_run(tasks, b.models, epochs=b.epochs, parallel=b.parallel, run_id=b.run)
         await asyncio.to_thread(run.check_resumable, run.specs())  # a changed task is a 400 before anything runs
         self.plugin.start(run)
@@ -92,7 +89,7 @@ class EvalHandler(EvalHandlerBase):
     @web.authenticated
     @api
     async def get(self, id: str) -> None:
-        self.reply(await asyncio.to_thread(run_status, self.plugin, self.runtime.host.log, id))
+        self.reply(await asyncio.to_thread(run_status, self.plugin, self.host.log, id))
 
 
 class EvalInterruptHandler(EvalHandlerBase):

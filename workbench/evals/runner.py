@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from ..usage import Prices
+from ..plugins.errors import ConfigError
+from ..plugins.settings import Prices
 from .attempt import Attempt, Spec
 from .results import attempt_row, frame
 from .tasks import TASK_ID, Task

@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..brain.models.scripted import Reply, last_tool_output, position, user_text
+from ..plugins.models import Reply, last_tool_output, position, user_text
 from .tasks import Task
 from .verify import GRADER_SYSTEM
 

@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..errors import ConfigError
-from ..hands.files import FileRefused, check_path
-from ..strictnum import NumberRefused, parse_constant, parse_float, parse_int
+from ..plugins.errors import ConfigError
+from ..plugins.hands import FileRefused, check_path
+from ..plugins.settings import NumberRefused, parse_constant, parse_float, parse_int
 
 MAX_TASKS = 10_000
 MAX_TASK_FILE_BYTES = 64 * 1024 * 1024  # a task set file

@@ -1,15 +1,8 @@
-"""Verifiers: grading an attempt (or a delegated child) where the agent cannot reach.
+"""Verifiers: grading an attempt where the agent cannot reach.
 
-A **python** verifier (`python_verdict`: the one verifier of evals and of delegate checks) runs
-in fresh hands of its own (a new kernel from the host's hands factory, never the agent's) with a
-workspace of its own, into which the agent's workspace is *copied* after the turn, while every
-process of the agent's kernel is stopped (`Hands.frozen`), by the workspace module
-(`hands.files.copy_tree`: by descriptor, never through a link). The check's code comes from the
-host (a task set loaded before the attempt began, or the parent's call), goes to the kernel as the
-cell's text (no file the agent could rewrite), and its verdict comes back on a line marked with a
-random nonce that the agent never sees: a file the agent wrote that claims a verdict is just a
-file. The kernel starts in a directory holding only the copy's folder; before the check runs, the
-copy is taken off `sys.path`, so a `pandas.py` the agent left there is not what `import pandas` finds.
+A **python** verifier is `python_verdict` (workbench/hands/verdict.py, offered to plugins by
+`workbench.plugins.hands`; delegate checks use it too): the check runs in fresh hands of its own
+over a copy of the agent's workspace taken while the agent's kernel is stopped.
 
 A **rubric** verifier is a second model call with its own prompt (the rubric, the task,
 the final answer and the workspace's file list); the grading model answers with JSON.
@@ -20,137 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import re
-import secrets
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..brain.models import MessageBuilder
-from ..hands import Hands
-from ..hands.files import NoWorkspace, copy_tree, list_files
+from ..plugins.hands import Verdict, clip, list_files, score_of
+from ..plugins.models import MessageBuilder
+from ..plugins.settings import parse_constant
 from .tasks import Task
 
-MAX_EXPLANATION_CHARS = 4000
-MAX_COPY_BYTES = 512 * 1024 * 1024  # what a workspace copy may hold; the rest is left out, with a note
-MAX_COPY_ENTRIES = 20_000  # files, directories and the rest a copy walks; the rest is left out, with a note
 MAX_LISTED_FILES = 200
 MAX_LISTED_ENTRIES = 2_000  # entries walked to list the files for a grading model
-
-
-@dataclass
-class Verdict:
-    """A verifier's result: passed, a score in [0, 1] and why."""
-
-    passed: bool
-    score: float
-    explanation: str
-    kind: str = "python"
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _clip(text: Any, limit: int = MAX_EXPLANATION_CHARS) -> str:
-    text = str(text)
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
-def _score(value: Any, passed: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return 1.0 if passed else 0.0
-    return min(1.0, max(0.0, float(value)))
-
-
-# -- python verifiers ---------------------------------------------------------------------
-
-# The cell the verifier kernel runs. Only literals are put into it (json.dumps of strings).
-HARNESS = """\
-import json as _wb_json, os as _wb_os, sys as _wb_sys, traceback as _wb_tb
-_wb_os.chdir("workspace")
-_wb_here = _wb_os.getcwd()
-_wb_sys.path[:] = [p for p in _wb_sys.path if p not in ("", ".") and _wb_os.path.abspath(p) != _wb_here
-                   and _wb_os.path.abspath(p) != _wb_os.path.dirname(_wb_here)]
-_wb_ns = {{"__name__": "__verifier__", "answer": _wb_json.loads({answer})}}
-_wb_v = {{"passed": False, "score": None, "explanation": ""}}
-try:
-    exec(compile(_wb_json.loads({code}), "<verifier>", "exec"), _wb_ns)
-    _wb_v["passed"] = bool(_wb_ns.get("passed", True))
-    _wb_v["score"] = _wb_ns.get("score")
-    _wb_v["explanation"] = str(_wb_ns.get("explanation", "all checks passed" if _wb_v["passed"] else "the check failed"))
-except AssertionError as _wb_e:
-    _wb_v["explanation"] = str(_wb_e) or "an assertion failed: " + _wb_tb.format_exc(limit=-1).strip().splitlines()[-2].strip()
-except BaseException as _wb_e:
-    _wb_v["explanation"] = f"the check raised {{type(_wb_e).__name__}}: {{_wb_e}}"
-if not isinstance(_wb_v["score"], (int, float)) or isinstance(_wb_v["score"], bool) or not abs(_wb_v["score"]) <= 1e308:
-    _wb_v["score"] = None
-print({nonce} + _wb_json.dumps(_wb_v, default=str))
-"""
-
-
-def harness_code(check: str, answer: str, nonce: str) -> str:
-    """The verifier's cell: the check wrapped so that its verdict comes back on a line marked with `nonce`."""
-    return HARNESS.format(answer=json.dumps(json.dumps(answer)), code=json.dumps(json.dumps(check)), nonce=json.dumps(nonce))
-
-
-def read_verdict(out: str, nonce: str) -> dict[str, Any] | None:
-    """The verdict the harness printed (the last line marked with nonce), or None."""
-    for line in reversed(out.splitlines()):
-        if line.startswith(nonce):
-            try:
-                v = json.loads(line[len(nonce):], parse_constant=_refuse)
-            except (ValueError, RecursionError):
-                return None
-            return v if isinstance(v, dict) else None
-    return None
-
-
-async def python_verdict(hands_factory: Any, agent: Hands, code: str, answer: str, *, label: str,
-                         timeout: float | None = None, limit_bytes: int = MAX_COPY_BYTES,
-                         max_entries: int = MAX_COPY_ENTRIES) -> Verdict:
-    """Run the check `code` in fresh hands over a copy of the `agent` hands' workspace, taken while the agent's
-    processes are stopped; `details` has duration_ms and copy_notes (what the copy left out, and why)."""
-    t0 = time.perf_counter()
-    details: dict[str, Any] = {"duration_ms": 0.0, "copy_notes": []}
-
-    def verdict(passed: bool, score: float, explanation: str) -> Verdict:
-        details["duration_ms"] = round((time.perf_counter() - t0) * 1000, 1)
-        details["copy_notes"] = details["copy_notes"][:20]
-        return Verdict(passed, score, explanation, "python", details)
-
-    if hands_factory is None:
-        return verdict(False, 0.0, "not checked: this host runs no code")
-    source = await agent.workspace()
-    if source is None or not source.is_dir():
-        return verdict(False, 0.0, "not checked: there is no workspace to check on this machine (no code ran, "
-                                   "its workspace did not survive a restart, or its kernels run on a gateway)")
-    # one call, then closed: a spare kernel beside it would boot for nothing (as many kernels again as checks)
-    config = {"hands": {"spare": False, **({"timeout": float(timeout)} if timeout else {})}}
-    hands = hands_factory(label, config, None, None)  # no log of their own: the verdict is the record
-    try:
-        try:
-            root = await hands.workspace(create=True)
-        except NoWorkspace as e:  # e.g. this host's hands refuse to run code (see its sandbox status)
-            return verdict(False, 0.0, f"not checked: {e}")
-        assert root is not None, "workspace(create=True) makes one or raises"
-        async with agent.frozen() as notes:
-            # into a folder of the kernel's directory: `python -m` puts that directory on sys.path at start,
-            # so an `ipykernel_launcher.py` or `sitecustomize.py` the agent wrote must not be in it
-            details["copy_notes"] = notes + await asyncio.to_thread(
-                copy_tree, source, root / "workspace", limit_bytes=limit_bytes, max_entries=max_entries,
-                owner=hands.workspace_owner())
-        nonce = "WBVERDICT-" + secrets.token_hex(16)
-        obs = await hands.execute(harness_code(code, answer, nonce), timeout=timeout)
-    finally:
-        await hands.shutdown()
-    v = read_verdict(obs.stdout, nonce)
-    if v is None:
-        return verdict(False, 0.0, f"the verifier did not finish: {_clip(obs.text(), 1000)}")
-    passed = bool(v.get("passed"))
-    return verdict(passed, _score(v.get("score"), passed), _clip(v.get("explanation", "")))
 
 
 # -- rubric verifiers ---------------------------------------------------------------------
@@ -182,22 +56,18 @@ def grader_request(task: Task, answer: str, files: str, model: str) -> dict[str,
             "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}]}
 
 
-def _refuse(name: str) -> Any:
-    raise ValueError(f"{name} is not a number")
-
-
 def parse_grade(text: str) -> tuple[bool, float, str] | None:
     """(passed, score, explanation) from the grading model's reply, or None when it is not the JSON asked for."""
     m = JSON_OBJECT.search(text)
     if m is None:
         return None
     try:
-        v = json.loads(m.group(0), parse_constant=_refuse)
+        v = json.loads(m.group(0), parse_constant=parse_constant)
     except (ValueError, RecursionError):
         return None
     if not isinstance(v, dict) or not isinstance(v.get("passed"), bool):
         return None
-    return v["passed"], _score(v.get("score"), v["passed"]), _clip(v.get("explanation", ""))
+    return v["passed"], score_of(v.get("score"), v["passed"]), clip(v.get("explanation", ""))
 
 
 async def rubric_verdict(model: Any, task: Task, answer: str, workspace: Path) -> Verdict:
@@ -211,12 +81,12 @@ async def rubric_verdict(model: Any, task: Task, answer: str, workspace: Path) -
             builder.feed(ev)
         message = builder.result()
     except Exception as e:  # the grader's failure is this verdict's failure, never the run's
-        return Verdict(False, 0.0, f"the grading model failed: {type(e).__name__}: {_clip(e, 500)}", "rubric",
+        return Verdict(False, 0.0, f"the grading model failed: {type(e).__name__}: {clip(e, 500)}", "rubric",
                        {"grader": {"model": model.name, "request": request}})
     reply = "".join(b.get("text", "") for b in message.get("content", []) if b.get("type") == "text")
     details = {"duration_ms": round((time.perf_counter() - t0) * 1000, 1),
-               "grader": {"model": model.name, "request": request, "reply": _clip(reply, 20_000), "usage": message.get("usage")}}
+               "grader": {"model": model.name, "request": request, "reply": clip(reply, 20_000), "usage": message.get("usage")}}
     graded = parse_grade(reply)
     if graded is None:
-        return Verdict(False, 0.0, f"the grading model did not answer with the JSON asked for: {_clip(reply, 300)}", "rubric", details)
+        return Verdict(False, 0.0, f"the grading model did not answer with the JSON asked for: {clip(reply, 300)}", "rubric", details)
     return Verdict(*graded, "rubric", details)

@@ -26,6 +26,7 @@ import duckdb
 from ..errors import DatabaseLocked, DatabaseMissing, DatabaseUnreadable, LogClosed, UnknownSession
 from .events import EVENT_TYPES, Event
 from .payload import decode_payload
+from .protocol import SqlLog
 from .query import QueryResult, run_query
 from .scrub import needles, scrub_payload, scrub_text
 from .settings import LogSettings
@@ -461,6 +462,10 @@ class DuckDBLog(WriterLog):
         self._close_connection(checkpoint=not self.read_only)
 
     def __enter__(self) -> DuckDBLog:
+        return self
+
+    def sql(self) -> SqlLog:
+        """This log keeps SQL tables beside its events: a plugin's tables are written in the log's transactions."""
         return self
 
     def compact(self) -> None:

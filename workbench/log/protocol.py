@@ -21,8 +21,9 @@ for fast tests. Both pass one conformance suite (tests/log/test_conformance.py):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .events import Event
@@ -147,10 +148,43 @@ class SessionLog(Protocol):
         """`events` without blocking the event loop."""
         ...
 
+    def sql(self) -> SqlLog | None:
+        """The SQL capability (a plugin's own tables beside the events), when this log offers one."""
+        ...
+
     def compact(self) -> None:
         """After a scrub, leave no copy of what it replaced in the log's storage (a file's free blocks)."""
         ...
 
     def close(self) -> None:
         """Finish pending writes and release the log; safe to call twice."""
+        ...
+
+
+class SqlTx(Tx, Protocol):
+    """A write transaction of a log that keeps SQL tables beside its events (`SqlLog`)."""
+
+    def execute(self, sql: str, params: Iterable[Any] = ()) -> Any:
+        """Run SQL in this transaction; committed with its events, or not at all."""
+        ...
+
+
+class SqlLog(SessionLog, Protocol):
+    """The SQL capability a log may offer (`log.sql()`): a plugin keeps tables of its own beside the events, written
+    in the log's transactions (`write(fn)` gives `fn` a `SqlTx`) and read through a cursor of its own."""
+
+    read_only: bool
+    path: Path  # the database file
+
+    def write(self, fn: Callable[[Any], T]) -> Future[T]:
+        """Run `fn(tx)` in a transaction on the writer thread (`tx` is a `SqlTx`); its result once committed."""
+        ...
+
+    def sessions_page(self, *, limit: int = 50, cursor: str | None = None, order: str = "created",
+                      **filters: Any) -> dict[str, Any]:
+        """One page of sessions: {"sessions": [...], "next": a cursor for the page after, or None}."""
+        ...
+
+    def cursor(self) -> Any:
+        """A DB-API connection of its own for reading from the calling thread."""
         ...

@@ -30,7 +30,7 @@ from ..errors import InvalidPayload, LogClosed, SessionExists, UnknownEventType,
 from . import manage
 from .events import EVENT_TYPES, Event
 from .payload import check_field, encodable, encode_payload
-from .protocol import CommitSubscriber, Subscriber
+from .protocol import CommitSubscriber, SqlLog, Subscriber
 from .scrub import ordered
 from .settings import LogSettings
 
@@ -392,6 +392,10 @@ class WriterLog:
 
     def _release(self) -> None:
         """Free what the log holds; runs on the writer thread after every pending write."""
+
+    def sql(self) -> SqlLog | None:
+        """The SQL capability (tables of a plugin's own beside the events), when this log offers one."""
+        return None
 
     def compact(self) -> None:
         """After a scrub: leave no copy of what it replaced anywhere the log keeps data (a file's free

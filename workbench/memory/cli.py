@@ -9,14 +9,14 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, cast
 
-from ..errors import ConfigError
 from ..plugins import Command, CommandContext
-from ..render import one_line, table
-from ..strictnum import argument
+from ..plugins.errors import ConfigError
+from ..plugins.settings import argument
+from ..plugins.text import one_line, table
 from .store import DEFAULT_STORE, REVIEW_ACTIONS, STATUSES, check_store, os_user
 
 if TYPE_CHECKING:  # the plugin imports this module for its commands
-    from ..host import Host
+    from ..plugins import PluginHost as Host
     from .plugin import MemoryPlugin
 
 EXIT_OK = 0
@@ -68,7 +68,7 @@ def cmd_dream(args: argparse.Namespace, ctx: CommandContext) -> int:
             titles = [(mid, plugin.require_store().get(mid)) for mid in result["proposed"]]
         finally:
             ctx.run(host.close)
-        _print_proposals(titles, host.log.path)
+        _print_proposals(titles, plugin.require_store().log.path)
     return EXIT_OK
 
 
@@ -89,8 +89,8 @@ def _print_proposals(memories: list[tuple[str, dict[str, Any]]], db: Any) -> Non
 
 def remote_dream(args: argparse.Namespace, r: Any) -> int:
     """The dream runs in the server; its events stream here, its result is read when it is committed."""
-    from ..cli.console import Printer
-    from ..errors import UnknownMemory
+    from ..plugins.cli import Printer
+    from ..plugins.errors import UnknownMemory
 
     with r.answers():
         dream_id = r.client.dream(args.sessions, args.model, args.instructions, args.store)
@@ -120,7 +120,7 @@ def remote_dream(args: argparse.Namespace, r: Any) -> int:
 
 def _follow_dream(r: Any, dream_id: str, printer: Any) -> None:
     """Print the dream's events as the server writes them, chunk after chunk, until it ends or stops."""
-    from ..cli.remote import event_of
+    from ..plugins.cli import event_of
 
     with r.client.stream(dream_id, after=0) as stream:
         for msg in stream:
@@ -137,7 +137,7 @@ def _follow_dream(r: Any, dream_id: str, printer: Any) -> None:
 
 
 def remote_memories(args: argparse.Namespace, r: Any) -> int:
-    from ..errors import UnknownMemory
+    from ..plugins.errors import UnknownMemory
 
     _check_verb(args)
     if args.verb == "export":
@@ -155,7 +155,7 @@ def remote_memories(args: argparse.Namespace, r: Any) -> int:
 
 
 def remote_memory(args: argparse.Namespace, r: Any) -> int:
-    from ..errors import UnknownMemory
+    from ..plugins.errors import UnknownMemory
 
     with r.answers(UnknownMemory):
         fields = _review_fields(args)
@@ -170,7 +170,7 @@ def remote_memory(args: argparse.Namespace, r: Any) -> int:
 
 
 def remote_review(args: argparse.Namespace, r: Any) -> int:
-    from ..errors import DatabaseLocked
+    from ..plugins.errors import DatabaseLocked
 
     raise DatabaseLocked(
         f"the workbench server at {r.client.url} holds the database, and this review panel needs the file itself: "
@@ -199,7 +199,7 @@ def cmd_dreams(args: argparse.Namespace, ctx: CommandContext) -> int:
 
 
 def remote_dreams(args: argparse.Namespace, r: Any) -> int:
-    from ..errors import UnknownSession
+    from ..plugins.errors import UnknownSession
 
     if args.cancel:
         with r.answers(UnknownSession):
@@ -415,7 +415,7 @@ def _print_memory(args: argparse.Namespace, m: dict[str, Any], quotes: dict[tupl
 
 
 def cmd_review(args: argparse.Namespace, ctx: CommandContext) -> int:
-    from ..panels.review import serve_review
+    from .panels.review import serve_review
 
     host = ctx.build_host(args, hands=False)  # DatabaseLocked (a clear message) when a server holds the file
     store = memory_plugin(host).require_store()

@@ -23,10 +23,10 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from ..brain import Brain
-from ..brain.models import default_model_name
-from ..errors import ConfigError, TurnBusy, WorkbenchError
-from ..log import Event
+from ..plugins import PluginBrain as Brain
+from ..plugins.errors import ConfigError, TurnBusy, WorkbenchError
+from ..plugins.log import Event
+from ..plugins.models import default_model_name
 from .events import normalize, render_event
 from .mounts import dream_mounts, dream_target
 from .store import MemorySettings, MemoryStore
@@ -245,7 +245,7 @@ def create_dream(brain: Brain, store: MemoryStore, *, sessions: list[str] | None
     if sessions is not None:
         sessions = list(dict.fromkeys(sessions))
         for sid in sessions:
-            s = brain.log.session(sid)
+            s = store.log.session(sid)
             if s["kind"] == "dream":
                 raise ConfigError(f"session {sid} is a dream; dreams read chat sessions")
         if len(sessions) > store.settings.dream_max_sessions:
@@ -268,8 +268,7 @@ async def _finish_cut_off_turn(brain: Brain, dream_id: str) -> str | None:
     try:
         return await brain.resume(dream_id)
     except TurnBusy:  # another resume (a server waking cut-off turns) got there first: wait for it
-        task = brain.turns.task(dream_id)
-        return await asyncio.shield(task) if task is not None else None
+        return await brain.wait_turn(dream_id)
 
 
 def _totals(dream_id: str, events: list[Event]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import re
 import sys
 from typing import Any
 
-from ..brain.models.scripted import Reply, position
+from ..plugins.models import Reply, position
 from .dream_statements import parse_memories, plan, statements
 
 HEADER = re.compile(r'^== session (\S+) "(.*)": events', re.M)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..log import Event, SessionLog
-from ..render import event_text as said, result_text
+from ..plugins.log import Event, SessionLog
+from ..plugins.text import event_text as said, result_text
 
 UNCITABLE = frozenset({"session_created", "memories_injected", "dream_read", "memory_proposed", "model_request", "model_retry"})
 RECALL = "recall"  # the tool whose results are recalled memories: not evidence either

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError
+from ..plugins.errors import ConfigError
 from .store import DEFAULT_STORE, check_store
 
 MAX_MOUNTS = 8  # as many stores as a Managed Agents session may attach

@@ -17,11 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..config import from_env
-from ..egress import EgressSettings, Vault
-from ..errors import ConfigError, TurnBusy, UnknownSession, WorkbenchError
-from ..log import DuckDBLog, Event
 from ..plugins import Command, NewSession, Plugin, PromptPart
+from ..plugins.errors import ConfigError, TurnBusy, UnknownSession, WorkbenchError
+from ..plugins.log import Event
+from ..plugins.settings import EgressSettings, Vault, from_env
 from .dream import (
     DreamScheduler,
     cancel_dream,
@@ -41,7 +40,7 @@ from .tools import dream_tools, recall_tool
 log_ = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # the host imports its plugins
-    from ..host import Host
+    from ..plugins import PluginHost as Host
 
 
 @dataclass
@@ -83,11 +82,12 @@ class MemoryPlugin(Plugin):
         super().attach(host)
         # the store's tables live in the log's own DuckDB file; a log without SQL (the in-memory
         # twin of fast tests) has no memory, and sessions simply get none
-        if isinstance(host.log, DuckDBLog):
+        sql = host.log.sql()
+        if sql is not None:
             # the egress vault the hands use (or WORKBENCH_VAULT's when this host has no sandbox)
             hands_vault = host.hands.vault if host.hands is not None else None
             vault = self.vault or hands_vault or Vault.load(from_env(EgressSettings).vault)
-            self.store = MemoryStore(host.log, self.settings, SecretScanner(vault.redact))
+            self.store = MemoryStore(sql, self.settings, SecretScanner(vault.redact))
         else:
             self.store = None
 
@@ -215,7 +215,7 @@ class MemoryPlugin(Plugin):
 
     async def running_dream(self) -> str | None:
         """The id of a dream whose turn runs in this host, if any."""
-        running = [*self._host().brain.turns.sessions(), *self._driving]
+        running = [*self._host().brain.running_sessions(), *self._driving]
         if not running:
             return None
         rows = await asyncio.to_thread(self.require_store().log.sessions, ids=running)

@@ -18,11 +18,25 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field
 from tornado import web
 
-from ..checks import Body, Items, Text, check_model, kind_of, parse
-from ..errors import BodyTooLarge, ConfigError, UnknownMemory, UnknownSession, WorkbenchError
-from ..server import bodies
-from ..server.handlers import WorkbenchHandler, api
-from ..server.routes import API
+from ..plugins.errors import BodyTooLarge, ConfigError, UnknownMemory, UnknownSession, WorkbenchError
+from ..plugins.web import (
+    API,
+    MAX_ID_CHARS,
+    MAX_MODEL_CHARS,
+    Body,
+    Digits,
+    EmptyBody,
+    Flag,
+    Handler,
+    Items,
+    Text,
+    api,
+    check_model,
+    flag,
+    kind_of,
+    parse,
+    within,
+)
 from . import store as memory_store, tools as memory_tools, transfer as memory_transfer
 from .store import REVIEW_ACTIONS, STATUSES, person
 
@@ -44,7 +58,7 @@ Title = Text(MAX_MEMORY_TITLE_CHARS, blank=False)
 MemoryText = Text(MAX_MEMORY_TEXT_CHARS, blank=False)
 Tags = Items(Text(MAX_TAG_CHARS, blank=False), MAX_TAGS)
 Note = Text(MAX_NOTE_CHARS)
-Id = Text(bodies.MAX_ID_CHARS, blank=False)
+Id = Text(MAX_ID_CHARS, blank=False)
 MAX_STORE_CHARS = 40
 
 
@@ -132,7 +146,7 @@ class DreamBody(Body):
     """`POST /dreams`."""
 
     sessions: Items(Id, MAX_DREAM_SESSIONS) | None = None
-    model: Text(bodies.MAX_MODEL_CHARS, blank=False) | None = None
+    model: Text(MAX_MODEL_CHARS, blank=False) | None = None
     instructions: Text(MAX_INSTRUCTIONS_CHARS, blank=False) | None = None
     store: StoreName | None = None  # where its proposals go (default: dream_store)
 
@@ -142,7 +156,7 @@ class MemoriesArgs(Body):
 
     status: Literal[STATUSES] | None = None
     tag: Text(MAX_TAG_CHARS) | None = None
-    dream: Text(bodies.MAX_ID_CHARS) | None = None
+    dream: Text(MAX_ID_CHARS) | None = None
     search: Text(MAX_SEARCH_CHARS) | None = None
     store: StoreName | None = None
 
@@ -157,8 +171,8 @@ class ImportArgs(Body):
     """`POST /memories/import?store=&allow_secret=&review=`."""
 
     store: StoreName | None = None
-    allow_secret: bodies.Flag | None = None
-    review: bodies.Flag | None = None
+    allow_secret: Flag | None = None
+    review: Flag | None = None
 
 
 class RecallArgs(Body):
@@ -166,17 +180,17 @@ class RecallArgs(Body):
 
     q: Text(MAX_RECALL_QUERY, blank=False)
     store: StoreName | None = None
-    limit: Annotated[bodies.Digits, AfterValidator(lambda n: bodies._within(n, 1, MAX_RECALL_RESULTS))] | None = None
+    limit: Annotated[Digits, AfterValidator(lambda n: within(n, 1, MAX_RECALL_RESULTS))] | None = None
 
 
-class MemoryHandlerBase(WorkbenchHandler):
+class MemoryHandlerBase(Handler):
     unknown: type[WorkbenchError] = UnknownMemory
     what = "memory"
 
     @property
     def plugin(self) -> Any:
         """This server's memory plugin (MemoryPlugin)."""
-        return self.runtime.host.plugin("memory")
+        return self.host.plugin("memory")
 
     @property
     def store(self) -> Any:
@@ -222,8 +236,8 @@ class MemoryImportHandler(MemoryHandlerBase):
             raise BodyTooLarge(f"the body is {self._size:,} bytes; an export takes at most {self.max_body:,}")
         data, q, actor = b"".join(self._chunks), self.query, self.actor()
         report = await asyncio.to_thread(lambda: memory_transfer.import_store(
-            self.store, data, actor, q.store, allow_secret=bodies.flag(q.allow_secret) or False,
-            review=bodies.flag(q.review) or False))
+            self.store, data, actor, q.store, allow_secret=flag(q.allow_secret) or False,
+            review=flag(q.review) or False))
         self.reply(report)
 
 
@@ -275,7 +289,7 @@ class DreamsHandler(MemoryHandlerBase):
     @web.authenticated
     @api
     async def get(self) -> None:
-        from ..memory.dream import list_dreams
+        from .dream import list_dreams
 
         self.reply({"dreams": await asyncio.to_thread(list_dreams, self.store, self.plugin.driving)})
 
@@ -284,7 +298,7 @@ class DreamsHandler(MemoryHandlerBase):
     async def post(self) -> None:
         b = parse(DreamBody, self.body())
         if b.model is not None:  # before the dream session is created: a refused model leaves nothing behind
-            await asyncio.to_thread(check_model, self.runtime.host, b.model)
+            await asyncio.to_thread(check_model, self.host, b.model)
         dream_id = await self.plugin.start_dream(b.sessions, b.model, b.instructions, b.store)
         self.reply({"dream_id": dream_id, "state": "running"}, 202)
 
@@ -295,7 +309,7 @@ class DreamHandler(MemoryHandlerBase):
     @web.authenticated
     @api
     async def get(self, id: str) -> None:
-        from ..memory.dream import dream_status
+        from .dream import dream_status
 
         running = self.plugin.driving(id)
         self.reply(await asyncio.to_thread(dream_status, self.store, id, running))
@@ -307,9 +321,9 @@ class DreamCancelHandler(MemoryHandlerBase):
     @web.authenticated
     @api
     async def post(self, id: str) -> None:
-        from ..memory.dream import dream_status
+        from .dream import dream_status
 
-        parse(bodies.EmptyBody, self.body())
+        parse(EmptyBody, self.body())
         cancelled = await self.plugin.cancel(id, self.actor())
         status = await asyncio.to_thread(dream_status, self.store, id, self.plugin.driving(id))
         self.reply({**status, "cancelled": cancelled})

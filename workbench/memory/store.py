@@ -24,10 +24,8 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import ConfigError, MemoryConflict, UnknownMemory
-from ..log import SESSION_ID, DuckDBLog
-from ..log.duckdb_log import one_row
-from ..log.scrub import scrub_text
+from ..plugins.errors import ConfigError, MemoryConflict, UnknownMemory
+from ..plugins.log import SESSION_ID, SqlLog, one_row, scrub_text
 from .relevance import contradictions, contradictions_among, rank
 from .secretscan import SecretScanner
 
@@ -292,7 +290,7 @@ def _memory_row(r: tuple) -> dict[str, Any]:
 class MemoryStore:
     """Memories with versioned history and provenance, in the session log's database."""
 
-    def __init__(self, log: DuckDBLog, settings: MemorySettings | None = None, scanner: SecretScanner | None = None):
+    def __init__(self, log: SqlLog, settings: MemorySettings | None = None, scanner: SecretScanner | None = None):
         self.log = log
         self.settings = settings or MemorySettings()
         self.scanner = scanner or SecretScanner()  # what a memory may not hold: vault values, likely secrets

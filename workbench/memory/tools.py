@@ -18,9 +18,9 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Literal
 
-from ..brain.tools import Tool, ToolContext, ToolOutput
-from ..errors import WorkbenchError
-from ..log import Event
+from ..plugins.errors import WorkbenchError
+from ..plugins.log import Event
+from ..plugins.tools import Tool, ToolContext, ToolOutput
 from .events import check_citations, normalize, render_event
 from .mounts import Mount, dream_target, session_mounts, stores_of
 from .relevance import contradictions, rank

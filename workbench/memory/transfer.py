@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from ..errors import ConfigError, MemoryConflict, UnknownMemory
-from ..log import is_session_id
-from ..strictnum import NumberRefused, parse_float, parse_int
+from ..plugins.errors import ConfigError, MemoryConflict, UnknownMemory
+from ..plugins.log import is_session_id
+from ..plugins.settings import NumberRefused, parse_float, parse_int
 from .store import (
     ACTOR_GRAMMAR,
     MAX_NOTE_CHARS,

@@ -193,7 +193,7 @@ class EventsArgs(Body):
     """`GET /sessions/{id}/events?after=&limit=`."""
 
     after: Digits | None = None
-    limit: Annotated[Digits, AfterValidator(lambda n: _within(n, 1, MAX_EVENTS_PAGE))] | None = None
+    limit: Annotated[Digits, AfterValidator(lambda n: within(n, 1, MAX_EVENTS_PAGE))] | None = None
 
 
 class SessionsArgs(Body):
@@ -205,7 +205,7 @@ class SessionsArgs(Body):
     updated_after: Text(64) | None = None
     updated_before: Text(64) | None = None
     order: Text(20) | None = None
-    limit: Annotated[Digits, AfterValidator(lambda n: _within(n, 1, MAX_SESSIONS_PAGE))] | None = None
+    limit: Annotated[Digits, AfterValidator(lambda n: within(n, 1, MAX_SESSIONS_PAGE))] | None = None
     cursor: Text(8192) | None = None
     archived: Flag | None = None
 
@@ -234,7 +234,7 @@ class SearchArgs(Body):
     """`GET /search?q=&limit=&cursor=&kind=&archived=`."""
 
     q: Text(MAX_SEARCH_CHARS, blank=False)
-    limit: Annotated[Digits, AfterValidator(lambda n: _within(n, 1, MAX_SEARCH_PAGE))] | None = None
+    limit: Annotated[Digits, AfterValidator(lambda n: within(n, 1, MAX_SEARCH_PAGE))] | None = None
     cursor: Annotated[str, StringConstraints(strict=True, pattern=r"^[0-9]{1,9}$")] | None = None
     kind: Text(MAX_ID_CHARS) | None = None
     archived: Flag | None = None
@@ -276,7 +276,7 @@ class FileArgs(Body):
     path: Text(MAX_PATH_CHARS, blank=False)
 
 
-def _within(n: int, lo: int, hi: int) -> int:
+def within(n: int, lo: int, hi: int) -> int:
     if not lo <= n <= hi:
         raise ValueError(f"must be between {lo} and {hi:,}")
     return n

@@ -32,26 +32,153 @@ exists, before the brain is made):
 from __future__ import annotations
 
 import argparse
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .brain.sessions import NewSession, PromptPart
+from ..brain.sessions import NewSession, PromptPart
 
-__all__ = ["Command", "CommandContext", "NewSession", "Plugin", "PromptPart"]
+__all__ = ["Command", "CommandContext", "NewSession", "Plugin", "PluginBrain", "PluginHands", "PluginHost", "PromptPart"]
 
-if TYPE_CHECKING:  # types only: plugins must not import the host at run time
-    from .brain.models import ModelMaker
-    from .brain.models.scripted import Script
-    from .brain.tools import Tool
-    from .host import Host
-    from .service.parts import ServicePart
+if TYPE_CHECKING:  # types only: the surface's parts are imported from its modules (tools, models, log, ...)
+    from ..brain.models import Model, ModelMaker
+    from ..brain.models.scripted import Script
+    from ..brain.tools import Tool
+    from ..egress import Vault
+    from ..hands import Hands
+    from ..log import Event, SessionLog
+    from ..service.parts import ServicePart
+    from ..usage import Prices
+
+
+class PluginBrain(Protocol):
+    """What a plugin may ask of the brain: sessions it creates and drives, their events, hands and models."""
+
+    def create_session(self, session_id: str | None = None, *, title: str | None = None, model: str,
+                       system: str | None = None, tools: list[str] | None = None,
+                       config: dict[str, Any] | None = None, kind: str = "chat", parent_id: str | None = None,
+                       origin: dict[str, Any] | None = None, message: str | None = None,
+                       then: Sequence[tuple[str, dict[str, Any]]] = ()) -> dict[str, Any]:
+        """Create a session (its first events with it, atomically); its row."""
+        ...
+
+    async def events(self, session_id: str) -> list[Event]:
+        """The session's events (the brain's cache: no read of the log when it holds them)."""
+        ...
+
+    async def hands(self, session_id: str) -> Hands:
+        """The session's hands (started on first use)."""
+        ...
+
+    def model(self, name: str) -> Model:
+        """The model of that name (`anthropic:...`, `scripted:...`, a plugin's prefix)."""
+        ...
+
+    async def run_turn(self, session_id: str, text: str, *, interrupted_by: str = "user") -> str:
+        """Run one turn to its end; its stop reason."""
+        ...
+
+    async def resume(self, session_id: str, *, interrupted_by: str = "user") -> str | None:
+        """Finish a turn a crash cut off; its stop reason (None: nothing to finish)."""
+        ...
+
+    async def wait_turn(self, session_id: str) -> str | None:
+        """Wait for the session's running turn, if any; its stop reason (None: none was running)."""
+        ...
+
+    async def interrupt(self, session_id: str, by: str = "user") -> bool:
+        """Interrupt the session's running turn; whether one ran."""
+        ...
+
+    def running(self, session_id: str) -> bool:
+        """Whether a turn of the session runs in this brain now."""
+        ...
+
+    def running_sessions(self) -> list[str]:
+        """The sessions whose turn runs in this brain now."""
+        ...
+
+    async def close_session(self, session_id: str) -> None:
+        """Stop the session's hands (its log and workspace stay)."""
+        ...
+
+
+class PluginModels(Protocol):
+    """The host's models as a plugin sees them: the default name and a check of a name."""
+
+    def default_name(self) -> str:
+        ...
+
+    def check(self, name: str) -> None:
+        """ConfigError naming the models there are, when `name` cannot be made."""
+        ...
+
+
+class PluginHands(Protocol):
+    """The host's hands factory as a plugin sees it: fresh hands of a plugin's own (a verifier's), and the vault
+    whose secrets the hands mask in what they return."""
+
+    vault: Vault | None
+
+    def __call__(self, session_id: str, session_config: dict[str, Any], sink: Any,
+                 replay: Any = None) -> Hands:
+        ...
+
+
+class PluginHost(Protocol):
+    """The few services a plugin gets from the host it is attached to (`Plugin.host`); docs/plugins.md."""
+
+    # read-only to a plugin (properties: a plugin reads them, never sets them)
+    @property
+    def log(self) -> SessionLog:
+        """The session log (its `sql()`: the tables a plugin keeps beside the events, when the log has SQL)."""
+        ...
+
+    @property
+    def brain(self) -> PluginBrain:
+        ...
+
+    @property
+    def models(self) -> PluginModels:
+        ...
+
+    @property
+    def hands(self) -> PluginHands | None:
+        """The hands factory (None: this host runs no code)."""
+        ...
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        """Every tool of the host, the core's and the plugins', by name."""
+        ...
+
+    @property
+    def prices(self) -> Prices:
+        """The prices that turn usage into dollars (the host's setting)."""
+        ...
+
+    def plugin(self, name: str) -> Plugin:
+        """Another plugin of this host, by name (PluginError when there is none)."""
+        ...
+
+    def background(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
+        """Run a coroutine in the host's background (stopped when the host closes; its failure logged)."""
+        ...
+
+    async def start(self) -> None:
+        """Start the host (its brain, hands and plugins' startup)."""
+        ...
+
+    async def close(self, timeout: float = 30.0) -> None:
+        """Stop turns, hands and plugins; close the log."""
+        ...
 
 
 class CommandContext(Protocol):
     """What the `workbench` command gives a plugin's command."""
 
-    def build_host(self, args: argparse.Namespace, *, read_only: bool = False, hands: bool = True) -> Host:
+    def build_host(self, args: argparse.Namespace, *, read_only: bool = False, hands: bool = True) -> PluginHost:
         """A Host for the command's --db, built, not started (`await host.start()`; close it when done)."""
         ...
 
@@ -63,7 +190,7 @@ class CommandContext(Protocol):
         """Run the command's coroutine; SIGTERM and Ctrl-C interrupt it (KeyboardInterrupt), kernels are stopped."""
         ...
 
-    def follow(self, host: Host, session_id: str, *, thinking: bool = False) -> Callable[[], None]:
+    def follow(self, host: PluginHost, session_id: str, *, thinking: bool = False) -> Callable[[], None]:
         """Print a session's turn as it happens (text live, tool calls and results); returns a stop function."""
         ...
 
@@ -87,7 +214,7 @@ class Plugin:
     """Base class of plugins: every hook contributes nothing until a subclass says otherwise."""
 
     name: str = ""
-    host: Host | None = field(default=None, repr=False)
+    host: PluginHost | None = field(default=None, repr=False)
 
     # -- without a host --------------------------------------------------------
 
@@ -112,7 +239,7 @@ class Plugin:
 
     # -- bound to a host -------------------------------------------------------
 
-    def attach(self, host: Host) -> None:
+    def attach(self, host: PluginHost) -> None:
         """Called once the host's log exists (the brain does not yet): keep the host, open stores."""
         self.host = host
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import panel as pn
 
-from ..errors import WorkbenchError
+from ...plugins.errors import WorkbenchError
 from .gate import cookie_name, new_token, require_token
 from .render import (
     CONTEXT,

@@ -15,7 +15,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from ..errors import WorkbenchError
+from ...plugins.errors import WorkbenchError
 from .render import CONTEXT, STATUS_OPTIONS, context_html, memory_html, message_html, proposal_diffs
 from .source import MemorySource
 

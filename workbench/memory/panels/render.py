@@ -12,7 +12,7 @@ import html
 from types import MappingProxyType
 from typing import Any
 
-from ..render import event_text
+from ...plugins.text import event_text
 
 STATUS_OPTIONS = ("all", "proposed", "accepted", "rejected", "superseded", "retired", "redacted")
 CONTEXT = 2  # events shown on each side of a cited one

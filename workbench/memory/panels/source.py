@@ -32,7 +32,7 @@ class RestSource:
     """
 
     def __init__(self, base_url: str | None = None, token: str | None = None, *, client: Any = None):
-        from ..client import WorkbenchClient, connect
+        from ...plugins.client import WorkbenchClient, connect
 
         self.client = client or (WorkbenchClient(base_url, token) if base_url else connect(token=token))
 
