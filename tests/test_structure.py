@@ -467,6 +467,26 @@ def test_plugins_import_only_the_plugin_surface():
     assert plugin_imports_beyond_the_surface(graph()) == []
 
 
+def core_imports_of_plugins(g: dict[str, set[str]]) -> list[str]:
+    """Modules outside the plugins that import one, even lazily: the host loads plugins by name, and what a plugin
+    adds to a face (a command, a route, a client method) comes through its hooks."""
+    return [f"{name} imports {d}: the core reaches a plugin only through its hooks" for name, deps in sorted(g.items())
+            if not _under(name, PLUGIN_PACKAGES) for d in sorted(deps) if _under(d, PLUGIN_PACKAGES)]
+
+
+def test_the_core_imports_no_plugin():
+    """The notebook client's eval methods were written in the client over the evals plugin's modules; they are the
+    plugin's own now (Plugin.client())."""
+    assert core_imports_of_plugins(graph()) == []
+
+
+def test_the_plugin_import_check_catches_one():
+    g = {"workbench.client.api": {"workbench.evals.results", "workbench.plugins"},
+         "workbench.evals.client": {"workbench.evals.results"}}
+    assert core_imports_of_plugins(g) == [
+        "workbench.client.api imports workbench.evals.results: the core reaches a plugin only through its hooks"]
+
+
 def test_the_plugin_surface_check_catches_one():
     g = {"workbench.memory.cli": {"workbench.cli.console", "workbench.plugins.cli", "workbench.memory.store"},
          "workbench.delegate.run": {"workbench.evals.verify", "workbench.plugins.hands"},

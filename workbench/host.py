@@ -16,11 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import importlib
 import logging
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -34,27 +32,18 @@ from .hands import HandsConfig
 from .hands.factory import HandsFactory, HandsSettings
 from .log import EVENT_TYPES, DuckDBLog, LogSettings, default_db_path
 from .plugins import Plugin
+from .plugins.loading import BUILTIN_PLUGINS, PluginSettings, load_plugins
 from .usage import Prices
 
 log = logging.getLogger("workbench.host")
 
-# Built-in plugins load exactly like third-party ones: by dotted path (module:attribute).
-BUILTIN_PLUGINS = (
-    "workbench.memory.plugin:MemoryPlugin",
-    "workbench.evals.plugin:EvalPlugin",
-    "workbench.delegate.plugin:DelegatePlugin",
-)
-ENTRY_POINTS = "workbench.plugins"
-
-
 @dataclass
-class HostSettings:
-    """What one host is (env: WORKBENCH_<FIELD>); documented in docs/settings.md."""
+class HostSettings(PluginSettings):
+    """What one host is (env: WORKBENCH_<FIELD>); documented in docs/settings.md. Which plugins it loads
+    (`plugins`, `disable_plugins`) are the fields of PluginSettings, which the notebook client reads too."""
 
     db: str = ""  # the DuckDB session log; empty: workbench/workbench.duckdb in the Jupyter data dir
     model: str = ""  # the model of sessions created without one; empty: claude-opus-5-5 with a key, else scripted
-    plugins: str = ""  # extra plugins to load, comma-separated module:attribute paths
-    disable_plugins: str = ""  # names of plugins not to load, comma-separated (built-in or installed)
     reap_on_start: bool = True  # at start, stop hands kernels left behind by a host that died
     cassette: str = ""  # a cassette file every model call is replayed from or recorded into; empty: none
     cassette_mode: str = "replay"  # replay, record or record-missing (see docs/cassettes.md)
@@ -70,36 +59,6 @@ def version() -> str:
         return _v("jupyter-workbench")
     except Exception:
         return "unknown"
-
-
-def _load(path: str) -> Plugin:
-    module, _, attr = path.strip().partition(":")
-    try:
-        obj = getattr(importlib.import_module(module), attr) if attr else importlib.import_module(module)
-    except (ImportError, AttributeError) as e:
-        raise PluginError(f"cannot load plugin {path!r}: {e}") from None
-    plugin = obj() if isinstance(obj, type) else obj
-    if not isinstance(plugin, Plugin) or not plugin.name:
-        raise PluginError(f"{path!r} is not a workbench plugin (a workbench.plugins.Plugin with a name)")
-    return plugin
-
-
-def load_plugins(settings: HostSettings | None = None) -> list[Plugin]:
-    """The built-in plugins, the installed ones (entry points) and those named in the settings, minus disabled ones."""
-    s = settings or from_env(HostSettings)
-    paths = list(BUILTIN_PLUGINS)
-    paths += [f"{ep.value}" for ep in entry_points(group=ENTRY_POINTS)]
-    paths += [p for p in s.plugins.split(",") if p.strip()]
-    disabled = {n.strip() for n in s.disable_plugins.split(",") if n.strip()}
-    plugins: list[Plugin] = []
-    for path in dict.fromkeys(p.strip() for p in paths):
-        plugin = _load(path)
-        if plugin.name in disabled:
-            continue
-        if any(p.name == plugin.name for p in plugins):
-            raise PluginError(f"two plugins are called {plugin.name!r} ({path}); disable one with WORKBENCH_DISABLE_PLUGINS")
-        plugins.append(plugin)
-    return plugins
 
 
 def settings_classes(plugins: Iterable[Plugin] = ()) -> list[type]:

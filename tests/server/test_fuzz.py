@@ -67,7 +67,7 @@ def test_ten_thousand_hostile_requests_get_no_5xx_and_leave_a_consistent_log(ser
     present = {s["id"] for s in sessions}
     promised = {*pool.sessions, *pool.dreams, *(b["id"] for b in before)}
     # what runs made: eval attempts (their runs name them) and delegated children (their parent is one of ours)
-    made = {r["session_id"] for run in tally.eval_runs for r in client._call("GET", f"/evals/{run}")["results"]}
+    made = {r["session_id"] for run in tally.eval_runs for r in client.call("GET", f"/evals/{run}")["results"]}
     ours = present | promised | tally.touched  # a parent may be gone since (a generic DELETE): its children stay
     made |= {s["id"] for s in sessions if s["kind"] == "delegate" and s.get("parent_id") in ours}
     unexpected = present - promised - tally.announced - made

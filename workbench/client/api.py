@@ -10,15 +10,17 @@ waits for its operation; Ctrl-C (a kernel interrupt) cancels it.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote
 
-from ..errors import RequestRefused, ServerUnavailable
+from ..errors import PluginError, RequestRefused, ServerUnavailable
+from ..plugins import Plugin
+from ..plugins.loading import load_plugins
 from ..service import Blocking
 from ..service.rest import HOW_TO_FIX, Rest
 
@@ -46,6 +48,20 @@ def answer_text(events: list[dict[str, Any]]) -> str:
     return ""
 
 
+def plugin_methods(plugins: Sequence[Plugin]) -> dict[str, Callable[..., Any]]:
+    """The notebook client's methods the plugins add, by name; two of one name, or one of a method the client has,
+    are refused (PluginError naming both)."""
+    out: dict[str, tuple[str, Callable[..., Any]]] = {}
+    for p in plugins:
+        for name, fn in p.client().items():
+            if name.startswith("_") or hasattr(WorkbenchClient, name):
+                raise PluginError(f"plugin {p.name!r} adds the client method {name!r}, which the client has already")
+            if name in out:
+                raise PluginError(f"plugins {out[name][0]!r} and {p.name!r} both add the client method {name!r}")
+            out[name] = (p.name, fn)
+    return {name: fn for name, (_, fn) in out.items()}
+
+
 class WorkbenchClient:
     """The workbench API of one Jupyter server, over HTTP and a websocket."""
 
@@ -68,10 +84,27 @@ class WorkbenchClient:
 
     # -- REST ----------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, body: Any = None, params: dict | None = None,
-              content: bytes | None = None) -> Any:
+    def call(self, method: str, path: str, body: Any = None, params: dict | None = None,
+             content: bytes | None = None) -> Any:
         """A route of the API that the service has no operation for (a plugin's: memories, dreams, evals)."""
         return self._service.run(lambda s: s.call(method, path, body, params=params, content=content))
+
+    # -- the plugins' methods (wb.memories(), wb.eval(...): Plugin.client()) ------------
+
+    @functools.cached_property
+    def _plugin_methods(self) -> dict[str, Callable[..., Any]]:
+        return plugin_methods(load_plugins())
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # never a plugin's, and not looked up while the object is half made
+            raise AttributeError(name)
+        fn = self._plugin_methods.get(name)
+        if fn is None:
+            raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r} (and no plugin adds one)")
+        return functools.update_wrapper(functools.partial(fn, self), fn)
+
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *self._plugin_methods})
 
     def status(self) -> dict[str, Any]:
         return self._run(lambda s: s.status())
@@ -261,122 +294,6 @@ class WorkbenchClient:
             raise RequestRefused(400, "give the path of a file in the session's workspace")
 
         return loads(path, self.get(session_id, path, max_bytes=max_bytes), allow_pickle=allow_pickle)
-
-    # -- memory (the memory plugin's routes) -------------------------------------------
-
-    def memories(self, *, status: str | None = None, tag: str | None = None, dream: str | None = None,
-                 search: str | None = None, store: str | None = None) -> list[dict[str, Any]]:
-        """Current memories, oldest first, filtered (store: only that store's)."""
-        params = {k: v for k, v in dict(status=status, tag=tag, dream=dream, search=search, store=store).items() if v is not None}
-        return self._call("GET", "/memories", params=params)["memories"]
-
-    def export_memories(self, store: str = "default") -> dict[str, Any]:
-        """Store `store` as the export format: every memory with its whole history (docs/memory.md, "Stores")."""
-        return self._call("GET", "/memories/export", params={"store": store})
-
-    def import_memories(self, data: bytes, store: str | None = None, allow_secret: bool = False,
-                        review: bool = False) -> dict[str, Any]:
-        """Import an export's bytes into `store` (default: the file's), all or nothing; the report. `review`:
-        accepted memories come in as proposals for a person to accept here."""
-        params = {k: v for k, v in dict(store=store, allow_secret="true" if allow_secret else None,
-                                        review="true" if review else None).items() if v is not None}
-        return self._call("POST", "/memories/import", params=params, content=data)
-
-    def memory(self, memory_id: str) -> dict[str, Any]:
-        """One memory with its history and redactions."""
-        return self._call("GET", f"/memories/{quote(memory_id, safe='')}")
-
-    def review(self, memory_id: str, action: str, **fields: Any) -> dict[str, Any]:
-        """A review action (accept, reject, edit, merge, retire, redact, supersede with by=) as the authenticated user."""
-        return self._call("PATCH", f"/memories/{quote(memory_id, safe='')}", {**fields, "action": action})
-
-    def recall(self, query: str, limit: int | None = None) -> list[dict[str, Any]]:
-        """Accepted memories ranked by relevance to the query (as the `recall` tool finds them), each with its score."""
-        params = {"q": query, **({"limit": str(limit)} if limit is not None else {})}
-        return self._call("GET", "/recall", params=params)["memories"]
-
-    def dreams(self) -> list[dict[str, Any]]:
-        return self._call("GET", "/dreams")["dreams"]
-
-    def dream_status(self, dream_id: str) -> dict[str, Any]:
-        """A dream's state (running, done, stopped, cancelled, unfinished), what it read and proposed."""
-        return self._call("GET", f"/dreams/{dream_id}")
-
-    def cancel_dream(self, dream_id: str) -> dict[str, Any]:
-        """Cancel a dream: no later chunk runs and its running chunk is interrupted; its status."""
-        return self._call("POST", f"/dreams/{dream_id}/cancel", {})
-
-    def dream(self, sessions: list[str] | None = None, model: str | None = None,
-              instructions: str | None = None, store: str | None = None) -> str:
-        """Start a dream in the server that proposes into `store` (default: dream_store); returns its id."""
-        body = {k: v for k, v in dict(sessions=sessions, model=model, instructions=instructions, store=store).items()
-                if v is not None}
-        return self._call("POST", "/dreams", body)["dream_id"]
-
-    # -- evals (the evals plugin's routes) ------------------------------------------------
-
-    def eval(self, tasks: Any, models: str | list[str], *, epochs: int = 1, parallel: int | None = None,
-             run: str | None = None, progress: bool = True, poll: float = 0.5) -> Any:
-        """Run every task × model × epoch in the server and wait; a DataFrame of the attempts (docs/evals.md).
-
-        `tasks`: a task set file (read here, its files sent along) or Tasks / their JSON objects.
-        A progress bar shows while it runs (tqdm, when installed); interrupting the kernel
-        interrupts the run (finished attempts stay finished: `run=` the same id goes on with it).
-        """
-        import time
-
-        from ..evals.results import frame
-        from ..evals.tasks import load_tasks, task_to_json
-
-        body: dict[str, Any] = {"tasks": [task_to_json(t) for t in load_tasks(tasks)],
-                                "models": [models] if isinstance(models, str) else list(models), "epochs": epochs}
-        body.update({k: v for k, v in dict(parallel=parallel, run=run).items() if v is not None})
-        started = self._call("POST", "/evals", body)
-        run_id, bar = started["run"], None
-        if progress:
-            try:
-                from tqdm.auto import tqdm
-
-                bar = tqdm(total=started["total"], desc=run_id, unit="attempt")
-            except ImportError:
-                bar = None
-        try:
-            while True:
-                st = self._call("GET", f"/evals/{quote(run_id, safe='')}")
-                if bar is not None:
-                    bar.update(st["finished"] - bar.n)
-                if st["state"] != "running":
-                    break
-                time.sleep(poll)
-        except KeyboardInterrupt:
-            self._call("POST", f"/evals/{quote(run_id, safe='')}/interrupt", {})
-            raise
-        finally:
-            if bar is not None:
-                bar.close()
-        if st["state"] == "failed":
-            raise RequestRefused(500, f"eval run {run_id} failed: {st['error']}")
-        df = frame(st["results"])
-        df.attrs["run"] = run_id
-        return df
-
-    def eval_runs(self) -> list[dict[str, Any]]:
-        """Every eval run in the server's log."""
-        return self._call("GET", "/evals")["runs"]
-
-    def eval_results(self, run: str) -> Any:
-        """A DataFrame of one run's attempts."""
-        from ..evals.results import frame
-
-        df = frame(self._call("GET", f"/evals/{quote(run, safe='')}")["results"])
-        df.attrs["run"] = run
-        return df
-
-    def eval_report(self, df: Any, other: Any = None) -> Any:
-        """A Panel view of a run's DataFrame (and a second one beside it), each attempt's transcript one click away."""
-        from ..evals.report import report_panel
-
-        return report_panel(df, lambda sid: self.events(sid), other)
 
     def _fsid(self, session_id: str | None) -> str:
         """The session a files call is about: the one given, else ask()'s, else the notebook's %agent session."""

@@ -138,22 +138,14 @@ def cmd_evals(args: argparse.Namespace, ctx: CommandContext) -> int:
 
 # -- through the server that holds the database (workbench/cli/remote.py) --------------------------
 
-POLL_S = 0.5  # how often a remote run's results are read for its progress
-
-
-def _run_path(run_id: str) -> str:
-    from urllib.parse import quote
-
-    return f"/evals/{quote(run_id, safe='')}"
-
-
 def remote_evals(args: argparse.Namespace, r: Any) -> int:
     from ..plugins.errors import RequestRefused
+    from .client import run_path
     from .results import frame
 
     if args.run_id:
         try:
-            rows = r.client._call("GET", _run_path(args.run_id))["results"]
+            rows = r.client.call("GET", run_path(args.run_id))["results"]
         except RequestRefused as e:
             if e.status != 404:
                 raise
@@ -168,9 +160,9 @@ def remote_eval(args: argparse.Namespace, r: Any) -> int:
     files, is read here and sent in the body; progress comes from polling the run's results; Ctrl-C (or SIGTERM)
     interrupts it there, and the same command with `--run ID` goes on with it, as locally."""
     import signal
-    import time
 
     from ..plugins.errors import WorkbenchError
+    from .client import follow_run, start_run
     from .results import frame
     from .routes import MAX_EVAL_BODY_BYTES
     from .tasks import task_to_json
@@ -195,14 +187,14 @@ def remote_eval(args: argparse.Namespace, r: Any) -> int:
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         with r.answers():
-            started = r.client._call("POST", "/evals", body)
+            started = start_run(r.client, body)
         run_id = str(started["run"])
         print(f"eval run {run_id}: {len(tasks)} task(s) × {len(started['models'])} model(s) × {args.epochs} epoch(s), "
               f"{started['parallel']} at a time", file=sys.stderr)
         seen: set[str] | None = None
-        while True:
-            with r.answers():
-                st = r.client._call("GET", _run_path(run_id))
+
+        def advance(st: dict[str, Any]) -> None:
+            nonlocal seen
             done = [row for row in st["results"]
                     if row["passed"] is not None and (row["task"], row["model"], row["epoch"]) in order]
             if seen is None:  # what was finished before (and in the moment since the start) counts as done
@@ -212,18 +204,14 @@ def remote_eval(args: argparse.Namespace, r: Any) -> int:
                 if row["session_id"] not in seen:
                     seen.add(row["session_id"])
                     progress(len(seen), len(order), row)
-            if st["state"] != "running":
-                break
-            time.sleep(POLL_S)
+
+        with r.answers():
+            st = follow_run(r.client, run_id, advance)  # Ctrl-C interrupts the run in the server
     except KeyboardInterrupt:
         if run_id is None:  # cut off before the server answered: it may have started a run of a new id
             print("\nworkbench: eval interrupted before the server answered; see `workbench evals` for a run it "
                   "may have started, and interrupt it from the notebook if it runs", file=sys.stderr)
             return EXIT_INTERRUPTED
-        try:
-            r.client._call("POST", f"{_run_path(run_id)}/interrupt", {})
-        except WorkbenchError:
-            pass  # the server is gone or the run ended: nothing left to interrupt
         _interrupted(args, run_id)
         return EXIT_INTERRUPTED
     finally:

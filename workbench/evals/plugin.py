@@ -63,6 +63,11 @@ class EvalPlugin(Plugin):
 
         return COMMANDS
 
+    def client(self) -> Mapping[str, Any]:
+        from .client import METHODS
+
+        return METHODS
+
     def routes(self) -> Sequence[tuple[str, type]]:
         from .routes import ROUTES
 

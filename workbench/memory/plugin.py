@@ -71,6 +71,11 @@ class MemoryPlugin(Plugin):
     def config_checks(self) -> Mapping[str, Callable[[Any], None]]:
         return {"memory": check_memory_config}  # the stores a session mounts (docs/memory.md, "Stores")
 
+    def client(self) -> Mapping[str, Any]:
+        from .client import METHODS
+
+        return METHODS
+
     def routes(self) -> Sequence[tuple[str, type]]:
         from .routes import ROUTES
 

@@ -15,6 +15,7 @@ server's routes, the docs checks):
     routes()             (path, tornado handler class) pairs served under the API
     config_checks()      per-session config keys -> a check that raises ConfigError
     service()            its own operations on the service, over either transport (ServicePart)
+    client()             methods of the notebook client (`wb.NAME(...)`), functions of the client
 
 Hooks of a plugin bound to a host (`attach(host)` is called once the log
 exists, before the brain is made):
@@ -231,6 +232,11 @@ class Plugin:
         return ()
 
     def config_checks(self) -> Mapping[str, Callable[[Any], None]]:
+        return {}
+
+    def client(self) -> Mapping[str, Callable[..., Any]]:
+        """Methods of the notebook client (`wb.NAME(...)`): functions called with the client first, which reach
+        the plugin's routes with `client.call(method, path, body)`."""
         return {}
 
     def service(self) -> ServicePart | None:
