@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from ..log import DuckDBLog
+from ..log import SessionLog, SqlLog
 from ..log.payload import decode_payload
 from .request import REQUEST_TYPES, Conversation
 
@@ -59,10 +59,12 @@ ORDER BY seq
 """
 
 
-def read_conversation(source: Any, session_id: str) -> Conversation:
-    """The session's Conversation from its log (blocking: run it off the event loop)."""
+def read_conversation(source: SessionLog, session_id: str) -> Conversation:
+    """The session's Conversation from its log (blocking: run it off the event loop): a projection in SQL when the
+    log has SQL (`log.sql()`), its events otherwise (the in-memory twin)."""
     conv = Conversation()
-    read = _duckdb_rows(source, session_id) if isinstance(source, DuckDBLog) else None
+    sql = source.sql()
+    read = _sql_rows(sql, session_id) if sql is not None else None
     if read is None:
         return conv.feed_all(source.events(session_id, types=list(REQUEST_TYPES)))
     rows, keys = read
@@ -79,7 +81,7 @@ def read_conversation(source: Any, session_id: str) -> Conversation:
     return conv
 
 
-def _duckdb_rows(source: DuckDBLog, session_id: str) -> tuple[list[tuple[int, str, str]], list[tuple[int, str, str]]] | None:
+def _sql_rows(source: SqlLog, session_id: str) -> tuple[list[tuple[int, str, str]], list[tuple[int, str, str]]] | None:
     """The projected rows from request_from on, and the (seq, key, text) of keyed messages before it."""
     import duckdb
 
