@@ -1,8 +1,11 @@
-"""What every benchmark shares: trials, percentiles, a section's result, the machine's description."""
+"""What every benchmark shares: trials, percentiles, a section's result, the machine's description, and the driver
+of turns through a server's REST API and session streams."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import os
 import platform
 import sys
@@ -10,7 +13,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 PACKAGES = ("jupyter-workbench", "jupyter_client", "ipykernel", "jupyter_server", "nbclient", "duckdb",
             "anthropic", "tornado", "pyzmq", "httpx")
@@ -266,3 +270,100 @@ async def profile(pid: int, work: Any) -> dict[str, Any]:
     finally:
         result = await spied(handle)
     return result
+
+
+# -- turns through a server: the scale and harness sections drive the same loop and measure different things ---------
+
+T = TypeVar("T")
+
+
+@dataclass
+class Served:
+    """A running `jupyter server` with the workbench extension and the scripted model, and a client of its REST API."""
+
+    server: Any  # bench.jserver.JupyterServer
+    http: Any  # httpx.AsyncClient on its URL, with its token
+    streams: list[Any] = field(default_factory=list)  # the sessions' websockets, closed with the server
+
+    async def sessions(self, n: int, title: str) -> list[tuple[str, Any]]:
+        """n new sessions of the scripted model (titled `title i`), each with its event stream open: (id, websocket)."""
+        from tornado.httpclient import HTTPRequest
+        from tornado.websocket import websocket_connect
+
+        ids = []
+        for i in range(n):
+            r = await self.http.post("/workbench/api/sessions", json={"model": "scripted", "title": f"{title}{i}"})
+            r.raise_for_status()
+            ids.append(r.json()["id"])
+        ws_base = self.server.url.replace("http", "ws", 1)
+        for sid in ids:
+            self.streams.append(await websocket_connect(HTTPRequest(f"{ws_base}/workbench/api/sessions/{sid}/stream?after=0",
+                                                                    headers=self.server.headers)))
+        return list(zip(ids, self.streams[-n:], strict=True))
+
+    async def settle(self, timeout: float = 60.0) -> None:
+        """Wait until the server's warm pool (if any) is full, so that neither a baseline nor a timed turn pays for it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pool = ((await self.http.get("/workbench/api/status")).json().get("sandbox") or {}).get("pool")
+            if not pool or pool["ready"] >= pool["size"] or pool.get("failures"):
+                return
+            await asyncio.sleep(0.1)
+
+
+@contextlib.asynccontextmanager
+async def served(home: Path) -> AsyncIterator[Served]:
+    """A fresh server and database in `home`, its warm pool full; stopped, with every stream, after the block."""
+    import httpx
+
+    from .jserver import JupyterServer
+
+    server = JupyterServer(home, workbench=True, env={"WORKBENCH_DB": str(home / "wb.duckdb"), "WORKBENCH_MODEL": "scripted"})
+    await asyncio.to_thread(server.start)
+    try:
+        async with httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=120) as http:
+            s = Served(server, http)
+            try:
+                await s.settle()
+                yield s
+            finally:
+                for ws in s.streams:
+                    ws.close()
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+async def server_turn(http: Any, ws: Any, sid: str, text: str) -> tuple[float, list[dict[str, Any]], int]:
+    """One turn: POST the message, read the session's stream until turn_ended. Returns the milliseconds from the
+    accepted POST to turn_ended, the events read, and how many POSTs got 409 first: turn_ended is committed (and
+    streamed) a moment before the turn's task is done, so a client that sends at once may be told the session is
+    busy; it retries every 5 ms."""
+    busy = 0
+    while True:
+        t0 = time.perf_counter()
+        r = await http.post(f"/workbench/api/sessions/{sid}/messages", json={"text": text})
+        if r.status_code != 409 or busy >= 200:
+            break
+        busy += 1
+        await asyncio.sleep(0.005)
+    r.raise_for_status()
+    seen: list[dict[str, Any]] = []
+    while True:
+        raw = await asyncio.wait_for(ws.read_message(), 120)
+        if raw is None:
+            raise RuntimeError(f"the stream of session {sid} closed during a turn")
+        msg = json.loads(raw)
+        if msg["kind"] != "event":
+            continue
+        seen.append(msg["event"])
+        if msg["event"]["type"] == "turn_ended":
+            return ms(t0), seen, busy
+
+
+async def rounds(sessions: list[tuple[str, Any]], turns: int, turn: Callable[[str, Any], Awaitable[T]]) -> list[list[T]]:
+    """`turns` turns in a row in each session, the sessions at the same time: each session's results, in order."""
+
+    async def one(sid: str, ws: Any) -> list[T]:
+        return [await turn(sid, ws) for _ in range(turns)]
+
+    return list(await asyncio.gather(*(one(sid, ws) for sid, ws in sessions)))

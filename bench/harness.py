@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from .common import Context, Section, profile, shares
+from .common import Context, Section, profile, rounds, served, server_turn, shares
 
 TEXT = "Run this:\n```python\nprint(1)\n```"
 
@@ -30,79 +30,31 @@ def _cpu(pid: int) -> float:
 
 
 async def _level(ctx: Context, n: int, turns: int, profiled: bool) -> dict[str, Any]:
-    from tornado.httpclient import HTTPRequest
-    from tornado.websocket import websocket_connect
-
-    from . import scale
-    from .jserver import JupyterServer
-
-    home = ctx.tmp / f"harness-{n}"
-    server = JupyterServer(home, workbench=True, env={"WORKBENCH_DB": str(home / "wb.duckdb"), "WORKBENCH_MODEL": "scripted"})
-    await asyncio.to_thread(server.start)
-    wss: list[Any] = []
     prof: dict[str, Any] = {}
-    try:
-        async with httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=120) as http:
-            await scale._settle(http)
-            ids = []
-            for i in range(n):
-                r = await http.post("/workbench/api/sessions", json={"model": "scripted", "title": f"harness {n}/{i}"})
-                r.raise_for_status()
-                ids.append(r.json()["id"])
-            ws_base = server.url.replace("http", "ws", 1)
-            for sid in ids:
-                wss.append(await websocket_connect(HTTPRequest(f"{ws_base}/workbench/api/sessions/{sid}/stream?after=0",
-                                                               headers=server.headers)))
+    async with served(ctx.tmp / f"harness-{n}") as srv:
+        sessions = await srv.sessions(n, f"harness {n}/")
 
-            def one(sid: str, ws: Any) -> Any:
-                return _turn(http, ws, sid)
+        def turn(sid: str, ws: Any) -> Any:
+            return _turn(srv.http, ws, sid)
 
-            async def timed(sid: str, ws: Any, k: int) -> list[dict[str, Any]]:
-                return [await one(sid, ws) for _ in range(k)]
-
-            await asyncio.gather(*(one(sid, ws) for sid, ws in zip(ids, wss, strict=False)))  # warm-up: kernels start
-            await scale._settle(http)
-            pid = server.proc.pid
-            await _quiet(pid)  # the server's start-up work (plugins, the pool, spares) is not a turn's
-            c0, t0 = _cpu(pid), time.perf_counter()
-            per = await asyncio.gather(*(timed(sid, ws, turns) for sid, ws in zip(ids, wss, strict=False)))
-            wall, cpu = time.perf_counter() - t0, _cpu(pid) - c0
-            if profiled:
-                await _quiet(pid)
-                prof = await profile(pid, lambda: asyncio.gather(*(timed(sid, ws, turns) for sid, ws in zip(ids, wss, strict=False))))
-    finally:
-        for ws in wss:
-            ws.close()
-        await asyncio.to_thread(server.stop)
+        await rounds(sessions, 1, turn)  # warm-up: kernels start
+        await srv.settle()
+        pid = srv.server.proc.pid
+        await _quiet(pid)  # the server's start-up work (plugins, the pool, spares) is not a turn's
+        c0, t0 = _cpu(pid), time.perf_counter()
+        per = await rounds(sessions, turns, turn)
+        wall, cpu = time.perf_counter() - t0, _cpu(pid) - c0
+        if profiled:
+            await _quiet(pid)
+            prof = await profile(pid, lambda: rounds(sessions, turns, turn))
     samples = [t for p in per for t in p]
     return {"samples": samples, "cpu_s": cpu, "wall_s": wall, "turns": len(samples), "profile": prof}
 
 
 async def _turn(http: httpx.AsyncClient, ws: Any, sid: str) -> dict[str, Any]:
-    """One turn: POST the message (again after a 409 while the last turn finishes), read the stream to turn_ended."""
-    import json
-
-    for _ in range(200):
-        t0 = time.perf_counter()
-        r = await http.post(f"/workbench/api/sessions/{sid}/messages", json={"text": TEXT})
-        if r.status_code != 409:
-            break
-        await asyncio.sleep(0.005)
-    r.raise_for_status()
-    result = None
-    while True:
-        raw = await asyncio.wait_for(ws.read_message(), 120)
-        if raw is None:
-            raise RuntimeError(f"the stream of session {sid} closed during a turn")
-        msg = json.loads(raw)
-        if msg["kind"] != "event":
-            continue
-        e = msg["event"]
-        if e["type"] == "tool_result":
-            result = e["payload"]
-        elif e["type"] == "turn_ended":
-            break
-    turn = (time.perf_counter() - t0) * 1000
+    """One turn, and its part outside the kernel: the turn minus the call's execute time."""
+    turn, seen, _ = await server_turn(http, ws, sid, TEXT)
+    result = next((e["payload"] for e in reversed(seen) if e["type"] == "tool_result"), None)
     if result is None or result.get("is_error"):
         raise RuntimeError(f"the turn in session {sid} made no successful tool call: {result}")
     return {"turn": turn, "overhead": turn - result["observation"]["duration_ms"]}

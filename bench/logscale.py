@@ -20,20 +20,7 @@ from typing import Any
 
 from . import floors
 from .common import Context, Section, ms, percentile
-from .logbench import template
-
-
-def _single(log: Any, n: int) -> tuple[list[float], float]:
-    log.create_session("single", title=None, model="bench", payload={"model": "bench"})
-    tmpl = template()
-    samples = []
-    t_all = time.perf_counter()
-    for i in range(n):
-        t, p = tmpl[i % len(tmpl)]
-        t0 = time.perf_counter()
-        log.append("single", t, p)
-        samples.append(ms(t0))
-    return samples, n / (time.perf_counter() - t_all)
+from .logbench import template, timed_appends
 
 
 def _concurrent(log: Any, appenders: int, per: int) -> tuple[list[float], float]:
@@ -119,7 +106,7 @@ def run_sync(ctx: Context) -> Section:
 
     log = DuckDBLog(ctx.tmp / "single.duckdb")
     try:
-        samples, rate = _single(log, ctx.trials(200, 2000))
+        samples, rate = timed_appends(log, "single", ctx.trials(200, 2000))
     finally:
         log.close()
     p50 = sec.row("durable append, 1 appender", samples, p99=True, throughput_per_s=round(rate))["p50_ms"]

@@ -8,50 +8,21 @@ starts), then K timed turns in a row; the sessions run at the same time.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import time
 from datetime import datetime
 from typing import Any
 
 import httpx
 
-from .common import Context, Section, ms, percentile
+from .common import Context, Section, percentile, rounds, served, server_turn
 
 TEXT = "Please run this:\n```python\nprint(sum(i * i for i in range(20000)))\n```"
 
 
-async def _turn(http: httpx.AsyncClient, ws: Any, sid: str) -> dict[str, float]:
-    """One turn: POST the message, read the session's stream until turn_ended."""
-    busy = 0
-    while True:
-        t0 = time.perf_counter()
-        r = await http.post(f"/workbench/api/sessions/{sid}/messages", json={"text": TEXT})
-        # turn_ended is committed (and streamed) a moment before the turn's task is done: a
-        # client that sends at once may get 409; it is counted, and the turn timed from the accepted POST
-        if r.status_code != 409 or busy >= 200:
-            break
-        busy += 1
-        await asyncio.sleep(0.005)
-    r.raise_for_status()
-    started = result = None
-    seen: list[dict[str, Any]] = []
-    while True:
-        raw = await asyncio.wait_for(ws.read_message(), 120)
-        if raw is None:
-            raise RuntimeError(f"the stream of session {sid} closed during a turn")
-        msg = json.loads(raw)
-        if msg["kind"] != "event":
-            continue
-        e = msg["event"]
-        seen.append(e)
-        if e["type"] == "tool_started":
-            started = e
-        elif e["type"] == "tool_result":
-            result = e
-        elif e["type"] == "turn_ended":
-            break
-    turn = ms(t0)
+async def _turn(http: httpx.AsyncClient, ws: Any, sid: str) -> dict[str, Any]:
+    """One turn and where its time went: the turn, its tool call and the gaps between its events (server clock)."""
+    turn, seen, busy = await server_turn(http, ws, sid, TEXT)
+    started = next((e for e in reversed(seen) if e["type"] == "tool_started"), None)
+    result = next((e for e in reversed(seen) if e["type"] == "tool_result"), None)
     if started is None or result is None or result["payload"].get("is_error"):
         raise RuntimeError(f"the turn in session {sid} made no successful tool call: {result and result['payload']}")
     tool = (datetime.fromisoformat(result["ts"]) - datetime.fromisoformat(started["ts"])).total_seconds() * 1000
@@ -64,54 +35,20 @@ async def _turn(http: httpx.AsyncClient, ws: Any, sid: str) -> dict[str, float]:
 
 
 async def _level(ctx: Context, n: int, turns: int) -> dict[str, Any]:
-    from tornado.httpclient import HTTPRequest
-    from tornado.websocket import websocket_connect
+    async with served(ctx.tmp / f"scale-{n}") as srv:
+        base_rss, base_procs = srv.server.rss_mib()
+        sessions = await srv.sessions(n, f"scale {n}/")
 
-    from .jserver import JupyterServer
+        def turn(sid: str, ws: Any) -> Any:
+            return _turn(srv.http, ws, sid)
 
-    home = ctx.tmp / f"scale-{n}"
-    server = JupyterServer(home, workbench=True, env={"WORKBENCH_DB": str(home / "wb.duckdb"), "WORKBENCH_MODEL": "scripted"})
-    await asyncio.to_thread(server.start)
-    wss: list[Any] = []
-    try:
-        async with httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=120) as http:
-            await _settle(http)
-            base_rss, base_procs = server.rss_mib()
-            ids = []
-            for i in range(n):
-                r = await http.post("/workbench/api/sessions", json={"model": "scripted", "title": f"scale {n}/{i}"})
-                r.raise_for_status()
-                ids.append(r.json()["id"])
-            ws_base = server.url.replace("http", "ws", 1)
-            for sid in ids:
-                wss.append(await websocket_connect(HTTPRequest(f"{ws_base}/workbench/api/sessions/{sid}/stream?after=0",
-                                                               headers=server.headers)))
-
-            async def timed(sid: str, ws: Any) -> list[dict[str, float]]:
-                return [await _turn(http, ws, sid) for _ in range(turns)]
-
-            # warm-up: every session's kernel starts; then the pool refills before the timed turns
-            await asyncio.gather(*(_turn(http, ws, sid) for sid, ws in zip(ids, wss)))
-            await _settle(http)
-            per = await asyncio.gather(*(timed(sid, ws) for sid, ws in zip(ids, wss)))
-            await _settle(http)
-            rss, procs = server.rss_mib()
-    finally:
-        for ws in wss:
-            ws.close()
-        await asyncio.to_thread(server.stop)
+        await rounds(sessions, 1, turn)  # warm-up: every session's kernel starts; then the pool refills
+        await srv.settle()
+        per = await rounds(sessions, turns, turn)
+        await srv.settle()
+        rss, procs = srv.server.rss_mib()
     every = [t for p in per for t in p]
     return {"samples": every, "base_rss": base_rss, "rss": rss, "procs": procs, "base_procs": base_procs}
-
-
-async def _settle(http: httpx.AsyncClient, timeout: float = 60.0) -> None:
-    """Wait until the server's warm pool (if any) is full, so the baseline memory includes it."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pool = ((await http.get("/workbench/api/status")).json().get("sandbox") or {}).get("pool")
-        if not pool or pool["ready"] >= pool["size"] or pool.get("failures"):
-            return
-        await asyncio.sleep(0.1)
 
 
 async def run(ctx: Context) -> Section:

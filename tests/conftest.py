@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
+import sys
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
+from workbench.brain import Brain, BrainSettings
 from workbench.hands.factory import HandsFactory, HandsSettings
 from workbench.log import DuckDBLog
 from workbench.testing import FakeMessagesAPI
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "support"))  # the helpers several folders import by name (wbsupport, leakcheck)
 FILE_SECONDS = REPO / "tests" / "file_seconds.json"  # seconds per test file in a CI run: the order files start in
 
 
@@ -55,25 +57,44 @@ def fake_api():
     api.stop()
 
 
+@pytest.fixture
+def api(fake_api, monkeypatch):
+    """The fake Messages API, and the key and address the real SDK reads to reach it."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-real-key")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake_api.url)
+    return fake_api
+
+
+@pytest_asyncio.fixture
+async def brain(log, hands):
+    """A brain on the test's log and hands that retries a failed model call at once; closed after the test."""
+    b = Brain(log, hands_factory=hands, settings=BrainSettings(retry_base=0.01))
+    yield b
+    await b.close()
+
+
 # -- tiers -------------------------------------------------------------------------------------------------
 # `pytest -m "not slow"` is the fast tier (under a minute): the log and its twin, the brain on the twin,
 # pure policy and structure checks. Everything that starts kernels, sandboxes, Jupyter servers, CLI
 # subprocesses or a browser is slow: these directories and modules, plus any test marked slow itself.
 
+# Modules by their path under tests/ (tests/test_structure.py checks that each one exists, so a moved file keeps its
+# tier); FAST_MODULES are pure checks that live beside the slow tests of their package.
 SLOW_DIRS = ("hands", "sandbox", "server", "service", "ui", "memory", "fidelity")
-SLOW_MODULES = ("test_brain.py", "test_cli.py", "test_cli_manage.py", "test_bench_quick.py", "test_leakcheck.py")
+SLOW_MODULES = ("brain/test_loop.py", "cli/test_cli.py", "cli/test_manage.py", "bench/test_quick.py", "test_leakcheck.py")
+FAST_MODULES = ("hands/test_fold.py", "hands/test_workspace_copy.py", "server/test_fuzz_routes.py")
 # The sandbox, quota, identity and escape tests: CI runs them a second time as an unprivileged user
 # (scripts/unprivileged.sh -m isolation), since a researcher's server is not root and CI's is.
 ISOLATION_DIRS = ("sandbox",)
-ISOLATION_MODULES = ("test_swap.py", "test_workspace_copy.py", "test_descriptors.py", "test_workspaces.py")
+ISOLATION_MODULES = ("hands/test_swap.py", "hands/test_workspace_copy.py", "hands/test_descriptors.py", "evals/test_workspaces.py")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         rel = Path(str(item.fspath)).relative_to(REPO / "tests")
-        if rel.parts[0] in SLOW_DIRS or rel.name in SLOW_MODULES:
+        if (rel.parts[0] in SLOW_DIRS and rel.as_posix() not in FAST_MODULES) or rel.as_posix() in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
-        if rel.parts[0] in ISOLATION_DIRS or rel.name in ISOLATION_MODULES:
+        if rel.parts[0] in ISOLATION_DIRS or rel.as_posix() in ISOLATION_MODULES:
             item.add_marker(pytest.mark.isolation)
     # The longest files run first, so that in several worker processes (scripts/test.sh: a file whole in one
     # worker, in this order) none of them starts last and runs on alone while the other workers idle: by the
@@ -89,6 +110,6 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: -longest[Path(str(item.fspath)).relative_to(REPO).as_posix()])  # stable
 
 
-# -- no process this run started outlives it: see leakcheck.py -------------------------------------------------
+# -- no process this run started outlives it: see support/leakcheck.py -------------------------------------------
 
 from leakcheck import pytest_configure, pytest_sessionfinish  # noqa: E402,F401  (hooks of this run)

@@ -21,7 +21,7 @@ from workbench.testing.jupyter import JupyterProcess
 
 pytestmark = pytest.mark.slow
 
-TESTS = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parent / "support"  # where leakcheck.py lives
 
 LEAKY = '''
 import subprocess, sys, tempfile
@@ -43,7 +43,7 @@ def inner_run(tmp: Path, name: str, source: str, *args: str) -> subprocess.Compl
     d.mkdir()
     (d / "pytest.ini").write_text("[pytest]\n")  # a run of its own, not this repository's configuration
     (d / f"test_{name}.py").write_text(source)
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
     env.pop("TMPDIR", None)  # the inner run makes its own root, as a run started from a shell would
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "leakcheck", "-q", "-p", "no:cacheprovider", *args, str(d)],
                           cwd=d, env=env, capture_output=True, text=True, timeout=180)

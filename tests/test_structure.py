@@ -508,3 +508,58 @@ def test_the_example_plugin_imports_only_the_plugin_surface():
     taken += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     ours = [m for m in taken if m == "workbench" or m.startswith("workbench.")]
     assert ours and all(m == "workbench.plugins" or m.startswith("workbench.plugins.") for m in ours), ours
+
+
+# -- the test tree mirrors the package ----------------------------------------------------------------------------
+
+TESTS = PKG.parent / "tests"
+# the tests of the repository as a whole (its shape, its docs, the test run's own order and leak check); every other
+# test file sits in the folder of the package it tests (tests/brain for workbench/brain, tests/core for the modules
+# at the top of workbench/, tests/bench for bench/), and a helper beside the tests that import it (tests/support
+# when several folders do)
+ROOT_FILES = ("conftest.py", "test_structure.py", "test_docs.py", "test_file_seconds.py", "test_leakcheck.py")
+
+
+def strays_at_the_root(tests: Path) -> list[str]:
+    """Python files at the root of the test tree that are not among its repository-wide ones."""
+    return [f"tests/{p.name}: not a test of the repository as a whole; move it to the folder of the package it tests "
+            "(a helper: beside the tests that import it, tests/support if several folders do)"
+            for p in sorted(tests.glob("*.py")) if p.name not in ROOT_FILES]
+
+
+def test_the_test_tree_mirrors_the_package():
+    assert strays_at_the_root(TESTS) == []
+
+
+def test_the_root_check_catches_a_stray_test_and_helper(tmp_path):
+    for name in ("conftest.py", "test_docs.py", "test_render.py", "wbhelper.py", "notes.txt"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "test_export.py").write_text("")
+    assert strays_at_the_root(tmp_path) == [
+        "tests/test_render.py: not a test of the repository as a whole; move it to the folder of the package it tests "
+        "(a helper: beside the tests that import it, tests/support if several folders do)",
+        "tests/wbhelper.py: not a test of the repository as a whole; move it to the folder of the package it tests "
+        "(a helper: beside the tests that import it, tests/support if several folders do)"]
+
+
+def unknown_tier_files(tests: Path) -> list[str]:
+    """The test files tests/conftest.py puts in a tier by path (its *_MODULES tuples) that do not exist: a moved file
+    would silently leave its tier."""
+    tree = ast.parse((tests / "conftest.py").read_text())
+    return [f"tests/conftest.py:{node.lineno}: {target.id} names {value.value}, which is not a file under tests/"
+            for node in tree.body if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple)
+            for target in node.targets if isinstance(target, ast.Name) and target.id.endswith("_MODULES")
+            for value in node.value.elts
+            if isinstance(value, ast.Constant) and not (tests / str(value.value)).is_file()]
+
+
+def test_the_tiers_name_files_that_exist():
+    assert unknown_tier_files(TESTS) == []
+
+
+def test_the_tier_check_catches_a_moved_file(tmp_path):
+    (tmp_path / "cli").mkdir()
+    (tmp_path / "cli" / "test_cli.py").write_text("")
+    (tmp_path / "conftest.py").write_text('SLOW_DIRS = ("hands",)\nSLOW_MODULES = ("cli/test_cli.py", "test_cli.py")\n')
+    assert unknown_tier_files(tmp_path) == ["tests/conftest.py:2: SLOW_MODULES names test_cli.py, which is not a file under tests/"]

@@ -11,13 +11,6 @@ from workbench.brain.models import FatalModelError, MessageBuilder, ModelCatalog
 from workbench.testing import FakeMessagesAPI
 
 
-@pytest.fixture
-def api(fake_api, monkeypatch):
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-real-key")
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake_api.url)
-    return fake_api
-
-
 def ask(name: str, text: str = "hi") -> dict:
     """One model call by catalog name, with the request the brain would build (its `model` is the catalog name)."""
     model = ModelCatalog().make(name)

@@ -486,9 +486,7 @@ async def test_the_shipped_example_replays_offline_and_is_current(tmp_path, monk
 @pytest.mark.slow
 def test_the_cli_replays_by_setting_and_says_what_changed(tmp_path):
     import subprocess
-    import sys
 
-    sys.path.insert(0, str(REPO / "tests"))
     from wbsupport import WORKBENCH, cli_env
 
     env = cli_env(WORKBENCH_CASSETTE=str(EXAMPLE / "compare.jsonl"))

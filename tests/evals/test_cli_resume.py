@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,8 +16,7 @@ from workbench.evals import load_tasks
 from workbench.evals.script import solver
 from workbench.log import DuckDBLog
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from wbsupport import WORKBENCH, cli_env  # noqa: E402
+from wbsupport import WORKBENCH, cli_env
 
 pytestmark = pytest.mark.slow
 

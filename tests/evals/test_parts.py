@@ -1,5 +1,5 @@
 """The pure parts of evals: Wilson intervals, prices, the report's escaping, the scripted solver and grader,
-and the verdict line (the workspace copy is tests/test_workspace_copy.py's)."""
+and the verdict line (the workspace copy is tests/hands/test_workspace_copy.py's)."""
 
 from __future__ import annotations
 

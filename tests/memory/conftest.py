@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
-from wbmemory import RECORDED, SYSTEMS, build_host
+sys.path.insert(0, str(Path(__file__).parent))  # the tests import their helpers from wbmemory.py and wbforget.py
+
+from wbmemory import RECORDED, SYSTEMS, build_host  # noqa: E402
 
 @pytest.fixture
 def systems() -> list[str]:

@@ -20,7 +20,7 @@ Used by tests/server/test_fuzz.py and test_faults.py (bounded, in CI) and bench/
   so also routes added later) is the generic generator's (`generic_table()`): its path filled with pool,
   hostile and random ids, its handler's verbs and others, a body guessed from the pydantic model its
   handler's source names, the same hostile variations, hostile query arguments of its `args` model;
-  uploads stay small (a few just over the upload limit, when that is small). tests/test_fuzz_routes.py
+  uploads stay small (a few just over the upload limit, when that is small). tests/server/test_fuzz_routes.py
   (fast tier) fails when a served route is one no request reaches.
 - `note_success` counts the writes it understands (a message answered twice with one seq once, and only if
   both times it was the same text); a 2xx to a write of a generic route it does not
@@ -800,7 +800,7 @@ ROUTES = (
 )
 
 # the documented paths (docs/api.md) the generators above make requests for; every other served route
-# is the generic generator's (generic_table), and tests/test_fuzz_routes.py checks the two cover them all
+# is the generic generator's (generic_table), and tests/server/test_fuzz_routes.py checks the two cover them all
 SPECIFIC = frozenset({
     "/sessions", "/sessions/{id}", "/sessions/{id}/messages", "/sessions/{id}/events", "/sessions/{id}/stream",
     "/sessions/{id}/interrupt", "/sessions/{id}/resume", "/sessions/{id}/hands", "/sessions/{id}/hands/restart",

@@ -8,15 +8,11 @@ of its own is the generic generator's, because its table is built from the same 
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent / "server"))  # the fuzzer lives with the server tests that run it
+import wbfuzz
+from wbfuzz import API, Fuzzer, Pool, Route, generic_table, served_routes
 
-import wbfuzz  # noqa: E402
-from wbfuzz import API, Fuzzer, Pool, Route, generic_table, served_routes  # noqa: E402
-
-from workbench.server.routes import pattern  # noqa: E402
+from workbench.server.routes import pattern
 
 N = 2000  # requests per seed: each route gets about 1/30 of them (the runs are seeded: the same every time)
 

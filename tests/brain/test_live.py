@@ -9,22 +9,13 @@ import threading
 import time
 
 import pytest
-import pytest_asyncio
 from wbsupport import LOOP, WORKBENCH, cli_env, ticks
 
-from workbench.brain import Brain
 from workbench.hands import Observation
 from workbench.hands.observing import result_content
 
 pytestmark = pytest.mark.slow
 
-
-
-@pytest_asyncio.fixture
-async def brain(log, hands):
-    b = Brain(log, hands_factory=hands)
-    yield b
-    await b.close()
 
 
 @pytest.mark.asyncio

@@ -20,7 +20,7 @@ from workbench.plugins import Plugin
 
 from wbsupport import WORKBENCH, cli_env
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "echo_plugin"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "echo_plugin"
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def test_plugins_can_be_disabled_and_clashes_are_refused(installed):
 
 @pytest.mark.slow
 def test_the_command_line_uses_an_installed_plugin(installed, tmp_path):
-    env = cli_env(PYTHONPATH=f"{installed}:{Path(__file__).resolve().parent.parent}")
+    env = cli_env(PYTHONPATH=f"{installed}:{Path(__file__).resolve().parents[2]}")
     db = str(tmp_path / "p.duckdb")
     run = subprocess.run([*WORKBENCH, "run", "count these four words", "--model", "echo", "--tool", "word_count",
                           "--db", db], capture_output=True, text=True, env=env, timeout=120)

@@ -7,7 +7,6 @@ import json
 import re
 
 import pytest
-import pytest_asyncio
 
 from workbench.brain import Brain, BrainSettings, build_request
 from workbench.hands import Observation
@@ -15,20 +14,6 @@ from workbench.render import result_blocks
 from workbench.testing import Reply
 
 MODEL = "claude-opus-5-5"
-
-
-@pytest.fixture
-def api(fake_api, monkeypatch):
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-real-key")
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake_api.url)
-    return fake_api
-
-
-@pytest_asyncio.fixture
-async def brain(log, hands):
-    b = Brain(log, hands_factory=hands, settings=BrainSettings(retry_base=0.01))
-    yield b
-    await b.close()
 
 
 def canon(x) -> str:

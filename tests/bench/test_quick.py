@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SECTIONS = {"first_response", "recovery", "hands_scale", "tool_round_trip", "log", "logscale", "scale", "harness", "start",
             "dreaming", "evals", "delegate"}
 GOALS = {"harness", "start", "log", "logscale", "hands_scale", "evals"}  # where issue 24's Done-when is measured
