@@ -205,29 +205,30 @@ HANDS_FLOORS = (
 )
 
 
-def hands_floor(module: str) -> int | None:
-    """The floor of a hands module (None: not a hands module, or on no floor)."""
-    for n, floor in enumerate(HANDS_FLOORS):
+def floor_of(module: str, package: str, floors: tuple[tuple[str, ...], ...]) -> int | None:
+    """The floor of a module of `package` (None: not one of its modules, or on no floor)."""
+    for n, floor in enumerate(floors):
         for place in floor:
-            if module == place or (place != HANDS and module.startswith(place + ".")):
+            if module == place or (place != package and module.startswith(place + ".")):
                 return n
     return None
 
 
-def floor_problems(g: dict[str, set[str]]) -> list[str]:
-    """Hands modules that import a hands module above their floor, or stand on no floor."""
+def floor_problems(g: dict[str, set[str]], package: str = HANDS, floors: tuple[tuple[str, ...], ...] = HANDS_FLOORS,
+                   table: str = "HANDS_FLOORS") -> list[str]:
+    """Modules of `package` that import one of its modules above their floor, or stand on no floor."""
     problems = []
     for name, deps in sorted(g.items()):
-        if name != HANDS and not name.startswith(HANDS + "."):
+        if name != package and not name.startswith(package + "."):
             continue
-        floor = hands_floor(name)
+        floor = floor_of(name, package, floors)
         if floor is None:
-            problems.append(f"{name} is on no floor of HANDS_FLOORS: put it in a room (or on the hands' top floor)")
+            problems.append(f"{name} is on no floor of {table}: put it on one")
             continue
         for d in sorted(deps):
-            above = hands_floor(d)
+            above = floor_of(d, package, floors)
             if above is not None and above > floor:
-                problems.append(f"{name} (floor {floor}) imports {d} (floor {above}): the hands' floors depend downward")
+                problems.append(f"{name} (floor {floor}) imports {d} (floor {above}): {table} depend downward")
     return problems
 
 
@@ -267,8 +268,8 @@ def test_the_floor_check_catches_an_import_upward():
          "workbench.hands.isolating.quota": {"workbench.hands.base"},  # downward: fine
          "workbench.hands.newthing": set()}
     assert floor_problems(g) == [
-        "workbench.hands.newthing is on no floor of HANDS_FLOORS: put it in a room (or on the hands' top floor)",
-        "workbench.hands.observing.fold (floor 0) imports workbench.hands.launching.local (floor 3): the hands' floors "
+        "workbench.hands.newthing is on no floor of HANDS_FLOORS: put it on one",
+        "workbench.hands.observing.fold (floor 0) imports workbench.hands.launching.local (floor 3): HANDS_FLOORS "
         "depend downward",
     ]
 
@@ -441,3 +442,36 @@ def test_the_face_import_check_catches_one():
         "workbench.brain.loop imports workbench.cli.console: the core is under its faces; move what both need below them",
         "workbench.service.local imports workbench.server.bodies: the core is under its faces; move what both need "
         "below them"]
+
+
+# -- the brain's parts -------------------------------------------------------------------------------------------
+
+BRAIN = "workbench.brain"
+# The brain's floors, from the ground (docs/architecture.md): its parts import each other one way, so `Brain`
+# is a facade over parts that never call back into it or into the parts above them.
+BRAIN_FLOORS = (
+    # the parts, each one idea, none knowing the loop: which turn runs where, the request as a fold of the events
+    # and its cold read, tools, a new session's prefix, live output, the models
+    ("workbench.brain.turns", "workbench.brain.request", "workbench.brain.coldread", "workbench.brain.tools",
+     "workbench.brain.sessions", "workbench.brain.live", "workbench.brain.models"),
+    ("workbench.brain.views",),  # what is kept of each session, and every write to its log
+    ("workbench.brain.calls",),  # tool calls in the session's hands, recorded through the views
+    ("workbench.brain.loop",),  # one turn: model calls, then the calls
+    ("workbench.brain.brain", BRAIN),  # Brain, the facade the rest of the code holds; it starts turns
+)
+
+
+def test_the_brain_parts_depend_one_way():
+    assert floor_problems(graph(), BRAIN, BRAIN_FLOORS, "BRAIN_FLOORS") == []
+
+
+def test_the_floor_check_catches_a_brain_part_calling_back():
+    g = {"workbench.brain.views": {"workbench.brain.loop", "workbench.brain.request"},
+         "workbench.brain.calls": {"workbench.brain.views"},  # downward: fine
+         "workbench.brain.models.anthropic": {"workbench.brain.brain"},
+         "workbench.brain.scratch": set()}
+    assert floor_problems(g, BRAIN, BRAIN_FLOORS, "BRAIN_FLOORS") == [
+        "workbench.brain.models.anthropic (floor 0) imports workbench.brain.brain (floor 4): BRAIN_FLOORS depend downward",
+        "workbench.brain.scratch is on no floor of BRAIN_FLOORS: put it on one",
+        "workbench.brain.views (floor 1) imports workbench.brain.loop (floor 3): BRAIN_FLOORS depend downward",
+    ]

@@ -60,7 +60,7 @@ class Turns:
         if self._tasks.get(session_id) is task:
             del self._tasks[session_id]
         if task.cancelled():
-            # an interrupt: the turn recorded it and closed itself (Brain._close, run to its end), or it was
+            # an interrupt: the turn recorded it and closed itself (Loop._close, run to its end), or it was
             # cancelled before its first step and wrote nothing (its starter hears so: Brain._spawn); a close
             # that fails ends the task with that failure instead, logged below
             return
