@@ -475,3 +475,47 @@ def test_the_floor_check_catches_a_brain_part_calling_back():
         "workbench.brain.scratch is on no floor of BRAIN_FLOORS: put it on one",
         "workbench.brain.views (floor 1) imports workbench.brain.loop (floor 3): BRAIN_FLOORS depend downward",
     ]
+
+
+# -- one owner per fact: "is this session running?" ---------------------------------------------------------------
+
+RUNNING_OWNER = "workbench.brain.turns"  # Turns: the turn registry, and the plugins' `driving` hooks as its drivers
+TURNS_MAKER = "workbench.brain.brain"  # the brain makes its one registry
+
+
+def second_running_owners(mods: dict[str, tuple[Path, ast.Module]]) -> list[str]:
+    """Where the core answers "is this session running?" itself instead of asking brain/turns.py: it calls a
+    plugin's `driving` hook (the owner combines them with the turns), or makes a turn registry of its own. A plugin
+    package answers its own hook from its own state."""
+    problems = []
+    for name, (_, tree) in sorted(mods.items()):
+        if name == RUNNING_OWNER or _under(name, PLUGIN_PACKAGES):
+            continue
+        calls = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
+        for node in calls:
+            f = node.func
+            called = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if called == "driving":
+                problems.append(f"{name}:{node.lineno}: {ast.unparse(node)} asks a plugin whether a session runs: "
+                                "ask brain.turns (at_work, driven)")
+            elif called == "Turns" and name != TURNS_MAKER:
+                problems.append(f"{name}:{node.lineno}: {ast.unparse(node)} is a second turn registry: ask brain.turns")
+    return problems
+
+
+def test_running_has_one_owner():
+    """Listings, delete, a server's wake and a new turn's check all ask brain.turns (docs/architecture.md)."""
+    assert second_running_owners(modules()) == []
+
+
+def test_the_running_owner_check_catches_a_second_one():
+    source = ("def running(self, sid):\n"
+              "    return self.brain.running(sid) or any(p.driving(sid) for p in self.plugins)\n"
+              "mine = Turns()\n"
+              "hooks = [p.driving for p in plugins]\n")  # handing the hooks to the owner: not asking them
+    mods = {"workbench.host": (PKG / "host.py", ast.parse(source)),
+            "workbench.memory.plugin": (PKG / "memory" / "plugin.py", ast.parse(source))}  # a plugin's own: its
+    assert second_running_owners(mods) == [
+        "workbench.host:2: p.driving(sid) asks a plugin whether a session runs: ask brain.turns (at_work, driven)",
+        "workbench.host:3: Turns() is a second turn registry: ask brain.turns",
+    ]

@@ -1,11 +1,12 @@
 """The brain: the harness loop, stateless between steps; `Brain` is what the rest of the code holds.
 
 Everything it knows it reads back from the session log. A host passes in its
-collaborators: the log, a way to make models, a way to make hands, the tools
-and what plugins add to a new session's system prompt. `Brain` builds its
-parts, each one idea, and starts turns on them:
+collaborators: the log, a way to make models, a way to make hands, the tools,
+what plugins add to a new session's system prompt and how they say that they
+drive a session. `Brain` builds its parts, each one idea, and starts turns on
+them:
 
-    turns.py   which turn runs where
+    turns.py   which turn runs where; whether a session is at work
     views.py   what is kept of each session, and every write to its log
     calls.py   tool calls in the session's hands, recorded
     loop.py    one turn, from its first event to turn_ended
@@ -31,7 +32,7 @@ from .models import Model, make_model
 from .request import Conversation, TurnState
 from .sessions import PromptHook, session_payload
 from .tools import BUILTIN_TOOLS, Tool, tool_named
-from .turns import Turns
+from .turns import Driver, Turns
 from .views import Views
 
 
@@ -64,13 +65,14 @@ class Brain:
         tools: Mapping[str, Tool] = BUILTIN_TOOLS,
         prompt_hooks: Sequence[PromptHook] = (),
         redact: Callable[[str], str] | None = None,
+        drivers: Sequence[Driver] = (),
     ):
         self.log = log
         self.settings = settings or BrainSettings()
         self.model_factory = model_factory
         self.tools = tools
         self.prompt_hooks = tuple(prompt_hooks)
-        self.turns = Turns()
+        self.turns = Turns(drivers)  # the plugins' `driving` hooks: a session they drive counts as at work
         self.live = LiveOutput(redact)  # running calls' output as it arrives: heard, never logged
         self.views = Views(log, self.turns, self.settings.session_cache)
         self.calls = Calls(log, self.views, tools=tools, live=self.live, hands_factory=hands_factory, redact=redact)
@@ -178,7 +180,7 @@ class Brain:
             return await self.turns.cancel(session_id)
 
     def running(self, session_id: str) -> bool:
-        """Whether a turn of the session runs here now (brain/turns.py)."""
+        """Whether a turn of the session runs here now (`turns.at_work`: also between turns a plugin drives)."""
         return self.turns.running(session_id)
 
     async def _await_turn(self, session_id: str, task: asyncio.Task, interrupted_by: str) -> Any:
