@@ -206,29 +206,30 @@ HANDS_FLOORS = (
 )
 
 
-def hands_floor(module: str) -> int | None:
-    """The floor of a hands module (None: not a hands module, or on no floor)."""
-    for n, floor in enumerate(HANDS_FLOORS):
+def floor_of(module: str, package: str, floors: tuple[tuple[str, ...], ...]) -> int | None:
+    """The floor of a module of `package` (None: not one of its modules, or on no floor)."""
+    for n, floor in enumerate(floors):
         for place in floor:
-            if module == place or (place != HANDS and module.startswith(place + ".")):
+            if module == place or (place != package and module.startswith(place + ".")):
                 return n
     return None
 
 
-def floor_problems(g: dict[str, set[str]]) -> list[str]:
-    """Hands modules that import a hands module above their floor, or stand on no floor."""
+def floor_problems(g: dict[str, set[str]], package: str = HANDS, floors: tuple[tuple[str, ...], ...] = HANDS_FLOORS,
+                   table: str = "HANDS_FLOORS") -> list[str]:
+    """Modules of `package` that import one of its modules above their floor, or stand on no floor."""
     problems = []
     for name, deps in sorted(g.items()):
-        if name != HANDS and not name.startswith(HANDS + "."):
+        if name != package and not name.startswith(package + "."):
             continue
-        floor = hands_floor(name)
+        floor = floor_of(name, package, floors)
         if floor is None:
-            problems.append(f"{name} is on no floor of HANDS_FLOORS: put it in a room (or on the hands' top floor)")
+            problems.append(f"{name} is on no floor of {table}: put it on one")
             continue
         for d in sorted(deps):
-            above = hands_floor(d)
+            above = floor_of(d, package, floors)
             if above is not None and above > floor:
-                problems.append(f"{name} (floor {floor}) imports {d} (floor {above}): the hands' floors depend downward")
+                problems.append(f"{name} (floor {floor}) imports {d} (floor {above}): {table} depend downward")
     return problems
 
 
@@ -268,8 +269,8 @@ def test_the_floor_check_catches_an_import_upward():
          "workbench.hands.isolating.quota": {"workbench.hands.base"},  # downward: fine
          "workbench.hands.newthing": set()}
     assert floor_problems(g) == [
-        "workbench.hands.newthing is on no floor of HANDS_FLOORS: put it in a room (or on the hands' top floor)",
-        "workbench.hands.observing.fold (floor 0) imports workbench.hands.launching.local (floor 3): the hands' floors "
+        "workbench.hands.newthing is on no floor of HANDS_FLOORS: put it on one",
+        "workbench.hands.observing.fold (floor 0) imports workbench.hands.launching.local (floor 3): HANDS_FLOORS "
         "depend downward",
     ]
 
@@ -563,3 +564,80 @@ def test_the_tier_check_catches_a_moved_file(tmp_path):
     (tmp_path / "cli" / "test_cli.py").write_text("")
     (tmp_path / "conftest.py").write_text('SLOW_DIRS = ("hands",)\nSLOW_MODULES = ("cli/test_cli.py", "test_cli.py")\n')
     assert unknown_tier_files(tmp_path) == ["tests/conftest.py:2: SLOW_MODULES names test_cli.py, which is not a file under tests/"]
+
+
+# -- the brain's parts -------------------------------------------------------------------------------------------
+
+BRAIN = "workbench.brain"
+# The brain's floors, from the ground (docs/architecture.md): its parts import each other one way, so `Brain`
+# is a facade over parts that never call back into it or into the parts above them.
+BRAIN_FLOORS = (
+    # the parts, each one idea, none knowing the loop: which turn runs where, the request as a fold of the events
+    # and its cold read, tools, a new session's prefix, live output, the models
+    ("workbench.brain.turns", "workbench.brain.request", "workbench.brain.coldread", "workbench.brain.tools",
+     "workbench.brain.sessions", "workbench.brain.live", "workbench.brain.models"),
+    ("workbench.brain.views",),  # what is kept of each session, and every write to its log
+    ("workbench.brain.calls",),  # tool calls in the session's hands, recorded through the views
+    ("workbench.brain.loop",),  # one turn: model calls, then the calls
+    ("workbench.brain.brain", BRAIN),  # Brain, the facade the rest of the code holds; it starts turns
+)
+
+
+def test_the_brain_parts_depend_one_way():
+    assert floor_problems(graph(), BRAIN, BRAIN_FLOORS, "BRAIN_FLOORS") == []
+
+
+def test_the_floor_check_catches_a_brain_part_calling_back():
+    g = {"workbench.brain.views": {"workbench.brain.loop", "workbench.brain.request"},
+         "workbench.brain.calls": {"workbench.brain.views"},  # downward: fine
+         "workbench.brain.models.anthropic": {"workbench.brain.brain"},
+         "workbench.brain.scratch": set()}
+    assert floor_problems(g, BRAIN, BRAIN_FLOORS, "BRAIN_FLOORS") == [
+        "workbench.brain.models.anthropic (floor 0) imports workbench.brain.brain (floor 4): BRAIN_FLOORS depend downward",
+        "workbench.brain.scratch is on no floor of BRAIN_FLOORS: put it on one",
+        "workbench.brain.views (floor 1) imports workbench.brain.loop (floor 3): BRAIN_FLOORS depend downward",
+    ]
+
+
+# -- one owner per fact: "is this session running?" ---------------------------------------------------------------
+
+RUNNING_OWNER = "workbench.brain.turns"  # Turns: the turn registry, and the plugins' `driving` hooks as its drivers
+TURNS_MAKER = "workbench.brain.brain"  # the brain makes its one registry
+
+
+def second_running_owners(mods: dict[str, tuple[Path, ast.Module]]) -> list[str]:
+    """Where the core answers "is this session running?" itself instead of asking brain/turns.py: it calls a
+    plugin's `driving` hook (the owner combines them with the turns), or makes a turn registry of its own. A plugin
+    package answers its own hook from its own state."""
+    problems = []
+    for name, (_, tree) in sorted(mods.items()):
+        if name == RUNNING_OWNER or _under(name, PLUGIN_PACKAGES):
+            continue
+        calls = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
+        for node in calls:
+            f = node.func
+            called = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if called == "driving":
+                problems.append(f"{name}:{node.lineno}: {ast.unparse(node)} asks a plugin whether a session runs: "
+                                "ask brain.turns (at_work, driven)")
+            elif called == "Turns" and name != TURNS_MAKER:
+                problems.append(f"{name}:{node.lineno}: {ast.unparse(node)} is a second turn registry: ask brain.turns")
+    return problems
+
+
+def test_running_has_one_owner():
+    """Listings, delete, a server's wake and a new turn's check all ask brain.turns (docs/architecture.md)."""
+    assert second_running_owners(modules()) == []
+
+
+def test_the_running_owner_check_catches_a_second_one():
+    source = ("def running(self, sid):\n"
+              "    return self.brain.running(sid) or any(p.driving(sid) for p in self.plugins)\n"
+              "mine = Turns()\n"
+              "hooks = [p.driving for p in plugins]\n")  # handing the hooks to the owner: not asking them
+    mods = {"workbench.host": (PKG / "host.py", ast.parse(source)),
+            "workbench.memory.plugin": (PKG / "memory" / "plugin.py", ast.parse(source))}  # a plugin's own: its
+    assert second_running_owners(mods) == [
+        "workbench.host:2: p.driving(sid) asks a plugin whether a session runs: ask brain.turns (at_work, driven)",
+        "workbench.host:3: Turns() is a second turn registry: ask brain.turns",
+    ]

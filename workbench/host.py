@@ -115,6 +115,7 @@ class Host:
             tools=self.tools,
             prompt_hooks=[p.system_prompt for p in self.plugins],
             redact=hands.redact if hands is not None else None,
+            drivers=[p.driving for p in self.plugins],
         )
 
     # -- building ------------------------------------------------------------------
@@ -177,10 +178,6 @@ class Host:
             await self.hands.start(reap=self.settings.reap_on_start)
         for p in self.plugins:
             await p.startup()
-
-    def running(self, session_id: str) -> bool:
-        """Whether the session is at work here: a turn runs, or a plugin goes on with it between turns."""
-        return self.brain.running(session_id) or any(p.driving(session_id) for p in self.plugins)
 
     def plugin(self, name: str) -> Plugin:
         """The loaded plugin called `name`; PluginError when it is not loaded."""

@@ -264,11 +264,11 @@ async def test_the_session_cache_is_bounded_and_an_evicted_session_is_read_again
         for sid in ids:
             log.append(sid, "user_message", {"text": f"hi {sid}"})
             await brain.conversation(sid)
-        assert len(brain._views) == 3
-        assert set(brain._views) == set(ids[-3:])  # the least recently used went first
+        assert len(brain.views._kept) == 3
+        assert set(brain.views._kept) == set(ids[-3:])  # the least recently used went first
         await brain.conversation(ids[-3])  # used again: now the most recent
         await brain.conversation(ids[0])  # read again from the log
-        assert set(brain._views) == {ids[-3], ids[-1], ids[0]}
+        assert set(brain.views._kept) == {ids[-3], ids[-1], ids[0]}
         log.append(ids[0], "assistant_turn", msg(1, [{"type": "text", "text": "hello"}], "end_turn"))
         got = (await brain.conversation(ids[0])).request()
         assert got == reference_request(log.events(ids[0]))

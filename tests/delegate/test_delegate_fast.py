@@ -348,7 +348,7 @@ def test_a_watch_counts_the_same_whatever_order_events_arrive_in():
 
 
 def test_calls_are_batched_only_while_consecutive_calls_are_concurrent():
-    from workbench.brain.loop import _batches
+    from workbench.brain.calls import _batches
 
     calls = [{"id": i, "c": c} for i, c in enumerate([True, True, False, True, False, False, True, True, True])]
     batches = _batches(calls, lambda call: call["c"])

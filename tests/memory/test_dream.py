@@ -193,10 +193,10 @@ async def test_a_dream_between_two_chunks_counts_as_running(recorded, db_path, t
         did = await plugin.create_dream(recorded, "scripted:dream")
         task = asyncio.ensure_future(plugin.run_dream(did))
         assert await asyncio.to_thread(between.wait, 120)
-        at_work = (host.brain.running(did), host.running(did))
+        at_work = (host.brain.running(did), host.brain.turns.at_work(did))
         go_on.set()
         summary = await task
-        after = host.running(did)
+        after = host.brain.turns.at_work(did)
     finally:
         go_on.set()
         await host.close()

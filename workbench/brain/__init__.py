@@ -1,6 +1,7 @@
 """The brain: model + harness loop, stateless between steps."""
 
-from .loop import Brain, BrainSettings, replayable_calls
+from .brain import Brain, BrainSettings
+from .calls import replayable_calls
 from .request import build_request, turn_state
 from .sessions import DEFAULT_SYSTEM, NewSession, PromptPart
 from .tools import BUILTIN_TOOLS, Tool, ToolContext, ToolOutput, tool_named

@@ -1,10 +1,16 @@
-"""Which turn runs in which session: the one place that knows.
+"""Which turn runs in which session, and whether a session is at work: the one place that knows.
 
 Every turn (a user message, a resume, a dream) runs as an asyncio task owned
 here, one per session at a time. Starting, interrupting and waiting are
 ordered per session by a lock, so an interrupt that races a message sees the
 turn the message started (and closes it properly) instead of slipping in
 between its first write and its task.
+
+A session is also at work while a plugin goes on with it between its turns (a
+dream between two chunks, an eval attempt being graded): plugins say so through
+their `driving` hook, which the host hands in as `drivers`. Everything that asks
+"is this session running?" (listings, delete, a server's wake, a new turn's
+check) asks here; tests/test_structure.py holds the rest of the code to it.
 """
 
 from __future__ import annotations
@@ -13,20 +19,23 @@ import asyncio
 import contextlib
 import logging
 import traceback
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from ..errors import TurnBusy, WorkbenchError
 
 log = logging.getLogger("workbench.brain")
 
+Driver = Callable[[str], bool]  # a plugin's `driving` hook: whether it goes on with the session now
+
 
 class Turns:
-    """The running turn of each session, as a task."""
+    """The running turn of each session, as a task; and whether a session is at work (a turn, or a driver)."""
 
-    def __init__(self) -> None:
+    def __init__(self, drivers: Sequence[Driver] = ()) -> None:
         self._tasks: dict[str, asyncio.Task] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._drivers = tuple(drivers)
         self._closed = False
 
     def lock(self, session_id: str) -> asyncio.Lock:
@@ -39,7 +48,17 @@ class Turns:
         return task if task is not None and not task.done() else None
 
     def running(self, session_id: str) -> bool:
+        """Whether a turn of the session runs here now."""
         return self.task(session_id) is not None
+
+    def driven(self, session_id: str) -> bool:
+        """Whether a plugin goes on with the session while none of its turns runs (between two of them)."""
+        return not self.running(session_id) and any(drives(session_id) for drives in self._drivers)
+
+    def at_work(self, session_id: str) -> bool:
+        """Whether the session is at work here: a turn runs, or a plugin goes on with it between turns (its
+        `running` flag; it may not be deleted, and a server's wake leaves it to whoever works on it)."""
+        return self.running(session_id) or self.driven(session_id)
 
     def sessions(self) -> list[str]:
         """Sessions with a turn running now."""
@@ -60,7 +79,7 @@ class Turns:
         if self._tasks.get(session_id) is task:
             del self._tasks[session_id]
         if task.cancelled():
-            # an interrupt: the turn recorded it and closed itself (Brain._close, run to its end), or it was
+            # an interrupt: the turn recorded it and closed itself (Loop._close, run to its end), or it was
             # cancelled before its first step and wrote nothing (its starter hears so: Brain._spawn); a close
             # that fails ends the task with that failure instead, logged below
             return

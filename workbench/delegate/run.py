@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..plugins import PluginHost
 from ..plugins.errors import TurnBusy, WorkbenchError
 from ..plugins.hands import python_verdict, write_file
 from ..plugins.log import Event
@@ -78,7 +79,7 @@ def _tokens(usage: Any) -> int:
 class Delegation:
     """One delegate call: its parent, its children, and the host's brain they run in."""
 
-    def __init__(self, host: Any, parent_id: str, tool_use_id: str, specs: list[ChildSpec], depth: int,
+    def __init__(self, host: PluginHost, parent_id: str, tool_use_id: str, specs: list[ChildSpec], depth: int,
                  files: dict[str, bytes], max_answer: int, max_copy: int = 16 * 1024 * 1024):
         self.host, self.brain = host, host.brain
         self.parent_id, self.tool_use_id = parent_id, tool_use_id
@@ -98,7 +99,7 @@ class Delegation:
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(self.watches[e.session_id].feed, e)
 
-        unsubscribe = self.brain.log.subscribe(on_commit)
+        unsubscribe = self.host.log.subscribe(on_commit)
         tasks = [asyncio.ensure_future(self._child(i)) for i in range(len(self.specs))]
         try:
             outcomes = await asyncio.gather(*tasks)
@@ -151,14 +152,14 @@ class Delegation:
         except WorkbenchError as e:  # e.g. the host is closing its hands factory: the check did not run
             verdict = {"passed": False, "score": 0.0, "explanation": f"not checked: {e}", "duration_ms": 0.0,
                        "copy_notes": []}
-        await self.brain.log.aappend(cid, "delegate_checked", verdict)
+        await self.host.log.aappend(cid, "delegate_checked", verdict)
         return verdict
 
     async def _start(self, i: int) -> asyncio.Task | None:
         """Create the child if it is not there, place its files, start (or resume) its turn; its task, if one runs."""
         cid, spec = self.ids[i], self.specs[i]
         brain = self.brain
-        if not await self.brain.log.ahas_session(cid):
+        if not await self.host.log.ahas_session(cid):
             origin = {"tool_use_id": self.tool_use_id, "index": i, "depth": self.depth + 1, "prompt": spec.prompt,
                       "limits": spec.limits(), "files": list(spec.files)}
             await asyncio.to_thread(lambda: brain.create_session(
@@ -174,7 +175,7 @@ class Delegation:
         elif turn_state(events).open and not brain.running(cid):
             with contextlib.suppress(TurnBusy):  # another resume (the server waking cut-off turns) got there first
                 await brain.start_resume(cid)
-        return brain.turns.task(cid)
+        return brain.turn_task(cid)
 
     async def _place_files(self, cid: str, spec: ChildSpec) -> None:
         gone = [p for p in spec.files if p not in self.files]
@@ -208,7 +209,7 @@ class Delegation:
 
     async def _outcome(self, cid: str, spec: ChildSpec) -> dict[str, Any]:
         """What the child's log says about its (latest) turn."""
-        events = await self.brain.events(cid) if await self.brain.log.ahas_session(cid) else []
+        events = await self.brain.events(cid) if await self.host.log.ahas_session(cid) else []
         last_user = max((k for k, e in enumerate(events) if e.type == "user_message"), default=None)
         turn = events[last_user:] if last_user is not None else []
         out: dict[str, Any] = {"session_id": cid, "title": spec.title, "model": spec.model, "status": "not started",

@@ -80,6 +80,19 @@ class PluginBrain(Protocol):
         """Run one turn to its end; its stop reason."""
         ...
 
+    async def start_turn(self, session_id: str, text: str, *, name_untitled: bool = False,
+                         key: str | None = None) -> Event:
+        """Append the user's message and start the turn in the background; the committed event."""
+        ...
+
+    async def start_resume(self, session_id: str) -> bool:
+        """Resume a cut-off turn in the background; False when there is none."""
+        ...
+
+    def turn_task(self, session_id: str) -> asyncio.Task | None:
+        """The session's running turn (to wait for or watch), None when none runs."""
+        ...
+
     async def resume(self, session_id: str, *, interrupted_by: str = "user") -> str | None:
         """Finish a turn a crash cut off; its stop reason (None: nothing to finish)."""
         ...

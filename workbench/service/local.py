@@ -49,6 +49,7 @@ class Local:
         self.logger = logger or logging.getLogger("workbench.service")
         self.log = host.log
         self.brain = host.brain
+        self.turns = host.brain.turns  # whether a session is at work: the one place that knows
         self.files_settings = files or from_env(FilesSettings, prefix="WORKBENCH_FILES_")
         self._started: asyncio.Future | None = None
         self._parts: dict[str, object] = {}
@@ -80,7 +81,7 @@ class Local:
     # -- sessions ------------------------------------------------------------------------------
 
     def _row(self, row: dict[str, Any]) -> dict[str, Any]:
-        return {**row, "running": self.host.running(row["id"])}
+        return {**row, "running": self.turns.at_work(row["id"])}
 
     async def sessions(self, *, limit: int | None = None, cursor: str | None = None, **filters: Any) -> dict[str, Any]:
         given = {k: v for k, v in filters.items() if v is not None}
@@ -138,12 +139,12 @@ class Local:
 
     async def delete(self, session_id: str) -> dict[str, Any]:
         await self.session(session_id)  # UnknownSession first
-        if self.host.running(session_id):
+        if self.turns.at_work(session_id):
             raise TurnBusy(f"a turn is running in session {session_id}; interrupt it before deleting the session")
         # its hands first: stopping them records hands_stopped, which must not land after the delete
         await self.brain.close_session(session_id)
         # in the writer's transaction again: a turn that started since is seen there (its user_message is committed)
-        n = await asyncio.to_thread(self.log.delete_session, session_id, busy=self.host.running)
+        n = await asyncio.to_thread(self.log.delete_session, session_id, busy=self.turns.at_work)
         await self.brain.close_session(session_id)  # whatever a request made of it meanwhile
         return {"deleted": session_id, "events": n}
 
@@ -179,7 +180,7 @@ class Local:
     def _not_driven(self, session_id: str) -> None:
         """TurnBusy if a plugin goes on with the session between its turns: a turn started now would take
         the place of its next one (a dream's next chunk, an eval attempt's next turn), which then fails."""
-        if not self.brain.running(session_id) and self.host.running(session_id):
+        if self.turns.driven(session_id):
             raise TurnBusy(f"session {session_id} is at work between its turns (a dream between two chunks, or an "
                            "eval attempt being graded): wait until it is done, or cancel it")
 
@@ -288,7 +289,7 @@ class Local:
     async def hands(self, session_id: str) -> dict[str, Any]:
         await self.ready()
         hands = await self.brain.hands(session_id)
-        return {**hands.status(), "session_id": session_id, "running": self.brain.running(session_id)}
+        return {**hands.status(), "session_id": session_id, "running": self.turns.running(session_id)}
 
     async def restart_hands(self, session_id: str) -> dict[str, Any]:
         await self.ready()
@@ -315,7 +316,7 @@ class Local:
         return {**await self.hands(session_id), "closed": closed}
 
     async def _call_in_flight(self, session_id: str) -> bool:
-        if not self.brain.running(session_id):
+        if not self.turns.running(session_id):
             return False
         st = await self.brain.turn_state(session_id)
         return bool(st.started - st.answered)
@@ -407,7 +408,7 @@ class Local:
         for s in rows:
             # a session a plugin went on with is its; any other cut-off turn the brain finishes, also one of a
             # kind a plugin resumes (a chat turn sent to a dream that had ended is an ordinary turn)
-            if s["state"] != "unfinished" or self.host.running(s["id"]) or s["id"] in taken:
+            if s["state"] != "unfinished" or self.turns.at_work(s["id"]) or s["id"] in taken:
                 continue
             try:
                 await asyncio.to_thread(self.host.models.check, s["model"])
