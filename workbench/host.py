@@ -30,7 +30,7 @@ from .config import from_env
 from .errors import PluginError
 from .hands import HandsConfig
 from .hands.factory import HandsFactory, HandsSettings
-from .log import EVENT_TYPES, DuckDBLog, LogSettings, default_db_path
+from .log import EVENT_TYPES, DuckDBLog, LogSettings, ManagedLog, default_db_path
 from .plugins import Plugin
 from .plugins.loading import BUILTIN_PLUGINS, PluginSettings, load_plugins
 from .usage import Prices
@@ -88,7 +88,7 @@ def _merge(kind: str, parts: Iterable[tuple[str, Mapping[str, Any]]], base: Mapp
 class Host:
     """The log, the plugins, the hands factory and the brain of one process, built and closed in order."""
 
-    def __init__(self, *, log: Any, settings: HostSettings, plugins: Sequence[Plugin], hands: HandsFactory | None,
+    def __init__(self, *, log: ManagedLog, settings: HostSettings, plugins: Sequence[Plugin], hands: HandsFactory | None,
                  brain_settings: BrainSettings | None = None, model_factory: Any = None):
         self.log = log
         self.settings = settings
@@ -123,7 +123,7 @@ class Host:
     @classmethod
     def build(cls, db: str | Path | None = None, *, settings: HostSettings | None = None, read_only: bool = False,
               hands: HandsFactory | HandsSettings | bool = True, brain_settings: BrainSettings | None = None,
-              plugins: Sequence[Plugin] | None = None, log: Any = None, model_factory: Any = None) -> Host:
+              plugins: Sequence[Plugin] | None = None, log: ManagedLog | None = None, model_factory: Any = None) -> Host:
         """Open the log and make every part; nothing runs until `start()`.
 
         `hands`: True for a factory from WORKBENCH_HANDS_* settings, HandsSettings or a factory of
@@ -242,7 +242,7 @@ class Host:
         """What the host is: version, database, hands and sandbox, default model, running turns, plugins."""
         return {
             "version": version(),
-            "db": str(getattr(self.log, "path", "") or ""),
+            "db": str(sql.path) if (sql := self.log.sql()) is not None else "",
             "sandbox": self.hands.status() if self.hands is not None else {"backend": "none"},
             "default_model": self.models.default_name(),
             "sessions_running": len(self.brain.turns.sessions()),

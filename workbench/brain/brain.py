@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import ConfigError, KeyReused, TurnBusy
 from ..hands import Hands
-from ..log import Event
+from ..log import Event, SessionLog
 from .calls import Calls, HandsMaker
 from .live import LiveOutput, OutputListener
 from .loop import DeltaListener, Loop
@@ -57,7 +57,7 @@ class Brain:
 
     def __init__(
         self,
-        log: Any,
+        log: SessionLog,
         *,
         hands_factory: HandsMaker | None,
         settings: BrainSettings | None = None,

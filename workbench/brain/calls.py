@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..hands import Hands, Observation
+from ..log import SessionLog
 from .live import LiveCall, LiveOutput
 from .request import tool_uses
 from .tools import Tool, ToolContext, ToolOutput, tool_named
@@ -37,7 +38,7 @@ BASE64_KEYS = ("data", "svg_png", "image/png", "image/jpeg", "image/gif", "image
 class Calls:
     """Runs a turn's tool calls in the sessions' hands (made here, one set per session) and records them."""
 
-    def __init__(self, log: Any, views: Views, *, tools: Mapping[str, Tool], live: LiveOutput,
+    def __init__(self, log: SessionLog, views: Views, *, tools: Mapping[str, Tool], live: LiveOutput,
                  hands_factory: HandsMaker | None, redact: Callable[[str], str] | None):
         self.log, self.views, self.tools, self.live = log, views, tools, live
         self.hands_factory = hands_factory

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..hands import Hands, Observation
+from ..log import SessionLog
 
 
 @dataclass
@@ -37,7 +38,7 @@ class ToolContext:
 
     session_id: str
     hands: Callable[[], Awaitable[Hands]]
-    log: Any
+    log: SessionLog
     tool_use_id: str = ""
     output: Callable[[str, str], None] | None = None
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import UnknownSession
-from ..log import Event
+from ..log import Event, SessionLog
 from .coldread import read_conversation
 from .request import Conversation, TurnState
 from .turns import Turns, printable
@@ -36,7 +36,7 @@ INBOX_LIMIT = 10_000  # events queued for a kept session nobody steps: then it i
 class Views:
     """The kept fold of each session, and the brain's writes to the log (held events, closings)."""
 
-    def __init__(self, log: Any, turns: Turns, cache: int):
+    def __init__(self, log: SessionLog, turns: Turns, cache: int):
         self.log = log
         self.turns = turns  # a session whose turn runs is never evicted
         self.cache = max(1, cache)

@@ -7,7 +7,7 @@ log in a DuckDB file, `MemoryLog` is its in-memory twin for tests.
 from .duckdb_log import DuckDBLog, Tx as DuckDBTx, default_db_path
 from .events import EVENT_TYPES, SESSION_ID, Event, is_session_id
 from .memory_log import MemoryLog
-from .protocol import SessionLog, SqlLog, SqlTx, Tx
+from .protocol import ManagedLog, SessionLog, SqlLog, SqlTx, Tx
 from .query import QueryResult
 from .settings import LogSettings
 
@@ -20,6 +20,7 @@ __all__ = [
     "MemoryLog",
     "QueryResult",
     "SESSION_ID",
+    "ManagedLog",
     "SessionLog",
     "SqlLog",
     "SqlTx",

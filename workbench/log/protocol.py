@@ -120,6 +120,11 @@ class SessionLog(Protocol):
         """Sessions oldest first: id, created_at, updated_at, title, model, kind, events, last_seq, last_type, state."""
         ...
 
+    def sessions_page(self, *, limit: int = 50, cursor: str | None = None, order: str = "created",
+                      **filters: Any) -> dict[str, Any]:
+        """One page of sessions: {"sessions": [...], "next": a cursor for the page after, or None}."""
+        ...
+
     def events(
         self,
         session_id: str,
@@ -161,6 +166,33 @@ class SessionLog(Protocol):
         ...
 
 
+class ManagedLog(SessionLog, Protocol):
+    """Session administration (the service's rename, archive, delete, fork and search): what a host's log offers
+    beyond what the brain and the plugins use (`SessionLog`)."""
+
+    def rename_session(self, session_id: str, title: str, *, auto: bool = False,
+                       only_untitled: bool = False) -> Event | None:
+        """Set a session's title, recorded as `session_renamed`; only_untitled: only if it has none (None if it had)."""
+        ...
+
+    def archive_session(self, session_id: str, archived: bool = True) -> Event:
+        """Archive (or, archived=False, unarchive) a session, recorded as `session_archived`."""
+        ...
+
+    def delete_session(self, session_id: str, *, busy: Callable[[str], bool] | None = None) -> int:
+        """Remove a session's events, summary and row in one transaction; the number of events removed."""
+        ...
+
+    def fork_session(self, session_id: str, at: int | None = None, *, new_id: str, title: str | None = None) -> Event:
+        """A new session `new_id` whose log starts with a copy of session_id's up to seq `at`; its session_created."""
+        ...
+
+    def search(self, text: str, *, limit: int = 20, cursor: str | None = None, kind: str | None = None,
+               archived: bool | None = None) -> dict[str, Any]:
+        """Sessions whose title or messages hold text (any case): {"hits": [...], "next": cursor or None}."""
+        ...
+
+
 class SqlTx(Tx, Protocol):
     """A write transaction of a log that keeps SQL tables beside its events (`SqlLog`)."""
 
@@ -180,11 +212,10 @@ class SqlLog(SessionLog, Protocol):
         """Run `fn(tx)` in a transaction on the writer thread (`tx` is a `SqlTx`); its result once committed."""
         ...
 
-    def sessions_page(self, *, limit: int = 50, cursor: str | None = None, order: str = "created",
-                      **filters: Any) -> dict[str, Any]:
-        """One page of sessions: {"sessions": [...], "next": a cursor for the page after, or None}."""
-        ...
-
     def cursor(self) -> Any:
         """A DB-API connection of its own for reading from the calling thread."""
+        ...
+
+    def query(self, sql: str, params: Iterable[Any] = ()) -> Any:
+        """Read-only SQL over the log (a `QueryResult`: columns, rows, truncated), within the query limits."""
         ...

@@ -160,12 +160,16 @@ class Local:
 
     async def search(self, text: str, *, limit: int = 20, cursor: str | None = None, kind: str | None = None,
                      archived: bool | None = None) -> dict[str, Any]:
-        kw = {"limit": limit, "cursor": cursor, "kind": kind, "archived": archived}
+        kw: dict[str, Any] = {"limit": limit, "cursor": cursor, "kind": kind, "archived": archived}
         page = await asyncio.to_thread(_checked_listing, lambda: self.log.search(text, **kw))
         return {"hits": [self._row(h) for h in page["hits"]], "next": page["next"]}
 
     async def query(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any]:
-        res = await asyncio.to_thread(self.log.query, sql, list(params))
+        log = self.log.sql()
+        if log is None:
+            raise ConfigError("this session log keeps no SQL tables (the in-memory log of tests): query needs a "
+                              "DuckDB file")
+        res = await asyncio.to_thread(log.query, sql, list(params))
         return {"columns": res.columns, "rows": [list(r) for r in res.rows], "truncated": res.truncated}
 
     # -- turns ---------------------------------------------------------------------------------
