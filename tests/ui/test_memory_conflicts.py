@@ -42,10 +42,10 @@ def seed(db: Path) -> tuple[dict[str, str], dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def seeded_lab(lab: JupyterProcess, tmp_path_factory: pytest.TempPathFactory) -> tuple[JupyterProcess, dict[str, str]]:
-    """The lab with both memories imported into the store they were made in, as they are (the same ids and history)."""
+    """The lab with both memories imported into the module's store, as they are (the same ids and history)."""
     ids, export = seed(tmp_path_factory.mktemp("conflicts") / "seed.duckdb")
-    r = httpx.post(f"{lab.url}/workbench/api/memories/import", content=json.dumps(export).encode(), headers=lab.headers,
-                   timeout=30)
+    r = httpx.post(f"{lab.url}/workbench/api/memories/import", params={"store": lab.store},
+                   content=json.dumps(export).encode(), headers=lab.headers, timeout=30)
     assert r.status_code == 200 and sorted(r.json()["imported"]) == sorted(ids.values()), r.text
     return lab, ids
 

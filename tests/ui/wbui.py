@@ -65,6 +65,7 @@ class JupyterProcess(_Jupyter):
             args=["--LabApp.expose_app_in_browser=True"] if app == "jupyterlab" else [],
             token_prefix="wbui-")
         self.only_workbench, self.db = only_workbench, db
+        self.store = "default"  # the memory store `dream` writes into (a module of the shared lab gets its own)
 
     def start(self, timeout: float = 60) -> JupyterProcess:
         self.reset_user()
@@ -93,10 +94,12 @@ class JupyterProcess(_Jupyter):
     def as_new(self) -> set[str]:
         """Make the lab look as a fresh one does to the next test module, without a restart: the sessions
         the modules before it left are archived (the sidebar and its search list none of them), their live
-        memories retired (no proposal waits, no memory is injected into a session's prompt, and a dream
-        finds nothing it would repeat), and the user's settings and workspaces reset. Returns the ids of
+        memories retired (no proposal waits, no memory is injected into a session's prompt), and the
+        user's settings and workspaces reset. The module's dreams write into a store of its own, since a
+        dream leaves out a title that any memory of its store has, retired or not. Returns the ids of
         every session there is, so that `stop_kernels` knows which ones the module made."""
         self.reset_user()
+        self.store = f"ui-{uuid.uuid4().hex[:12]}"
         for sid in session_ids(self, archived="false"):
             lab_api(self, "PATCH", f"sessions/{sid}", {"archived": True})
         for m in lab_api(self, "GET", "memories")["memories"]:
@@ -163,11 +166,12 @@ def seed_legacy_session(db: Path) -> None:
         log.append(LEGACY_SESSION, "turn_ended", {"stop_reason": "end_turn"})
 
 
-def dream(lab: _Jupyter, sessions: list[str]) -> list[dict[str, Any]]:
-    """Run the scripted dream over `sessions` on the server, wait for its commit; returns its proposals."""
+def dream(lab: JupyterProcess, sessions: list[str]) -> list[dict[str, Any]]:
+    """Run the scripted dream over `sessions` on the server into `lab.store`, wait for its commit; returns its proposals."""
     from workbench.client import WorkbenchClient
 
-    dream_id = lab_api(lab, "POST", "dreams", {"sessions": sessions, "model": "scripted:dream"})["dream_id"]
+    body = {"sessions": sessions, "model": "scripted:dream", "store": lab.store}
+    dream_id = lab_api(lab, "POST", "dreams", body)["dream_id"]
     client = WorkbenchClient(lab.url, lab.token)
     try:
         # dream_read is committed after the dream's turn, in one transaction with its proposals.
