@@ -1,4 +1,13 @@
-"""UI fixtures: JupyterLab and Jupyter server subprocesses, and headless Chromium, stopped by the fixtures."""
+"""UI fixtures: JupyterLab and Jupyter server subprocesses, and headless Chromium, stopped by the fixtures.
+
+One JupyterLab serves every module of a test worker (starting one costs 15 to 40 s of CPU on a loaded
+machine): `lab` hands it to each module as a fresh lab would look (see JupyterProcess.as_new), so a
+test counts and finds only what its module made. A module that needs a lab of other settings (a key,
+a database seeded before the server opens it) starts its own.
+
+Chromium is started per module, not per worker: while Playwright's sync API is started it marks its
+event loop as the thread's running loop between calls, and asyncio.run() and every pytest-asyncio test
+then refuse to run in that process, which the worker's next, non-UI, test file would be."""
 
 from __future__ import annotations
 
@@ -11,17 +20,29 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the tests import their helpers from wbui.py
 
-from wbui import CHROMIUM, JupyterProcess  # noqa: E402
+from wbui import CHROMIUM, JupyterProcess, seed_legacy_session  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterProcess]:
-    """A running JupyterLab with the workbench server and lab extensions."""
+@pytest.fixture(scope="session")
+def shared_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterProcess]:
+    """The worker's JupyterLab with the workbench server and lab extensions; its log holds a session an older
+    workbench recorded (wbui.LEGACY_SESSION), as a researcher's log may."""
     proc = JupyterProcess(tmp_path_factory.mktemp("lab"))
+    seed_legacy_session(proc.db)
     try:
         yield proc.start()
     finally:
         proc.stop()
+
+
+@pytest.fixture(scope="module")
+def lab(shared_lab: JupyterProcess) -> Iterator[JupyterProcess]:
+    """A running JupyterLab as a fresh one looks (the worker's, made so); what the module left running stops after it."""
+    before = shared_lab.as_new()
+    try:
+        yield shared_lab
+    finally:
+        shared_lab.stop_kernels(before)
 
 
 @pytest.fixture(scope="module")

@@ -73,6 +73,7 @@ def test_sidebar_session_chat_hands_memories(page, lab: JupyterProcess):
 
     panel.get_by_role("button", name="+ New session").click()
     panel.locator(".jp-wb-session.jp-mod-selected").wait_for()
+    sid = panel.locator(".jp-wb-session.jp-mod-selected").get_attribute("data-session-id")
     assert "scripted" in panel.locator(".jp-wb-title").inner_text()
 
     # The message's first POST reaches the server, but its answer is lost (a dropped connection): the sidebar
@@ -104,7 +105,6 @@ def test_sidebar_session_chat_hands_memories(page, lab: JupyterProcess):
     shot(page, "1-chat")
     page.unroute(messages_route)
     assert len(sent) == 2 and sent[0] == sent[1] and len(sent[0]["idempotency_key"]) == 32, sent
-    sid = sorted(lab_api(lab, "GET", "sessions")["sessions"], key=lambda s: s["created_at"])[-1]["id"]
     messages = [e for e in lab_api(lab, "GET", f"sessions/{sid}/events")["events"] if e["type"] == "user_message"]
     assert [m["payload"]["idempotency_key"] for m in messages] == [sent[0]["idempotency_key"]]
 

@@ -7,42 +7,20 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from wbui import CHROMIUM, JupyterProcess, artifact, lab_api, new_session, open_sidebar, send, shot, wait_idle
+from wbui import (CHROMIUM, LEGACY_SESSION, LEGACY_TEXT, JupyterProcess, artifact, lab_api, new_session, open_sidebar,
+                  send, shot, wait_idle)
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs the Debian package chromium (scripts/test.sh installs it)")
 
-# A result logged before observations had `outputs`: `result` is the text/plain of the value, a string.
-LEGACY_TEXT = "   x  y\n0  1  a\n1  2  b"
-
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterProcess]:
-    """JupyterLab whose log already holds a session recorded by an older workbench (a string result)."""
-    from workbench.log.duckdb_log import DuckDBLog
-
-    proc = JupyterProcess(tmp_path_factory.mktemp("lab"))
-    with DuckDBLog(proc.db) as log:
-        log.create_session("legacy-session", title="an old session", model="scripted", payload={
-            "title": "an old session", "model": "scripted", "system": "", "tools": [], "max_tokens": 1024,
-            "thinking": None, "output_config": None, "context": None, "config": {}})
-        log.append("legacy-session", "user_message", {"text": "show the frame"})
-        log.append("legacy-session", "assistant_turn", {"message": {"role": "assistant", "content": [
-            {"type": "tool_use", "id": "toolu_legacy", "name": "python", "input": {"code": "df"}}],
-            "stop_reason": "tool_use"}})
-        log.append("legacy-session", "tool_result", {
-            "tool_use_id": "toolu_legacy", "name": "python", "is_error": False,
-            "content": [{"type": "text", "text": LEGACY_TEXT}],
-            "observation": {"stdout": "", "stderr": "", "result": LEGACY_TEXT, "displays": [], "error": None}})
-        log.append("legacy-session", "turn_ended", {"stop_reason": "end_turn"})
-    try:
-        yield proc.start()
-    finally:
-        proc.stop()
-
+def lab(lab: JupyterProcess) -> JupyterProcess:
+    """The shared JupyterLab with the session an older workbench recorded (a string result) listed again."""
+    lab_api(lab, "PATCH", f"sessions/{LEGACY_SESSION}", {"archived": False})
+    return lab
 
 
 def widen_sidebar(page, dx: int) -> None:
@@ -149,7 +127,7 @@ def test_code_is_highlighted_in_replies_and_tool_cards(page, lab: JupyterProcess
 
 def test_a_result_logged_as_a_string_shows_as_its_text(page, lab: JupyterProcess):
     panel = open_sidebar(page, lab)
-    panel.locator('.jp-wb-session[data-session-id="legacy-session"]').click()
+    panel.locator(f'.jp-wb-session[data-session-id="{LEGACY_SESSION}"]').click()
     out = panel.locator('.jp-wb-tool[data-tool-use-id="toolu_legacy"] .jp-wb-output')
     out.locator("pre, .jp-RenderedText").filter(has_text="0  1  a").first.wait_for(timeout=30_000)
     text = out.inner_text()

@@ -78,7 +78,8 @@ def test_attach_a_dataframe_and_fetch_what_the_agent_wrote(page, lab: JupyterPro
     shot(page, "data-notebook-load")
 
     # the log has the copy, and the agent's code read it: its output has the totals
-    sid = next(s["id"] for s in lab_api(lab, "GET", "sessions")["sessions"] if s["title"].startswith("Total the sales"))
+    # (a dream's session has no title)
+    sid = next(s["id"] for s in lab_api(lab, "GET", "sessions")["sessions"] if (s["title"] or "").startswith("Total the sales"))
     events = lab_api(lab, "GET", f"sessions/{sid}/events")["events"]
     attached = [e["payload"] for e in events if e["type"] == "file_attached"]
     assert len(attached) == 1 and attached[0]["name"] == "sales" and attached[0]["kind"] == "dataframe"

@@ -4,9 +4,11 @@ JupyterLab (headless Chromium); the pair is gone once the older one is supersede
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
+import httpx
 import pytest
 
 from hostile import RAISED, assert_control_runs, ran
@@ -18,10 +20,13 @@ OLD_TEXT = f"Prefer pandas for data frames. {RAISED}"
 NEW_TEXT = """Never use pandas: the project moved to polars. <img src=x onerror="top.wbXss='conflict'">"""
 
 
-def seed(db: Path) -> dict[str, str]:
-    """An accepted memory and a proposal that contradicts it, written before the server opens the file."""
+def seed(db: Path) -> tuple[dict[str, str], dict[str, Any]]:
+    """An accepted memory and a proposal that contradicts it, made in a log of their own; their ids, and the
+    store that holds them as its export file."""
     from workbench.host import Host
     from workbench.memory.plugin import MemoryPlugin
+    from workbench.memory.store import DEFAULT_STORE
+    from workbench.memory.transfer import export_store
 
     host = Host.build(db, hands=False, plugins=[MemoryPlugin()])
     try:
@@ -29,19 +34,20 @@ def seed(db: Path) -> dict[str, str]:
         old = store.create(title="Prefer pandas", text=OLD_TEXT, actor="dream:d1", provenance=[])
         store.review(old, "accept", "person:ann")
         new = store.create(title="Never use pandas", text=NEW_TEXT, actor="dream:d2", provenance=[])
+        export = export_store(store, DEFAULT_STORE, "person:ann")
     finally:
         asyncio.run(host.close())
-    return {"old": old, "new": new}
+    return {"old": old, "new": new}, export
 
 
 @pytest.fixture(scope="module")
-def seeded_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[JupyterProcess, dict[str, str]]]:
-    proc = JupyterProcess(tmp_path_factory.mktemp("conflicts"))
-    ids = seed(proc.db)
-    try:
-        yield proc.start(), ids
-    finally:
-        proc.stop()
+def seeded_lab(lab: JupyterProcess, tmp_path_factory: pytest.TempPathFactory) -> tuple[JupyterProcess, dict[str, str]]:
+    """The lab with both memories imported into the module's store, as they are (the same ids and history)."""
+    ids, export = seed(tmp_path_factory.mktemp("conflicts") / "seed.duckdb")
+    r = httpx.post(f"{lab.url}/workbench/api/memories/import", params={"store": lab.store},
+                   content=json.dumps(export).encode(), headers=lab.headers, timeout=30)
+    assert r.status_code == 200 and sorted(r.json()["imported"]) == sorted(ids.values()), r.text
+    return lab, ids
 
 
 def test_the_memories_tab_shows_a_contradiction_side_by_side(seeded_lab, page: Any):

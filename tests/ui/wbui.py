@@ -6,15 +6,18 @@ from __future__ import annotations
 import json
 import shutil
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 
 from workbench.testing.jupyter import JupyterProcess as _Jupyter, free_port
 
-__all__ = ["ARTIFACTS", "CHROMIUM", "REPO", "JupyterProcess", "artifact", "dream", "free_port", "lab_api", "new_session",
-           "open_sidebar", "send", "shot", "wait_idle"]
+__all__ = ["ARTIFACTS", "CHROMIUM", "LEGACY_SESSION", "LEGACY_TEXT", "REPO", "JupyterProcess", "artifact", "dream",
+           "free_port", "lab_api", "new_session", "open_sidebar", "seed_legacy_session", "send", "session_ids", "shot",
+           "wait_idle"]
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "ui"
@@ -62,10 +65,10 @@ class JupyterProcess(_Jupyter):
             args=["--LabApp.expose_app_in_browser=True"] if app == "jupyterlab" else [],
             token_prefix="wbui-")
         self.only_workbench, self.db = only_workbench, db
+        self.store = "default"  # the memory store `dream` writes into (a module of the shared lab gets its own)
 
     def start(self, timeout: float = 60) -> JupyterProcess:
-        for d in ("settings", "workspaces"):
-            (self.home / d).mkdir(parents=True, exist_ok=True)
+        self.reset_user()
         built = REPO / "extension" / "labextension"
         if built.is_dir():
             # The repository's build comes first, so a rebuilt extension is tested without reinstalling.
@@ -74,12 +77,50 @@ class JupyterProcess(_Jupyter):
             if not link.exists():
                 link.symlink_to(built, target_is_directory=True)
             self.env["JUPYTER_PATH"] = str(self.home / "jupyter-path")
+        super().start(timeout)
+        return self
+
+    def reset_user(self) -> None:
+        """The test user's JupyterLab settings (LAB_SETTINGS, the light theme) and no saved workspace, as a fresh
+        lab has them: a running lab reads both from these dirs at each request."""
+        for d in ("settings", "workspaces"):
+            shutil.rmtree(self.home / d, ignore_errors=True)
+            (self.home / d).mkdir(parents=True)
         for name, value in LAB_SETTINGS.items():
             path = self.home / "settings" / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(value))
-        super().start(timeout)
-        return self
+
+    def as_new(self) -> set[str]:
+        """Make the lab look as a fresh one does to the next test module, without a restart: the sessions
+        the modules before it left are archived (the sidebar and its search list none of them), their live
+        memories retired (no proposal waits, no memory is injected into a session's prompt), and the
+        user's settings and workspaces reset. The module's dreams write into a store of its own, since a
+        dream leaves out a title that any memory of its store has, retired or not. Returns the ids of
+        every session there is, so that `stop_kernels` knows which ones the module made."""
+        self.reset_user()
+        self.store = f"ui-{uuid.uuid4().hex[:12]}"
+        for sid in session_ids(self, archived="false"):
+            lab_api(self, "PATCH", f"sessions/{sid}", {"archived": True})
+        for m in lab_api(self, "GET", "memories")["memories"]:
+            if m["status"] in ("accepted", "proposed"):
+                lab_api(self, "PATCH", f"memories/{m['id']}", {"action": "retire"})
+        return session_ids(self)
+
+    def stop_kernels(self, before: set[str]) -> None:
+        """Stop what a test module left running, as stopping its own lab did: the hands (kernel and spare) of
+        each session made since `before`, and every notebook kernel."""
+        def close(sid: str) -> None:
+            lab_api(self, "POST", f"sessions/{sid}/hands/close", {})
+
+        def shut_down(kernel: dict[str, Any]) -> None:
+            httpx.delete(f"{self.url}/api/kernels/{kernel['id']}", headers=self.headers, timeout=60).raise_for_status()
+
+        kernels = httpx.get(f"{self.url}/api/kernels", headers=self.headers, timeout=30)
+        kernels.raise_for_status()
+        with ThreadPoolExecutor(8) as pool:  # each waits for its kernel's shutdown: together, not one after another
+            list(pool.map(close, sorted(session_ids(self) - before)))
+            list(pool.map(shut_down, kernels.json()))
 
 
 def lab_api(lab: _Jupyter, method: str, path: str, body: dict | None = None) -> Any:
@@ -89,11 +130,48 @@ def lab_api(lab: _Jupyter, method: str, path: str, body: dict | None = None) -> 
     return r.json()
 
 
-def dream(lab: _Jupyter, sessions: list[str]) -> list[dict[str, Any]]:
-    """Run the scripted dream over `sessions` on the server, wait for its commit; returns its proposals."""
+def session_ids(lab: _Jupyter, **query: str) -> set[str]:
+    """The ids of the server's sessions (every kind), `query` (e.g. archived="false") choosing which."""
+    ids: set[str] = set()
+    page = {"next": ""}
+    while page["next"] is not None:
+        more = {"cursor": page["next"]} if page["next"] else {}
+        page = lab_api(lab, "GET", f"sessions?{urlencode({**query, 'limit': 1000, **more})}")
+        ids.update(s["id"] for s in page["sessions"])
+    return ids
+
+
+# A session an older workbench recorded: its tool result's `result` is the text/plain of the value, a string
+# (before observations had `outputs`). A lab's log holds it from the start, written before the server opens it.
+LEGACY_SESSION = "legacy-session"
+LEGACY_TEXT = "   x  y\n0  1  a\n1  2  b"
+
+
+def seed_legacy_session(db: Path) -> None:
+    """Write LEGACY_SESSION into the log at `db` (which no server holds open yet)."""
+    from workbench.log.duckdb_log import DuckDBLog
+
+    with DuckDBLog(db) as log:
+        log.create_session(LEGACY_SESSION, title="an old session", model="scripted", payload={
+            "title": "an old session", "model": "scripted", "system": "", "tools": [], "max_tokens": 1024,
+            "thinking": None, "output_config": None, "context": None, "config": {}})
+        log.append(LEGACY_SESSION, "user_message", {"text": "show the frame"})
+        log.append(LEGACY_SESSION, "assistant_turn", {"message": {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "toolu_legacy", "name": "python", "input": {"code": "df"}}],
+            "stop_reason": "tool_use"}})
+        log.append(LEGACY_SESSION, "tool_result", {
+            "tool_use_id": "toolu_legacy", "name": "python", "is_error": False,
+            "content": [{"type": "text", "text": LEGACY_TEXT}],
+            "observation": {"stdout": "", "stderr": "", "result": LEGACY_TEXT, "displays": [], "error": None}})
+        log.append(LEGACY_SESSION, "turn_ended", {"stop_reason": "end_turn"})
+
+
+def dream(lab: JupyterProcess, sessions: list[str]) -> list[dict[str, Any]]:
+    """Run the scripted dream over `sessions` on the server into `lab.store`, wait for its commit; returns its proposals."""
     from workbench.client import WorkbenchClient
 
-    dream_id = lab_api(lab, "POST", "dreams", {"sessions": sessions, "model": "scripted:dream"})["dream_id"]
+    body = {"sessions": sessions, "model": "scripted:dream", "store": lab.store}
+    dream_id = lab_api(lab, "POST", "dreams", body)["dream_id"]
     client = WorkbenchClient(lab.url, lab.token)
     try:
         # dream_read is committed after the dream's turn, in one transaction with its proposals.
