@@ -160,7 +160,7 @@ new MutationObserver(() => {
 }).observe(document, {childList: true, subtree: true, characterData: true});
 """
 
-LOOP = "```python\nimport time\nprint('<img src=x onerror=\"window.__pwned = 1\">', flush=True)\nfor i in range(30):\n    print(f'tick {i} {time.time():.3f}', flush=True)\n    time.sleep(1)\n```"
+LOOP = "```python\nimport time\nprint('<img src=x onerror=\"window.__pwned = 1\">', flush=True)\nfor i in range(300):\n    print(f'tick {i} {time.time():.3f}', flush=True)\n    time.sleep(1)\n```"
 
 
 def open_sidebar(page, lab: JupyterProcess):
@@ -175,7 +175,9 @@ def open_sidebar(page, lab: JupyterProcess):
     return panel
 
 
-def test_a_30_second_loop_streams_into_its_tool_card_and_survives_a_reload(page, lab: JupyterProcess):
+def test_a_long_loop_streams_into_its_tool_card_and_survives_a_reload(page, lab: JupyterProcess):
+    """A five-minute loop, interrupted once its output has come through a reload: a loop that ended before the
+    reloaded page was ready (a loaded machine) would leave no running card to check."""
     page.add_init_script(WATCH_LIVE)
     panel = open_sidebar(page, lab)
     panel.get_by_role("button", name="+ New session").click()
