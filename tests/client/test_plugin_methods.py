@@ -59,3 +59,14 @@ def test_a_plugins_method_gets_the_client_first():
 def test_a_clash_is_refused_naming_both(plugins, words):
     with pytest.raises(PluginError, match=words.replace("(", r"\(").replace(")", r"\)")):
         plugin_methods(plugins)
+
+
+def test_importing_the_client_loads_no_plugin_and_no_brain():
+    """The plugins (and the brain's parts they import) load at the first plugin method, not at `import`."""
+    import subprocess
+    import sys
+
+    code = "import sys, workbench.client.api; print(sorted(m for m in sys.modules if m.startswith(" \
+           "('workbench.brain', 'workbench.plugins', 'workbench.memory', 'workbench.evals'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

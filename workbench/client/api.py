@@ -16,13 +16,14 @@ import os
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import PluginError, RequestRefused, ServerUnavailable
-from ..plugins import Plugin
-from ..plugins.loading import load_plugins
 from ..service import Blocking
 from ..service.rest import HOW_TO_FIX, Rest
+
+if TYPE_CHECKING:
+    from ..plugins import Plugin
 
 T = TypeVar("T")
 
@@ -93,6 +94,10 @@ class WorkbenchClient:
 
     @functools.cached_property
     def _plugin_methods(self) -> dict[str, Callable[..., Any]]:
+        # loaded at the first plugin method, not at import: the plugins import the brain's parts a notebook's
+        # `import workbench` does not need
+        from ..plugins.loading import load_plugins
+
         return plugin_methods(load_plugins())
 
     def __getattr__(self, name: str) -> Any:
