@@ -245,7 +245,7 @@ class Host:
             "db": str(sql.path) if (sql := self.log.sql()) is not None else "",
             "sandbox": self.hands.status() if self.hands is not None else {"backend": "none"},
             "default_model": self.models.default_name(),
-            "sessions_running": len(self.brain.turns.sessions()),
+            "sessions_running": len(self.brain.running_sessions()),
             "plugins": [p.name for p in self.plugins],
         }
 

@@ -180,7 +180,7 @@ class Brain:
             return await self.turns.cancel(session_id)
 
     def running(self, session_id: str) -> bool:
-        """Whether a turn of the session runs here now (`turns.at_work`: also between turns a plugin drives)."""
+        """Whether a turn of the session runs here now (`turns.at_work` also counts a plugin driving it between turns)."""
         return self.turns.running(session_id)
 
     def running_sessions(self) -> list[str]:

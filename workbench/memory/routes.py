@@ -4,8 +4,8 @@ The store lives in the server process, next to the log it shares; handlers
 call it off the event loop. A dream runs as an ordinary turn of the brain,
 so it can be watched and interrupted through the session routes, and never
 delays a user's turn. Bodies and query arguments are checked with the
-server's strict models (workbench/server/bodies.py) before the store sees
-them: each review action takes exactly its own fields.
+core's strict shapes (workbench.plugins.web: the server's own) before the
+store sees them: each review action takes exactly its own fields.
 """
 
 from __future__ import annotations
