@@ -108,7 +108,7 @@ def blocks(outputs: list[dict[str, Any]], before: list[str], after: list[str], t
 
     What the model reads is bounded as one budget: at most `text_limit` characters of text in all (the
     outputs' text and the notes together; over it, the first and the last part of the outputs' text, see
-    `within`) and the first `max_images` images; a note says what was left out."""
+    `_within`) and the first `max_images` images; a note says what was left out."""
     items: list[str | tuple[str, str]] = []  # an output's text, or an image's (media type, base64 data)
     images = left_out = 0
     for o in outputs:
@@ -128,7 +128,7 @@ def blocks(outputs: list[dict[str, Any]], before: list[str], after: list[str], t
         after.append(f"[{left_out:,} more image(s) not shown: the model is shown at most {max_images} images of a call "
                      "(max_images); the stored result keeps them. Save figures to files and look at them a few at a time]")
     if text_limit is not None:
-        items, before, after = within(items, before, after, text_limit)
+        items, before, after = _within(items, before, after, text_limit)
     out: list[dict[str, Any]] = []
     parts: list[str] = list(before)
 
@@ -148,7 +148,7 @@ def blocks(outputs: list[dict[str, Any]], before: list[str], after: list[str], t
     return out or [{"type": "text", "text": "(no output)"}]
 
 
-def within(items: list[Any], before: list[str], after: list[str], limit: int) -> tuple[list[Any], list[str], list[str]]:
+def _within(items: list[Any], before: list[str], after: list[str], limit: int) -> tuple[list[Any], list[str], list[str]]:
     """The items and notes with at most `limit` characters of text in all (each string with the newline that
     joins it to the next). Notes are kept whole while they take at most half of it; the outputs' text keeps its
     first and its last part (half each of the room left: a long run's final state matters most)."""
