@@ -49,6 +49,14 @@ def inner_run(tmp: Path, name: str, source: str, *args: str) -> subprocess.Compl
                           cwd=d, env=env, capture_output=True, text=True, timeout=180)
 
 
+def _cmdline(p: psutil.Process) -> list[str]:
+    """A child's command line, or nothing for one that ended (or is a zombie) while we looked."""
+    try:
+        return p.cmdline()
+    except psutil.Error:  # ZombieProcess is a NoSuchProcess: the server's short-lived children end any time
+        return []
+
+
 def test_the_leak_check_stops_its_own_leftovers_and_nothing_else(tmp_path):
     server = JupyterProcess(tmp_path / "lab", probe="/api/status")
     server.start()
@@ -60,7 +68,7 @@ def test_the_leak_check_stops_its_own_leftovers_and_nothing_else(tmp_path):
         kernel_procs: list[psutil.Process] = []
         while not kernel_procs and time.monotonic() < deadline:  # the user's kernel: a real ipykernel
             kernel_procs = [p for p in psutil.Process(server.proc.pid).children(recursive=True)
-                            if any(kid in a for a in p.cmdline())]
+                            if any(kid in a for a in _cmdline(p))]
             time.sleep(0.1)
         assert kernel_procs, "the server's kernel did not start"
 

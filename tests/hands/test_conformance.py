@@ -71,6 +71,35 @@ async def test_execute_reports_stdout_result_and_error(hands: Hands):
 
 
 @pytest.mark.asyncio
+async def test_descriptor_writes_at_the_end_of_a_call_reach_that_call(hands: Hands):
+    """What a subprocess or a C library writes to fd 1 or 2 goes through a pipe that a thread of ipykernel reads;
+    the call's observation holds all of it, up to its last byte, even when the call ends right after the write
+    (before, bytes the thread had not read by the end of the call were lost, or shown in no call at all)."""
+    for i in range(8):
+        code = (f"import os\nos.write(1, b'o' * 6000 + b' out-end-{i}\\n')\n"
+                f"os.write(2, b'e' * 6000 + b' err-end-{i}\\n')")
+        obs = await hands.execute(code)
+        assert obs.ok, obs.text()
+        assert obs.stdout.endswith(f" out-end-{i}\n") and obs.stderr.endswith(f" err-end-{i}\n"), (i, obs.text()[-300:])
+    # the thread that reads the pipe, held back (as a loaded machine does) until after the call's code ended
+    obs = await hands.execute(SLOW_READER + "os.write(2, b'late\\n')")
+    assert obs.stderr == "late\n", obs.text()[-300:]
+    obs = await hands.execute("sys.stderr.write = _write\nprint('next')")
+    assert obs.stdout == "next\n" and not obs.stderr, obs.text()[-300:]
+
+
+SLOW_READER = """
+import os, sys, threading, time
+_write = sys.stderr.write
+def _slow(s):
+    if threading.current_thread() is not threading.main_thread():
+        time.sleep(0.3)
+    return _write(s)
+sys.stderr.write = _slow
+"""
+
+
+@pytest.mark.asyncio
 async def test_a_missing_module_says_where_to_install_it(hands: Hands, backend):
     """A ModuleNotFoundError comes with one line on how to get the module into the hands' environment, which
     the model reads after the traceback and the sidebar shows (issue 25, item 1)."""

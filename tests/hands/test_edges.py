@@ -12,6 +12,8 @@ import pytest
 from workbench.errors import ConfigError
 from workbench.hands import HandsConfig, KernelHands, LocalLauncher
 from workbench.hands.factory import hands_config
+from workbench.hands.launching.output import OutputTail
+from workbench.hands.observing.kernel_cap import DRAIN_MARK
 
 
 @pytest.mark.asyncio
@@ -46,6 +48,17 @@ async def test_a_flood_on_the_kernels_own_descriptors_is_drained_and_capped():
         mark = tail.written["stderr"]
         await hands.execute("import os\nos.write(fd, b'after the mark')")
         assert tail.since("stderr", mark) == "after the mark"
+
+
+def test_the_kernels_drain_mark_is_taken_out_of_its_output_even_when_it_comes_in_two_reads():
+    mark = DRAIN_MARK.encode()
+    tail = OutputTail(limit=64)
+    tail.add("stderr", b"before " + mark[:5])
+    tail.add("stderr", mark[5:] + b"after\x00" + mark)
+    tail.add("stdout", b"\x00 a NUL of the kernel's own")
+    assert tail.text("stderr") == "before after\x00" and tail.written["stderr"] == len("before after\x00")
+    assert tail.since("stderr", 7) == "after\x00"
+    assert tail.text("stdout") == "\x00 a NUL of the kernel's own"
 
 
 @pytest.mark.asyncio

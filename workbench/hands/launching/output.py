@@ -5,7 +5,9 @@ read, always (a pipe nobody drains would block the kernel once 64 KiB are in it)
 which they keep a bounded tail per stream. Most output travels as Jupyter messages; this
 is what does not: ipykernel's own log (why a kernel failed to start) and whatever writes
 to the descriptors directly. `written` counts every byte ever received, so a reader can
-ask for what came after a point it saw before (`since`).
+ask for what came after a point it saw before (`since`). ipykernel echoes here all it reads
+of fds 1 and 2, the mark with which the kernel waits for that reading at each call's end
+too (DRAIN_MARK): the mark is taken out and not counted.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ import os
 import re
 from typing import IO, Any
 
+from ..observing.kernel_cap import DRAIN_MARK
+
 STREAMS = ("stdout", "stderr")
+MARK = DRAIN_MARK.encode()
 CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")  # escape sequences first, then single controls
 
 
@@ -33,8 +38,15 @@ class OutputTail:
         """Take bytes the process wrote to stream `name`, keeping only the last `limit`."""
         buf = self.kept[name]
         buf += data[-self.limit :]
+        written = len(data)
+        if MARK[:1] in data:  # a mark, or the rest of one that began in the last read
+            start = max(0, len(buf) - len(data) - len(MARK))
+            marks = buf.count(MARK, start)
+            if marks:
+                buf[start:] = buf[start:].replace(MARK, b"")
+                written -= marks * len(MARK)
         del buf[: max(0, len(buf) - self.limit)]
-        self.written[name] += len(data)
+        self.written[name] += written
 
     def text(self, name: str = "stderr") -> str:
         """The kept tail of a stream, decoded (bytes that are not UTF-8 become U+FFFD)."""

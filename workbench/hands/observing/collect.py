@@ -316,7 +316,7 @@ def setup_code(limit: int) -> str:
     from pathlib import Path
 
     source = Path(__file__).with_name("kernel_cap.py").read_text()
-    return source + f"\ninstall({int(limit)})\ndel install, terminal_write, RAW_FACTOR\n"
+    return source + f"\ninstall({int(limit)})\ndel install, terminal_write, RAW_FACTOR, DRAIN_MARK, DRAIN_WAIT\n"
 
 
 def death_note(how: str, started: bool = True) -> str:

@@ -15,11 +15,20 @@ where it was written (before the next display, result or error, or at the
 end of the execution). The hands fold it into the stream in its place (the
 final state of a long run matters most) and into their truncation note.
 Writes below the Python level (a C library or a subprocess writing to
-fd 1) are not seen here; the hands' own cap still bounds those.
+fd 1) are counted here too: ipykernel sends fds 1 and 2 through a pipe
+that a thread of its own reads and writes to sys.stdout or sys.stderr.
+That thread can be behind when a call's code ends, so at the end of each
+call the kernel writes DRAIN_MARK to each fd and waits until the thread has
+passed it on (everything written before it has then been read into the
+call's stream); the mark itself is taken out. Without that wait, what a
+subprocess or a C library wrote last was sent after the call was over,
+and shown in no call.
 """
 
 DROPPED_MIME = "application/vnd.workbench.dropped+json"
 RAW_FACTOR = 64  # raw characters a call may send per stream, in `limit`s: a progress bar's overwrites cost no room
+DRAIN_MARK = "\x00workbench-drained\x00"  # written to fds 1 and 2 at a call's end; never shown
+DRAIN_WAIT = 2.0  # seconds to wait for the thread that reads fds 1 and 2 to pass the mark on
 
 
 def terminal_write(line, col, text):
@@ -77,6 +86,10 @@ def install(limit):
 
     def capped(name, write):
         def capped_write(s):
+            if drains[name] is not None:  # a call's end is waiting for the mark to come through this stream
+                s = unmarked(name, s)
+                if not s:
+                    return 0
             m = streams[name]
             if not m["over"]:
                 if len(s) <= raw_cap - m["raw"]:
@@ -117,6 +130,63 @@ def install(limit):
 
         return capped_write
 
+    mark, wait = DRAIN_MARK, DRAIN_WAIT  # by these names: the source's own names are deleted from the user's namespace
+    drains: dict = {"stdout": None, "stderr": None}  # per stream while a drain waits: [event, held back prefix]
+    armed: list = []  # non-empty from a cell's start (its streams wrapped) to its end's drain
+
+    def unmarked(name, s):
+        """`s` without the drain's mark, which sets the waiting event; a part of the mark at the end is held back
+        until the next write (the thread reads the pipe in chunks, so the mark may come in two)."""
+        drain = drains[name]
+        s = drain[1] + s
+        drain[1] = ""
+        if mark in s:
+            s = s.replace(mark, "", 1)
+            drains[name] = None
+            drain[0].set()
+            return s
+        for k in range(len(mark) - 1, 0, -1):
+            if s.endswith(mark[:k]):
+                drain[1] = s[-k:]
+                return s[:-k]
+        return s
+
+    def drain(*args):
+        """Wait until ipykernel's thread has read all that was written to fds 1 and 2 (by a subprocess, a C library)
+        into sys.stdout and sys.stderr: a mark is written after it and waited for. Only through the pipe the
+        kernel set up: if the code pointed fd 1 somewhere else (a file), nothing is written there."""
+        import os
+        import stat
+        import threading
+
+        if not armed:  # the cell that installed this: its streams were not wrapped, the mark would be shown
+            return
+        armed.clear()
+        waiting = []
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            thread, fid = getattr(stream, "watch_fd_thread", None), getattr(stream, "_fid", None)
+            fd = getattr(stream, "_original_stdstream_fd", None)
+            if thread is None or fid is None or fd is None or not thread.is_alive():
+                continue
+            try:
+                there, ours = os.fstat(fd), os.fstat(fid)
+            except OSError:
+                continue
+            if not stat.S_ISFIFO(there.st_mode) or there.st_ino != ours.st_ino:
+                continue
+            done = threading.Event()
+            drains[name] = [done, ""]
+            try:
+                os.write(fd, mark.encode())
+            except OSError:
+                drains[name] = None
+                continue
+            waiting.append((name, done))
+        for name, done in waiting:  # both streams' threads at once
+            if not done.wait(wait):
+                drains[name] = None  # the thread is stuck, or the stream no longer goes through us: go on
+
     def wrap():
         for name in ("stdout", "stderr"):
             stream = getattr(sys, name)
@@ -129,6 +199,7 @@ def install(limit):
         # wrapped by IPython, which puts the stream's write back when that cell ends
         wrap()
         reset()
+        armed[:] = [True]
 
     pub = ip.display_pub
     publish, clear = pub.publish, pub.clear_output
@@ -175,4 +246,5 @@ def install(limit):
         ip._showtraceback = before(ip._showtraceback)
     pub.clear_output = clear_output
     ip.events.register("pre_execute", pre)
+    ip.events.register("post_execute", drain)
     ip.events.register("post_execute", report)
