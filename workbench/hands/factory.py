@@ -149,9 +149,9 @@ class HandsFactory:
             from .launching.pool import KernelPool
 
             self.pool = KernelPool(self.launcher, s.pool_size)
-        # every session's hands this factory made and that were not shut down since (the brain shuts down
-        # those it forgets): the idle reaper's rounds, and what close() stops
-        self._hands: set[Any] = set()
+        # every session's kernel hands this factory made and that were not shut down since (the brain shuts down
+        # those it forgets): the idle reaper's rounds, and what close() stops (refused hands hold nothing)
+        self._hands: set[KernelHands] = set()
         self._idle_task: asyncio.Task[None] | None = None
         self.idle_closed = 0  # how many times the idle reaper closed a session's hands
         self._closed = False
@@ -193,16 +193,14 @@ class HandsFactory:
         if self._closed:
             raise ConfigError("the hands factory is closed")
         config = hands_config(session_config)
-        hands: Hands
         if self.launcher is None:
             assert self.preflight is not None  # only a failed sandbox preflight leaves no launcher
-            hands = RefusedHands(self.preflight, sink)
-        else:
-            hands = KernelHands(config, launcher=self.launcher, pool=self.pool, on_event=sink, replay=replay,
-                                session_config=session_config, session_id=session_id,
-                                spare=self.settings.spare and config.spare and self.launcher.name == "sandbox",
-                                spare_after=float(self.settings.spare_after))
-        self._hands = {h for h in self._hands if getattr(h, "state", "") != "stopped"}
+            return RefusedHands(self.preflight, sink)
+        hands = KernelHands(config, launcher=self.launcher, pool=self.pool, on_event=sink, replay=replay,
+                            session_config=session_config, session_id=session_id,
+                            spare=self.settings.spare and config.spare and self.launcher.name == "sandbox",
+                            spare_after=float(self.settings.spare_after))
+        self._hands = {h for h in self._hands if h.state != "stopped"}
         self._hands.add(hands)
         return hands
 
@@ -229,7 +227,7 @@ class HandsFactory:
             await asyncio.sleep(min(max(limit / 4, 0.05), 1.0))
             if limit <= 0:
                 continue
-            due = [h for h in list(self._hands) if isinstance(h, KernelHands) and h.idle_for() >= limit]
+            due = [h for h in list(self._hands) if h.idle_for() >= limit]
             for h in due:
                 try:
                     if await h.close("idle", if_idle=limit):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..plugins.errors import ConfigError
+from ..plugins.log import SessionLog
 from .store import DEFAULT_STORE, check_store
 
 MAX_MOUNTS = 8  # as many stores as a Managed Agents session may attach
@@ -106,7 +107,7 @@ def dream_mounts(target: str, read_only: list[str] | None = None) -> tuple[Mount
     return mounts
 
 
-def of_session(log: Any, session_id: str) -> tuple[Mount, ...]:
+def of_session(log: SessionLog, session_id: str) -> tuple[Mount, ...]:
     """The mounts of a session, from its `session_created` event (where its config is frozen)."""
     first = log.events(session_id, until=1)
     payload = first[0].payload if first else {}
