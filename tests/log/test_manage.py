@@ -220,9 +220,16 @@ def test_search_with_a_lone_surrogate_matches_nothing(log):
 @pytest.mark.parametrize("text, title", [
     ("Plot a **sine** wave", "Plot a sine wave"),
     ("```python\nimport os\n```\nWhat does this do?", "What does this do?"),
-    ("# Heading\n\n- one\n- two", "Heading one two"),
+    # the first heading, paragraph or list, not a run-on of the whole message (issue 25, a papercut)
+    ("# Heading\n\n- one\n- two", "Heading"),
+    ("- load sales.csv\n- plot revenue\n\nThen explain.", "load sales.csv, plot revenue"),
+    ("Load the data and clean it.\nKeep it short.\n\nHere is the schema:\n| a | b |", "Load the data and clean it. Keep it short."),
     ("see [the docs](http://x.y) now", "see the docs now"),
-    ("```\nonly code\n```", None),
+    # a message of code only is titled by its code's first line, not left untitled
+    ("```\nonly code\n```", "only code"),
+    ("```python\n\n# fit the model\nm.fit(X)\n```", "fit the model"),
+    ("```python\ndf[df.my_col > 3] * 2\n```", "df[df.my_col > 3] * 2"),
+    ("~~~\n\n\n~~~", None),
     ("   \n\t ", None),
     ("a\u202etricky\x00one", "a tricky one"),
     ("word " * 40, "word word word word word word word word word word word…"),

@@ -27,19 +27,46 @@ SEARCHED_TYPES = ("user_message", "assistant_turn", "tool_result")  # the events
 
 # -- automatic titles --------------------------------------------------------------------------------------
 
-_FENCE = re.compile(r"(```|~~~).*?(\1|\Z)", re.DOTALL)
+_FENCE = re.compile(r"(```|~~~)[^\n]*\n?(.*?)(?:\1|\Z)", re.DOTALL)
 _MARKUP = re.compile(r"!?\[([^\]]*)\]\([^)]*\)|[`*_#>|~]+|^\s*[-+]\s+|^\s*\d+[.)]\s+", re.MULTILINE)
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
+_COMMENT = re.compile(r"^\s*(?:#+|//+|--)\s*")
+_ITEM = re.compile(r"^\s*(?:[-+*]|\d+[.)])\s+")
+
+
+def _first_block(text: str) -> str:
+    """What a title is made of: the first heading, or the first paragraph, or the first list's items (comma-joined);
+    "" when the text has none (code only)."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines) and not lines[i].strip():
+        i += 1
+    if i == len(lines):
+        return ""
+    if _HEADING.match(lines[i]):
+        return lines[i]
+    if _ITEM.match(lines[i]):
+        items = []
+        while i < len(lines) and _ITEM.match(lines[i]):
+            items.append(_ITEM.sub("", lines[i]).strip())
+            i += 1
+        return ", ".join(items)
+    block = []
+    while i < len(lines) and lines[i].strip() and not _HEADING.match(lines[i]) and not _ITEM.match(lines[i]):
+        block.append(lines[i])
+        i += 1
+    return " ".join(block)
 
 
 def auto_title(text: str, max_chars: int = AUTO_TITLE_CHARS) -> str | None:
-    """A title from a first message: code fences and Markdown marks dropped, one line, cut at a word; None if nothing is left."""
+    """A title from a first message: its first heading, paragraph or list, without Markdown marks, on one line, cut
+    at a word; a message of code only gets its code's first line. None if nothing is left."""
     if not isinstance(text, str):
         return None
-    plain = _FENCE.sub(" ", text)
-    plain = _MARKUP.sub(lambda m: m.group(1) or " ", plain)
-    # control and format characters (and a lone surrogate) have no place in a one-line title
-    plain = "".join(c if unicodedata.category(c)[0] != "C" else " " for c in plain)
-    plain = " ".join(plain.split())
+    plain = _clean(_MARKUP.sub(lambda m: m.group(1) or " ", _first_block(_FENCE.sub("\n\n", text))))
+    if not plain:  # code only: its first line that says something, as written (a comment without its marker)
+        lines = (_clean(_COMMENT.sub("", line)) for m in _FENCE.finditer(text) for line in m.group(2).splitlines())
+        plain = next((line for line in lines if line), "")
     if not plain:
         return None
     if len(plain) <= max_chars:
@@ -49,6 +76,11 @@ def auto_title(text: str, max_chars: int = AUTO_TITLE_CHARS) -> str | None:
     if space >= max_chars // 2:
         cut = cut[:space]
     return cut.rstrip(" ,;:.-") + "…"
+
+
+def _clean(text: str) -> str:
+    """One line: control and format characters (and a lone surrogate) become spaces, runs of spaces one."""
+    return " ".join("".join(c if unicodedata.category(c)[0] != "C" else " " for c in text).split())
 
 
 # -- what a search reads of an event ----------------------------------------------------------------------
