@@ -10,6 +10,7 @@ from wbmemory import build_host, dream, model_factory, pause_between_chunks
 
 from workbench.brain import BUILTIN_TOOLS, Brain
 from workbench.brain.models import Reply, ScriptedModel
+from workbench.errors import ConfigError
 from workbench.memory.dream import commit_dream, commit_finished_dreams, create_dream, run_dream, uncommitted_dreams
 from workbench.memory.dream_script import dream_script
 from workbench.memory.events import event_text
@@ -267,3 +268,21 @@ def test_dreams_started_at_once_start_one_and_refuse_the_others(db_path, tmp_pat
             await host.close()
 
     asyncio.run(go())
+
+
+@pytest.mark.asyncio
+async def test_offline_a_dream_given_no_model_uses_the_offline_dreamer_and_the_plain_scripted_model_is_refused(
+        recorded, db_path, tmp_path):
+    """`workbench dream` as the README writes it works on a fresh machine with no key (issue 25, a papercut): the
+    host's default model is then the plain scripted one, which cannot read sessions, so a dream gets scripted:dream."""
+    plugin = MemoryPlugin()
+    host = build_host(db_path, tmp_path, plugins=[plugin])
+    await host.start()
+    try:
+        assert host.models.default_name() == "scripted"
+        did = await plugin.create_dream(recorded)
+        assert host.log.session(did)["model"] == "scripted:dream"
+        with pytest.raises(ConfigError, match="scripted:dream is the offline demo dreamer"):
+            await plugin.create_dream(recorded, "scripted")
+    finally:
+        await host.close()

@@ -207,11 +207,16 @@ class MemoryPlugin(Plugin):
         return self.store
 
     def dream_model(self, model: str | None) -> str:
-        """The model a dream uses: the one asked for, else `dream_model`, else the host's default.
+        """The model a dream uses: the one asked for, else `dream_model`, else the host's default; on a host whose
+        default is the offline `scripted` model (no key), the offline demo dreamer `scripted:dream`.
 
-        Never the plain scripted model: it echoes what it is told and can read nothing, so a dream of it
-        would only ever say "read nothing new". ConfigError says what to pass instead."""
-        chosen = model or self.settings.dream_model or self._host().models.default_name()
+        Never the plain scripted model when asked for: it echoes what it is told and can read nothing, so a dream
+        of it would only ever say "read nothing new". ConfigError says what to pass instead."""
+        chosen = model or self.settings.dream_model
+        if not chosen:
+            default = self._host().models.default_name()
+            # offline (as the README's `workbench dream` runs on a fresh machine): the rule-based dreamer
+            return "scripted:dream" if default == "scripted" else default
         if chosen == "scripted":
             raise ConfigError(
                 "dreams need a model that reads sessions: pass --model claude-opus-5-5 (with ANTHROPIC_API_KEY set) "
