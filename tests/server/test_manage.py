@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -165,6 +166,21 @@ async def test_usage_and_models(wb, fake_api):
     _, models = await wb.call("GET", "models", expect=200)
     assert models["models"][0]["default"] is True and models["models"][0]["name"] == models["default"]
     assert any(m["name"] == "scripted" and m["thinking"] == [] for m in models["models"])
+
+
+async def test_while_the_models_api_is_slow_to_list_the_server_answers_other_requests(wb, fake_api):
+    """With a key, the first GET /models asks the Models API; the server's loop is not held while it waits."""
+    api = fake_api({"claude-opus-5-5": "default", "claude-haiku-5-5": "default"})
+    api.delay = 8.0
+    models = asyncio.ensure_future(wb.call("GET", "models", expect=200))
+    deadline = time.monotonic() + 60
+    while api.model_lists == 0 and not models.done():  # the server is asking the Models API now
+        assert time.monotonic() < deadline, "the server never asked the Models API"
+        await asyncio.sleep(0.05)
+    await wb.call("GET", "status", expect=200)
+    assert not models.done(), "the status waited for the model listing"
+    _, got = await models
+    assert {"claude-haiku-5-5", "claude-opus-5-5"} <= {m["name"] for m in got["models"]}, got
 
 
 def test_usage_is_priced_by_the_prices_setting(tmp_path, monkeypatch):

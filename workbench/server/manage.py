@@ -63,5 +63,4 @@ class ModelsHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def get(self) -> None:
-        host = self.runtime.host
-        self.reply({"models": host.model_choices(), "default": host.models.default_name()})
+        self.reply(await self.service.models())

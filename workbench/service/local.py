@@ -76,7 +76,9 @@ class Local:
         return self.host.status()
 
     async def models(self) -> dict[str, Any]:
-        return {"models": self.host.model_choices(), "default": self.host.models.default_name()}
+        # off the loop: with a key, the first listing asks the Models API (up to its timeout)
+        choices = await asyncio.to_thread(self.host.model_choices)
+        return {"models": choices, "default": self.host.models.default_name()}
 
     # -- sessions ------------------------------------------------------------------------------
 

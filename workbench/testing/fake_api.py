@@ -380,7 +380,7 @@ def _model_info(model_id: str) -> dict[str, Any]:
 class _ModelsHandler(_Handler):
     """The Models API: a page of the models (newest first in the real API; here in name order), or one model."""
 
-    def get(self, model_id: str | None = None) -> None:
+    async def get(self, model_id: str | None = None) -> None:
         if self._unauthenticated():
             return
         ids = self.api.model_ids()
@@ -393,6 +393,8 @@ class _ModelsHandler(_Handler):
             return
         with self.api._lock:
             self.api.model_lists += 1
+        if self.api.delay:  # counted first: a test knows the listing started
+            await asyncio.sleep(self.api.delay)
         try:
             limit = min(max(int(self.get_query_argument("limit", "20")), 1), 1000)
         except ValueError:
