@@ -97,6 +97,9 @@ PROBES: dict[str, list[str]] = {
         "a = w.Accordion(children=[w.FloatSlider(value=2.5), o2], titles=('f', 'o'))\ndisplay(t, a)",
         "hidden = w.Output()\nwith hidden:\n    print('shown nowhere')\nprint('own')",
     ],
+    "pip": [
+        "%pip --version",
+    ],
     "input": [
         "try:\n    input('name: ')\nexcept Exception as e:\n    print(type(e).__name__)",
     ],
