@@ -356,7 +356,8 @@ class Collector:
                     nb.views.pop(view, None)
                     nb.views[view] = (self.call, _digest(shown))
             f.items.append(item)
-        for model, (call, digest) in list(nb.views.items()):  # any other change of a widget an earlier call showed
+        changed, widgets.changed = widgets.changed, False
+        for model, (call, digest) in list(nb.views.items()) if changed else []:  # any other change of a widget shown
             if model in here:
                 continue
             shown = tree(model, widgets.get)

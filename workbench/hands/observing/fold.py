@@ -14,9 +14,9 @@ What a kernel emits during a call is a sequence: streams, displays, execute resu
   earlier call's result is history: owned by `ELSEWHERE`, so no clear_output of this call
   removes it);
 - each execute result, display and error is an output of its own, in order;
-- while an Output widget captures (`with out:`), what is written stays in its place in the call,
-  but belongs to the widget: a `clear_output` then clears only the widget's outputs, and a
-  `clear_output` outside it leaves them (they are the widget's, wherever it is shown).
+- while an Output widget captures (`with out:`), what is written is folded in its place, owned by
+  the widget: a `clear_output` then clears only the widget's outputs, and a `clear_output` outside
+  it leaves them (they are the widget's, wherever it is shown; collect.py moves them there).
 
 `Fold` holds that state, bounded: the text of each stream keeps its first `limit // 2`
 characters and its last `limit - limit // 2` (the final state of a long run matters most),

@@ -53,6 +53,7 @@ class Widgets:
     def __init__(self, max_output_bytes: int = 1024 * 1024):
         self.states: dict[str, State] = {}
         self.max_output_bytes = max_output_bytes
+        self.changed = False  # a state changed since the last call looked (collect.py looks only then)
 
     def get(self, model_id: str) -> State | None:
         return self.states.get(model_id)
@@ -63,6 +64,7 @@ class Widgets:
         if not isinstance(comm, str):
             return
         comm, data = comm[:100], c.get("data")
+        self.changed = True
         if msg_type == "comm_close":
             self.states.pop(comm, None)
             return
@@ -94,6 +96,7 @@ class Widgets:
         state = self.states.get(model_id)
         if state is None:
             return
+        self.changed = True
         old = [] if cleared else list(state.get("outputs") or [])
         for o in outputs:
             last = old[-1] if old else None
