@@ -41,11 +41,13 @@ import shutil
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from workbench.hands.observing.render import blocks
+from workbench.hands.observing.widgets import model_of, tree
 
 # cells that stop the kernel, or never end on their own: both sides would only measure the kill
 KILLS = re.compile(r"os\.kill\(|os\._exit\(|sys\.exit\(|\bquit\(\)|\bexit\(\)|do_shutdown\(")
@@ -54,7 +56,6 @@ ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}")
 TEMPFILE = re.compile(r"/tmp/ipykernel_\d+/\d+\.py|ipykernel_\d+/\d+\.py")
 PROMPT = re.compile(r"\b(In|Out|Cell In)\s*\[\s*\d+\s*\]")
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # the notebook when a cell returned: every cell's outputs so far, and the widgets' state
 Snapshot = tuple[list[list[dict[str, Any]]], dict[str, Any]]
 CELL_TIMEOUT = 120
@@ -126,8 +127,9 @@ def view(content: list[dict[str, Any]]) -> str:
     return normalize("\n".join(parts))
 
 
-def as_shown(outputs: list[dict[str, Any]], widgets: dict[str, Any]) -> list[dict[str, Any]]:
-    """A notebook cell's outputs as JupyterLab shows them (see the module's doc), ready for render.blocks."""
+def as_shown(outputs: list[dict[str, Any]], widgets: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """A notebook cell's outputs as JupyterLab shows them (see the module's doc), ready for render.blocks; each
+    widget with the tree of what it shows (`widget`, from the widgets' state), unless `widgets` is None."""
     shown: list[dict[str, Any]] = []
     for o in outputs:
         o = dict(o)
@@ -141,11 +143,9 @@ def as_shown(outputs: list[dict[str, Any]], widgets: dict[str, Any]) -> list[dic
         elif kind in ("display_data", "execute_result"):
             data = {k: ("".join(v) if isinstance(v, list) and not k.endswith("json") else v)
                     for k, v in (o.get("data") or {}).items()}
-            model = data.get(WIDGET_VIEW, {}).get("model_id") if isinstance(data.get(WIDGET_VIEW), dict) else None
-            state = widgets.get(model, {}) if model else {}
-            if state.get("model_name") == "OutputModel":  # an Output widget shows what it captured
-                shown.extend(as_shown(state.get("state", {}).get("outputs", []), widgets))
-                continue
+            model = model_of(data)
+            if model and widgets is not None and (shown_tree := tree(model, states(widgets))) is not None:
+                o["widget"] = shown_tree
             if "image/svg+xml" in data and not any(m in data for m in ("image/png", "image/jpeg", "image/gif", "image/webp")):
                 o["svg_png"] = ""  # the model gets the SVG as a PNG: an image, as a person sees one
             o["data"] = data
@@ -153,6 +153,20 @@ def as_shown(outputs: list[dict[str, Any]], widgets: dict[str, Any]) -> list[dic
             o["traceback"] = list(o.get("traceback") or [])
         shown.append(o)
     return shown
+
+
+def states(widgets: dict[str, Any]) -> Callable[[str], dict[str, Any] | None]:
+    """The widgets' state as widgets.tree reads it (an Output widget's outputs as JupyterLab shows them)."""
+    def get(model: str) -> dict[str, Any] | None:
+        w = widgets.get(model)
+        if not isinstance(w, dict) or not isinstance(w.get("state"), dict):
+            return None
+        state = {**w["state"], "_model_name": w.get("model_name") or w["state"].get("_model_name")}
+        if isinstance(state.get("outputs"), list):
+            state["outputs"] = as_shown(state["outputs"], None)
+        return state
+
+    return get
 
 
 def notebook_view(outputs: list[dict[str, Any]], widgets: dict[str, Any]) -> str:
@@ -265,8 +279,13 @@ def at_return(snapshots: list[Snapshot], n: int) -> tuple[str, list[str]]:
     return notebook_view(now_outs[n], now_widgets), elsewhere
 
 
+# the line before what a call changed of an earlier call's output (render.updated): it names the output, the
+# notebook shows the change in that output
+UPDATE_LINE = re.compile(r"^ *\[(?:display .* from .* is now|the \w+ widget from .* (?:is now|now also shows)):\]$")
+
+
 def lines(view_text: str) -> list[str]:
-    return [line for line in view_text.split("\n") if line != "(no output)"]
+    return [line for line in view_text.split("\n") if line != "(no output)" and not UPDATE_LINE.match(line)]
 
 
 def shown_at_return(own: str, elsewhere: list[str], model: str) -> bool:

@@ -52,6 +52,8 @@ PROBES: dict[str, list[str]] = {
         "import ipywidgets as w\nout = w.Output()\ndisplay(out)\nprint('own 2')",
         "with out:\n    print('captured 3')\nprint('own 3')",
         "h.update('third')",
+        "s = w.IntSlider(value=1, description='s')\nbox = w.VBox([s, w.Label('under it')])\nbox",
+        "s.value = 9\nwith out:\n    from IPython.display import clear_output\n    clear_output()\n    print('fresh')",
     ],
     "several results": [
         "from IPython.core.interactiveshell import InteractiveShell\nInteractiveShell.ast_node_interactivity = 'all'",
@@ -87,6 +89,16 @@ PROBES: dict[str, list[str]] = {
         "import ipywidgets as w\nw.IntSlider(value=7, description='n')",
         "out = w.Output()\ndisplay(out)\nwith out:\n    print('captured by the widget')",
         "w.HTML(value='<b>bold</b>')",
+        PNG_MAKERS + "o2 = w.Output()\nwith o2:\n    print('captured before it is shown')\nprint('own')\ndisplay(o2)\n"
+        "with o2:\n    display(Image(picture('PNG')))\n    print('after the image')",
+        "w.HBox([w.Label('left'), w.VBox([w.Checkbox(value=True, description='ok'), "
+        "w.Dropdown(options=['a', 'b'], value='b', description='pick')])])",
+        "t = w.Tab(children=[w.Text(value='x', description='T'), w.Button(description='go')])\nt.titles = ('one', 'two')\n"
+        "a = w.Accordion(children=[w.FloatSlider(value=2.5), o2], titles=('f', 'o'))\ndisplay(t, a)",
+        "hidden = w.Output()\nwith hidden:\n    print('shown nowhere')\nprint('own')",
+    ],
+    "pip": [
+        "%pip --version",
     ],
     "input": [
         "try:\n    input('name: ')\nexcept Exception as e:\n    print(type(e).__name__)",
@@ -127,7 +139,7 @@ INTENDED = {("clear_output", 3): None, ("huge, binary and ANSI output", 0): "out
             ("progress", 3): "output cap"}
 # cells whose output a later call changed, or that wrote into an earlier cell's output: the model reads
 # them as the notebook showed them when the call returned
-AT_RETURN = {("written elsewhere", i) for i in range(5)}
+AT_RETURN = {("written elsewhere", i) for i in range(7)}
 
 
 @pytest.fixture(scope="module")

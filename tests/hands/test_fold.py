@@ -102,16 +102,16 @@ def test_a_new_display_with_a_shown_id_updates_the_earlier_ones_and_clears_are_r
 async def test_an_update_reaches_only_a_display_still_shown():
     """A later call's update of a display an earlier call cleared is shown nowhere, as in a notebook; one of a
     display still shown reads as an updated display; a new kernel starts with none shown."""
-    from workbench.hands.observing.collect import Budget, Collector
+    from workbench.hands.observing.collect import Budget, Collector, Notebook
 
-    shown: set[str] = set()
+    shown = Notebook()
     first = Collector(Budget(), 1, shown)
     await first.feed("display_data", {"data": {"text/plain": "'kept'"}, "transient": {"display_id": "k"}})
     await first.feed("display_data", {"data": {"text/plain": "'gone'"}, "transient": {"display_id": "g"}})
     await first.feed("clear_output", {"wait": True})
     await first.feed("display_data", {"data": {"text/plain": "'kept'"}, "transient": {"display_id": "k"}})
     first.done()
-    assert shown == {"k"}
+    assert set(shown.displays) == {"k"}
     second = Collector(Budget(), 1, shown)
     for display_id in ("k", "g", "never"):
         await second.feed("update_display_data", {"data": {"text/plain": f"'{display_id} 2'"},

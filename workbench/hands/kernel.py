@@ -23,8 +23,21 @@ from pathlib import Path
 from typing import Any
 
 from .base import Death, Dropped, EventSink, Hands, Kernel, Launcher, Place
+from .launching.history import history_code
 from .launching.pip import packages_code
-from .observing import TIMED_OUT, Budget, Collector, Observation, OutputSink, death_note, failure, missing_module, setup_code, stuck_note
+from .observing import (
+    TIMED_OUT,
+    Budget,
+    Collector,
+    Notebook,
+    Observation,
+    OutputSink,
+    death_note,
+    failure,
+    missing_module,
+    setup_code,
+    stuck_note,
+)
 from .replay import replay
 
 REPLY_WAIT = 2.0  # seconds to wait for an execute reply after the idle status (it is normally there already)
@@ -113,7 +126,7 @@ class KernelHands(Hands):
         )
         self.kernel: Kernel | None = None
         self.generation = 0
-        self.shown_ids: set[str] = set()  # display ids this kernel's calls left shown (an update may reach them)
+        self.notebook = Notebook()  # what this kernel's calls left shown (a later call's update may reach it)
         self.state = "not started"
         self._call: Call | None = None
         self._settling: asyncio.Task | None = None  # finishing a cancelled call
@@ -193,15 +206,17 @@ class KernelHands(Hands):
                 # is served by a spare too (a second kernel per session, as before: idle closing stops both)
                 self._want_spare()
             self.generation += 1
-            self.shown_ids = set()  # a new kernel holds no handle of the old one's displays
+            self.notebook = Notebook()  # a new kernel holds no handle of the old one's displays or widgets
             await self._emit("hands_started", {
                 "generation": self.generation, **kernel.ident, "launcher": kernel.launcher, "reason": reason,
                 "start_ms": round((time.perf_counter() - t0) * 1000, 1), "pooled": source == "pool",
                 "spare": source == "spare", "boot_ms": kernel.boot_ms, "limits": kernel.limits,
             })
             if reason != "restart" and self.config.replay and self.replay_source is not None:
-                return await replay(await self.replay_source(), self._call_once, self._emit, self.generation,
-                                    self.config.timeout)
+                notes = await replay(await self.replay_source(), self._call_once, self._emit, self.generation,
+                                     self.config.timeout)
+                self.notebook.replayed()
+                return notes
             return []
 
     async def _provision(self) -> tuple[Kernel, str]:
@@ -336,7 +351,7 @@ class KernelHands(Hands):
             code = setup_code(self.config.output_limit)
             if adopt:
                 code += await self.launcher.adopt(kernel, self.place) + "\n"
-            code += packages_code()
+            code += packages_code() + history_code()
             reply = await kernel.reply(kernel.execute(code, silent=True), self.config.startup_timeout)
         except BaseException:
             await asyncio.shield(kernel.kill())
@@ -523,7 +538,7 @@ class KernelHands(Hands):
 
     async def _run(self, kernel: Kernel, call: Call, code: str, timeout: float) -> Observation:
         """The execute loop: send the cell, fold its messages, watch the kernel and the clock."""
-        col = Collector(self.config.budget(), self.generation, self.shown_ids, call.on_output)
+        col = Collector(self.config.budget(), self.generation, self.notebook, call.on_output)
         call.msg_id = msg_id = kernel.execute(code)
         deadline = Deadline(timeout, self.config.interrupt_grace)
         next_look = 0.0

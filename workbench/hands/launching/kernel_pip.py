@@ -14,6 +14,8 @@ NO_NETWORK = ("ProxyError", "Tunnel connection failed", "NewConnectionError", "T
               "Network is unreachable", "Failed to establish a new connection", "No route to host",
               "Connection refused", "403 Forbidden")
 
+NOTE = "Note: you may need to restart the kernel to use updated packages."
+
 BLOCKED = ("%pip install could not reach the package index: this kernel reaches the network only through the "
            "session's egress proxy, and the session's egress policy does not allow the index's host (or no "
            "network at all). Ask the user to allow the package index in the session's egress settings, or "
@@ -53,6 +55,8 @@ def install():
             print(BLOCKED, file=sys.stderr)
         elif code == 0 and installing:
             importlib.invalidate_caches()  # forgets that the folder was missing when first looked at
-            print(f"(installed into {target}, this session's own package folder; no restart needed)")
+            print(f"(installed into {target}, this session's own package folder: a package not imported yet can be "
+                  "imported now)")
+        print(NOTE)  # IPython's %pip says it after every run: a package imported before keeps its old version
 
     get_ipython().register_magic_function(pip, "line", "pip")

@@ -18,18 +18,24 @@ characters of text in all and `max_images` images.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from . import clean, images
-from .fold import Fold, Other, Rich
+from .fold import ELSEWHERE, Fold, Other, Rich, Stream, output
 from .kernel_cap import DROPPED_MIME
 from .live import OutputSink, forward
 from .observation import Observation, text_by_kind
+from .widgets import VIEW, Widgets, model_of, tree, with_trees
 
 MAX_NOTES = 12  # notes about dropped or repaired output per call; then one that says there were more
 MAX_MIME_CHARS = 255  # the longest MIME type name kept
 MAX_TRACEBACK = 50  # lines of a traceback kept, the last ones
+MAX_SHOWN = 10_000  # display ids a kernel's calls left shown that are remembered, the last ones
+MAX_VIEWS = 200  # widgets shown by earlier calls that are watched for changes, the last ones
 
 
 @dataclass(frozen=True)
@@ -43,16 +49,34 @@ class Budget:
     max_images: int = 20  # images the model is shown
 
 
+@dataclass
+class Notebook:
+    """What a kernel's calls left in the notebook, which a later call may change: the display ids still shown,
+    the widgets (their state) and those shown, each with the call that showed it (0: a call replayed)."""
+
+    calls: int = 0
+    displays: dict[str, int] = field(default_factory=dict)  # display id: the call that showed it
+    widgets: Widgets = field(default_factory=Widgets)
+    views: dict[str, tuple[int, str]] = field(default_factory=dict)  # a widget shown: its call, a digest of its tree
+
+    def replayed(self) -> None:
+        """The calls so far were replayed (not the model's): what they showed is from an earlier call."""
+        self.displays = dict.fromkeys(self.displays, 0)
+        self.views = {k: (0, v) for k, (_, v) in self.views.items()}
+
+
 class Collector:
     """Folds the iopub messages of one execute request (and its reply's payloads) into an Observation."""
 
-    def __init__(self, budget: Budget, generation: int, shown: set[str] | None = None,
+    def __init__(self, budget: Budget, generation: int, notebook: Notebook | None = None,
                  on_output: OutputSink | None = None):
-        """`shown`: the display ids earlier calls of this kernel left shown; updated by done(). `on_output` hears
-        each message's output as it comes (live.py), before it is folded."""
+        """`notebook`: what earlier calls of this kernel left shown (display ids, widgets); updated by done().
+        `on_output` hears each message's output as it comes (live.py), before it is folded."""
         self.budget = b = budget
         self.on_output = on_output
-        self.shown = shown if shown is not None else set()
+        self.notebook = notebook if notebook is not None else Notebook()
+        self.notebook.calls += 1
+        self.call = self.notebook.calls
         self.displayed: set[str] = set()  # display ids this call showed
         self.limit = b.output_limit
         self.fold = Fold(b.output_limit, b.max_displays, b.max_bytes)
@@ -96,8 +120,10 @@ class Collector:
             if self.fold.owner is None:  # an error an Output widget captured is its output, not the call's failure
                 self.obs.error = err
             self.fold.other({"output_type": "error", **err})
-        elif msg_type == "comm_msg":
-            self._comm(c)
+        elif msg_type in ("comm_open", "comm_msg", "comm_close"):
+            self.notebook.widgets.comm(msg_type, c)
+            if msg_type == "comm_msg":
+                self._comm(c)
         elif msg_type == "status" and c.get("execution_state") == "idle":
             return True
         return False
@@ -141,9 +167,11 @@ class Collector:
             bundle, extra = await self._checked(data, "display")
             if self.fold.update(display_id, bundle, extra):
                 return
-            if display_id not in self.shown:
+            shown = self.notebook.displays.get(display_id)
+            if shown is None:
                 return  # its display was cleared, or never shown by this kernel: a notebook shows it nowhere
-            extra["updated"] = True  # of a display an earlier call showed: shown here as a display of its own
+            # of a display an earlier call showed: read here as an update of it, saying which
+            extra.update(updated=True, **({"calls_ago": self.call - shown} if shown else {}))
             self.fold.rich("display_data", bundle, display_id, extra)
             return
         await self._rich("display_data", data, display_id, {})
@@ -258,10 +286,18 @@ class Collector:
     def done(self) -> Observation:
         """The observation so far, within max_observation_bytes, with its notes."""
         obs, f, b = self.obs, self.fold, self.budget
+        self._widgets()
         self._fit()
         # what a later call's update may reach: displays kept, or dropped over a budget (a notebook shows them),
         # not those this call cleared
-        self.shown |= {i.display_id for i in f.items if isinstance(i, Rich) and i.display_id} | (self.displayed - f.cleared_ids)
+        own = {i.display_id for i in f.items if isinstance(i, Rich) and i.display_id and i.owner != ELSEWHERE}
+        displays = self.notebook.displays
+        for display_id in own | (self.displayed - f.cleared_ids - {i.display_id for i in f.items if isinstance(i, Rich)
+                                                                     and i.owner == ELSEWHERE}):
+            displays.pop(display_id, None)
+            displays[display_id] = self.call
+        while len(displays) > MAX_SHOWN:
+            displays.pop(next(iter(displays)))
         obs.outputs = f.outputs()
         obs.stdout, obs.stderr, obs.result = text_by_kind(obs.outputs)
         notes = f.notes()
@@ -278,6 +314,69 @@ class Collector:
         obs.truncated = notes
         obs.text_limit, obs.max_images = b.output_limit, b.max_images
         return obs
+
+    def _widgets(self) -> None:
+        """Widgets as they show: what each Output widget captured is its own (kept in the notebook's widgets, and
+        read where the widget is shown); each widget this call shows gets its tree; a widget an earlier call showed
+        that changed is read as an update of it: an Output widget's captures where they were written, any other
+        change after the call's outputs."""
+        f, nb = self.fold, self.notebook
+        widgets = nb.widgets
+        captured: dict[str, list[Stream | Rich | Other]] = {}
+        items: list[Stream | Rich | Other] = []
+        for item in f.items:
+            if item.owner is None or item.owner == ELSEWHERE:
+                items.append(item)
+                continue
+            if item.owner not in captured:  # where the widget's captures are read, if it was shown before
+                captured[item.owner] = []
+                items.append(Other({"output_type": "captured", "model": item.owner}, 0, ELSEWHERE))
+            captured[item.owner].append(item)
+        replaced = set()  # Output widgets whose earlier outputs a clear_output removed: they read whole, not what they gained
+        for model in f.cleared_owners | captured.keys():
+            if model in f.cleared_owners and (widgets.get(model) or {}).get("outputs"):
+                replaced.add(model)
+            widgets.capture(model, [output(i) for i in captured.get(model, [])], model in f.cleared_owners)
+        here = {m for i in items if isinstance(i, Rich) and i.owner is None and (m := model_of(i.data))}
+        f.items = []
+        for item in items:
+            if isinstance(item, Other) and item.output.get("output_type") == "captured":
+                model = item.output["model"]
+                if model in nb.views and model not in here and (whole := tree(model, widgets.get)) is not None:
+                    outs = with_trees([output(i) for i in captured[model]], widgets.get, 1)
+                    f.items.append(self._update(model, whole, {}) if model in replaced else
+                                   self._update(model, {"kind": "Output", "outputs": outs}, {"captured": True}))
+                continue
+            view = model_of(item.data) if isinstance(item, Rich) and item.owner is None else None
+            if isinstance(item, Rich) and view is not None:
+                shown = tree(view, widgets.get)
+                if shown is not None:
+                    item.extra["widget"] = shown
+                    item.size += clean.size(shown)
+                    nb.views.pop(view, None)
+                    nb.views[view] = (self.call, _digest(shown))
+            f.items.append(item)
+        changed, widgets.changed = widgets.changed, False
+        for model, (call, digest) in list(nb.views.items()) if changed else []:  # any other change of a widget shown
+            if model in here:
+                continue
+            shown = tree(model, widgets.get)
+            if shown is None:
+                del nb.views[model]  # closed: a notebook shows it no more
+            elif (now := _digest(shown)) != digest:
+                nb.views[model] = (call, now)
+                if model not in captured:  # else its captures were read where they were written
+                    f.items.append(self._update(model, shown, {}))
+        while len(nb.views) > MAX_VIEWS:
+            nb.views.pop(next(iter(nb.views)))
+        f.rich_bytes = sum(i.size for i in f.items if isinstance(i, Rich))
+
+    def _update(self, model: str, shown: dict[str, Any], extra: dict[str, Any]) -> Rich:
+        """An update of widget `model`, shown by an earlier call: what it shows now (or what it gained)."""
+        call = self.notebook.views[model][0]
+        extra = {"widget": shown, "updated": True, **({"calls_ago": self.call - call} if call else {}), **extra}
+        data = {VIEW: {"model_id": model}, "text/plain": f"{shown.get('kind')} widget"}
+        return Rich("display_data", data, clean.size(data) + clean.size(extra), None, extra, ELSEWHERE)
 
     def _fit(self) -> None:
         """Rich outputs from the last, then tracebacks, until the whole observation is within max_observation_bytes."""
@@ -309,6 +408,10 @@ class Collector:
                     item.output["traceback"] = item.output["traceback"][-1:]
                     self.note(f"[a traceback truncated to its last line: the output was over {self.budget.max_bytes:,} "
                               "bytes (max_observation_bytes)]")
+
+
+def _digest(shown: dict[str, Any]) -> str:
+    return hashlib.sha256(orjson.dumps(shown, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def setup_code(limit: int) -> str:

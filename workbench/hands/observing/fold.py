@@ -10,12 +10,13 @@ What a kernel emits during a call is a sequence: streams, displays, execute resu
   output arrives (not on a display update), so a `clear_output(wait=True); print(i)` loop shows
   only its last frame;
 - `update_display_data` replaces the data of every output shown with that display id (an
-  update of an id this call did not show is shown as a new display, since the earlier call's
-  result is history);
+  update of an id an earlier call showed is read in this call as an update of it, since the
+  earlier call's result is history: owned by `ELSEWHERE`, so no clear_output of this call
+  removes it);
 - each execute result, display and error is an output of its own, in order;
-- while an Output widget captures (`with out:`), what is written stays in its place in the call,
-  but belongs to the widget: a `clear_output` then clears only the widget's outputs, and a
-  `clear_output` outside it leaves them (they are the widget's, wherever it is shown).
+- while an Output widget captures (`with out:`), what is written is folded in its place, owned by
+  the widget: a `clear_output` then clears only the widget's outputs, and a `clear_output` outside
+  it leaves them (they are the widget's, wherever it is shown; collect.py moves them there).
 
 `Fold` holds that state, bounded: the text of each stream keeps its first `limit // 2`
 characters and its last `limit - limit // 2` (the final state of a long run matters most),
@@ -34,6 +35,8 @@ from . import clean
 from .kernel_cap import terminal_write
 
 OVERWRITE = re.compile(r"[\r\x08]")
+KEPT = ("execution_count", "updated", "calls_ago")  # what an output keeps of its own when a display update replaces it
+ELSEWHERE = "\x00elsewhere"  # the owner of what a call changed elsewhere in the notebook: no clear_output of it clears it
 
 
 def overwrite(text: str) -> str:
@@ -114,6 +117,7 @@ class Fold:
         self.over_bytes = 0  # rich outputs dropped over max_bytes
         self.cleared = 0  # how many times the outputs were cleared
         self.cleared_ids: set[str] = set()  # display ids of this call's own displays a clear_output removed
+        self.cleared_owners: set[str] = set()  # the Output widgets a clear_output emptied
 
     # -- what the kernel sends ------------------------------------------------
 
@@ -145,6 +149,8 @@ class Fold:
         self.cleared_ids |= {i.display_id for i in self.items if isinstance(i, Rich) and i.owner == owner
                              and i.display_id and not i.extra.get("updated")}
         self.items = [i for i in self.items if i.owner != owner]
+        if owner is not None:
+            self.cleared_owners.add(owner)
         self.streams = {}
         for i in self.items:
             if isinstance(i, Stream):
@@ -228,7 +234,8 @@ class Fold:
         other displays that had the same ID"), as nbclient and the classic notebook do."""
         self._arrive()
         extra = extra or {}
-        if display_id is not None and not extra.get("updated"):
+        updated = bool(extra.get("updated"))  # of a display an earlier call showed: not this call's, nor a widget's
+        if display_id is not None and not updated:
             self.update(display_id, data, {k: v for k, v in extra.items() if k != "execution_count"})
         size = clean.size(data) + clean.size(extra)
         if sum(1 for i in self.items if isinstance(i, Rich) and i.output_type == output_type) >= self.max_displays:
@@ -237,7 +244,7 @@ class Fold:
         if self.text_bytes() + self.rich_bytes + size > self.max_bytes:
             self.over_bytes += 1
             return
-        self.items.append(Rich(output_type, data, size, display_id, extra, self.owner))
+        self.items.append(Rich(output_type, data, size, display_id, extra, ELSEWHERE if updated else self.owner))
         self.rich_bytes += size
 
     def update(self, display_id: str, data: dict[str, Any], extra: dict[str, Any] | None = None) -> bool:
@@ -252,7 +259,8 @@ class Fold:
             self.over_bytes += 1
             return True
         for t in targets:
-            t.data, t.size, t.extra = data, size, {**{k: v for k, v in t.extra.items() if k == "execution_count"}, **extra}
+            kept = {k: v for k, v in t.extra.items() if k in KEPT}
+            t.data, t.size, t.extra = data, size, {**kept, **extra}
         self.rich_bytes += grow
         return True
 
@@ -281,16 +289,17 @@ class Fold:
     def outputs(self) -> list[dict[str, Any]]:
         """The folded outputs, nbformat-like: stream (name, text), display_data / execute_result (data, and
         display_id, execution_count, ... when known), error (ename, evalue, traceback), and payloads."""
-        out: list[dict[str, Any]] = []
-        for item in self.items:
-            if isinstance(item, Stream):
-                out.append({"output_type": "stream", "name": item.name, "text": item.text()})
-            elif isinstance(item, Rich):
-                o: dict[str, Any] = {"output_type": item.output_type, "data": item.data}
-                if item.display_id is not None:
-                    o["display_id"] = item.display_id
-                o.update(item.extra)
-                out.append(o)
-            else:
-                out.append(item.output)
-        return out
+        return [output(item) for item in self.items]
+
+
+def output(item: Stream | Rich | Other) -> dict[str, Any]:
+    """One folded output, nbformat-like (see Fold.outputs)."""
+    if isinstance(item, Stream):
+        return {"output_type": "stream", "name": item.name, "text": item.text()}
+    if isinstance(item, Rich):
+        o: dict[str, Any] = {"output_type": item.output_type, "data": item.data}
+        if item.display_id is not None:
+            o["display_id"] = item.display_id
+        o.update(item.extra)
+        return o
+    return item.output

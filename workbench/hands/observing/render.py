@@ -9,8 +9,13 @@ parts joined into text blocks, and each image in its place as an image block. Pe
   SVG the hands rendered as PNG); else the text of what JupyterLab would render: a widget's text
   state, Markdown or LaTeX as their source, HTML as readable text (tables as text tables), JSON as
   JSON; plain text last. A `text/plain` that is only a default repr (`<... object at 0x...>`)
-  gives way to any richer part. ANSI escapes are removed everywhere. An Output widget shows
-  nothing of its own: what it captured reaches the model where it was written;
+  gives way to any richer part. ANSI escapes are removed everywhere;
+- a widget (with its tree, widgets.py): its kind named, then what it shows: a widget that holds
+  state as one line with its description and value, a container its children (under their
+  titles), an Output widget what it captured, each indented, images in their places;
+- an update of what an earlier call showed (`updated`): a line naming the display (or the widget)
+  and the call, then what it now shows (of an Output widget that only gained outputs, what it
+  gained);
 - an error: its traceback, without ANSI escapes;
 - a pager payload (`len?`, `%pinfo`): its text; `set_next_input`: the text the kernel proposes.
 """
@@ -91,10 +96,71 @@ def output_text(output: dict[str, Any]) -> str | None:
             return None
         data = output.get("data")
         if isinstance(data, dict) and OUTPUT_WIDGET.match(str(data.get("text/plain", ""))) and WIDGET in data:
-            return None  # an Output widget shows what it captured, which the model reads where it was written
+            return None  # an Output widget whose state is not known (widget_items shows a known one's outputs)
         text = bundle_text(data) if isinstance(data, dict) else ""
         return ANSI.sub("", text)  # a person sees colours, not escape codes (the pager's text is full of them)
     return None
+
+
+Item = str | tuple[str, str]  # a text, or an image's (media type, base64 data)
+
+
+def output_items(o: dict[str, Any], depth: int = 0) -> list[Item]:
+    """What the model reads of one output, in order: texts and images; a widget as what it shows (widgets.py),
+    an update of what an earlier call showed under a line that says which."""
+    out: list[Item] = []
+    if o.get("updated"):
+        out.append(_indent(updated(o), depth))
+    widget = o.get("widget")
+    if isinstance(widget, dict) and o.get("output_type") in ("display_data", "execute_result"):
+        if o.get("updated") and o.get("captured"):  # the line before says which widget: only what it gained
+            return out + [i for inner in widget.get("outputs") or [] if isinstance(inner, dict)
+                          for i in output_items(inner, depth + 1)]
+        return out + widget_items(widget, depth)
+    image = image_of(o) if o.get("output_type") in ("display_data", "execute_result") else None
+    if image is not None:
+        return [*out, image]
+    text = output_text(o)
+    if text:
+        out.append(_indent(text.rstrip("\n") if o.get("output_type") == "stream" else text, depth))
+    return out
+
+
+def updated(o: dict[str, Any]) -> str:
+    """The line before an update of what an earlier call showed: which display, from which call."""
+    ago = o.get("calls_ago")
+    when = ("the previous call" if ago == 1 else f"{ago} calls ago" if isinstance(ago, int) and ago > 1
+            else "an earlier call")
+    widget = o.get("widget")
+    if isinstance(widget, dict):
+        verb = "now also shows" if o.get("captured") else "is now"
+        return f"[the {str(widget.get('kind'))[:100]} widget from {when} {verb}:]"
+    return f"[display {str(o.get('display_id'))[:200]} from {when} is now:]"
+
+
+def widget_items(w: dict[str, Any], depth: int = 0) -> list[Item]:
+    """A widget's tree (widgets.tree) as the model reads it: its kind, then its line, its outputs or its children
+    (each under its title, if it has one), indented."""
+    kind = str(w.get("kind"))[:100]
+    if "text" in w:
+        return [_indent(f"[{kind} widget] {w.get('text')}".rstrip(), depth)]
+    out: list[Item] = [_indent(f"[{kind} widget]", depth)]
+    for o in w.get("outputs") or []:
+        if isinstance(o, dict):
+            out += output_items(o, depth + 1)
+    titles = w.get("titles") or []
+    for i, child in enumerate(w.get("children") or []):
+        title = titles[i] if i < len(titles) and isinstance(titles[i], str) else ""
+        if title:
+            out.append(_indent(f"{title}:", depth + 1))
+        if isinstance(child, dict):
+            out += widget_items(child, depth + 1 + bool(title))
+    return out
+
+
+def _indent(text: str, depth: int) -> str:
+    pad = "  " * depth
+    return "\n".join(pad + line if line else line for line in text.split("\n")) if depth else text
 
 
 CUT = "[... {n:,} characters cut here: the model reads at most output_limit characters of a call in all ...]"
@@ -111,18 +177,14 @@ def blocks(outputs: list[dict[str, Any]], before: list[str], after: list[str], t
     `_within`) and the first `max_images` images; a note says what was left out."""
     items: list[str | tuple[str, str]] = []  # an output's text, or an image's (media type, base64 data)
     images = left_out = 0
-    for o in outputs:
-        image = image_of(o) if o.get("output_type") in ("display_data", "execute_result") else None
-        if image is not None:
-            if max_images is None or images < max_images:
-                items.append(image)
-                images += 1
-            else:
-                left_out += 1
-            continue
-        text = output_text(o)
-        if text:
-            items.append(text.rstrip("\n") if o.get("output_type") == "stream" else text)
+    for item in (i for o in outputs for i in output_items(o)):
+        if not isinstance(item, tuple):
+            items.append(item)
+        elif max_images is None or images < max_images:
+            items.append(item)
+            images += 1
+        else:
+            left_out += 1
     after = list(after)
     if left_out:
         after.append(f"[{left_out:,} more image(s) not shown: the model is shown at most {max_images} images of a call "
