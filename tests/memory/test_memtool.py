@@ -153,7 +153,7 @@ def test_a_store_that_accepts_tool_writes_tells_the_next_session(fresh):
     assert (m["status"], m["title"], m["text"]) == ("accepted", "project/tests.md", "Run the quick tier first.\nThen the slow tier.")
     assert [(v["action"], v["status"], v["actor"]) for v in m["history"]] == [("create", "accepted", f"agent:{sid}")] + \
         [("edit", "accepted", f"agent:{sid}")] * 3
-    assert "accepted, in effect" in text_of(renamed)
+    assert "(accepted: in effect for the sessions that mount default)" in text_of(renamed)
     other = host.brain.create_session(title="later", model="capture", message="how do we run the tests?")["id"]
     assert "Run the quick tier first." in host.log.events(other, until=1)[0].payload["system"]
     # a second session deletes it: accepted at once here, so retired
@@ -207,7 +207,7 @@ HOSTILE = [
     mem("create", path="/memories/default/a\x00b.md", file_text="nul in path"),
     mem("create", path="/memories/default/nul.md", file_text="a\x00b"),
     mem("create", path="/memories/default/big.md", file_text="x" * 10_001),
-    mem("create", path="/memories/default/huge.md", file_text="y" * 2_000_000),
+    mem("create", path="/memories/default/huge.md", file_text="y" * 200_000),
     mem("create", path="/memories/default/blank.md", file_text="   \n"),
     mem("create", path="/memories/default/spaced name.md", file_text="spaces"),
     mem("create", path="/memories", file_text="the root"),
@@ -327,3 +327,48 @@ def test_the_fake_api_checks_the_memory_tool_declaration():
                                        ("context-management-2025-06-27",))
     assert "Input should be 'memory'" in api.check({**req, "tools": [{"type": "memory_20250818", "name": "notes"}]}, None)
     assert "input_schema: Field required" in api.check({**req, "tools": [{"name": "python"}]}, None)
+
+
+def load_example():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "cassettes" / "memory_tool.py"
+    spec = importlib.util.spec_from_file_location("memory_tool_example", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_memory_tool_cassette_replays_offline_and_is_current(tmp_path, monkeypatch):
+    from workbench.hands.factory import HandsSettings
+    from workbench.host import Host, HostSettings
+
+    example = load_example()
+    hands = HandsSettings(pool_size=0, registry_dir=str(tmp_path / "kernels"))
+
+    async def replay() -> tuple[str, list[dict], list]:
+        async with Host.open(tmp_path / "rep.duckdb", hands=hands, settings=HostSettings(cassette=str(example.CASSETTE))) as host:
+            sid = await example.run(host)
+            return sid, host.plugin("memory").store.list(), host.models.cassette.unplayed()
+
+    sid, memories, unplayed = asyncio.run(replay())  # no key, no fake API: the cassette answers, the tool runs for real
+    assert unplayed == []
+    assert [(m["title"], m["status"], m["created_by"], m["text"]) for m in memories] == [
+        ("testing.md", "proposed", f"agent:{sid}", "Run the fast tier first (about a minute and a half): pytest -m 'not slow'.")]
+    assert [c["quote"] for c in memories[0]["provenance"]] == [example.NOTE, example.NOTE]
+
+    with FakeMessagesAPI(example.script, key=example.SIGNING_KEY) as api:  # recorded again: the same bytes
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-real-key")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        fresh = tmp_path / "fresh.jsonl"
+
+        async def record() -> None:
+            async with Host.open(tmp_path / "rec.duckdb", hands=hands,
+                                 settings=HostSettings(cassette=str(fresh), cassette_mode="record")) as host:
+                await example.run(host)
+
+        asyncio.run(record())
+    assert fresh.read_bytes() == example.CASSETTE.read_bytes(), \
+        "examples/cassettes/memory_tool.jsonl is stale: run python examples/cassettes/memory_tool.py --record"

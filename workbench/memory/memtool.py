@@ -317,17 +317,16 @@ class SessionMemory(BetaAbstractMemoryTool):
         return {"id": m["id"], "version": m["version"], "status": m["status"], "store": m["store"], "proposal": m["proposal"]}
 
     def _done(self, written: list[dict[str, Any]], message: str) -> str:
-        """The result the model reads: the SDK's words for the command, then what became of the memory."""
+        """The result the model reads: the SDK's words for the command, then what became of the memory (no id: the
+        same call reads the same, so a cassette replays it; `memory_writes` of the result names the versions)."""
         self.written = written
-        proposed = next((w for w in written if w["status"] == "proposed"), None)
         first = written[0]
-        if proposed is not None:
-            how = (f"memory {proposed['id']}: a proposal a person reviews before other sessions see it; you see it here "
-                   "meanwhile")
+        if any(w["status"] == "proposed" for w in written):
+            how = "a proposal: a person reviews it before other sessions see it; you see it here meanwhile"
         elif first["status"] == "accepted":
-            how = f"memory {first['id']} version {first['version']}: accepted, in effect for sessions that mount {first['store']}"
+            how = f"accepted: in effect for the sessions that mount {first['store']}"
         else:
-            how = f"memory {first['id']} is retired (its history is kept)"
+            how = "retired: it is no longer in effect; its history is kept"
         return f"{message}\n({how})"
 
 
