@@ -11,7 +11,8 @@ import pytest
 from workbench.brain.models import Reply, ScriptedModel
 from workbench.brain.tools import ToolContext
 from workbench.memory.events import check_citations
-from workbench.memory.memtool import call
+from workbench.memory.memcommands import SessionMemory, call
+from workbench.memory.memtool import memory_tool
 from workbench.testing import FakeMessagesAPI
 from wbmemory import build_host, model_factory
 
@@ -102,6 +103,7 @@ def test_a_session_through_the_fake_api_views_creates_edits_and_deletes_memories
     # the SDK sent the memory tool as the API defines it, with its beta header; the fake API refused nothing
     assert api.rejections == [] and len(api.requests) == len(steps) + 1
     assert all(r["tools"] == [{"type": "memory_20250818", "name": "memory"}] for r in api.requests)
+    assert memory_tool(store).spec() == SessionMemory(store).to_dict()  # the declaration is the SDK's
     results = [e.payload for e in host.log.events(sid, types=["tool_result"])]
     started = {e.payload["tool_use_id"]: e.seq for e in host.log.events(sid, types=["tool_started"])}
     root, made, edited, shown, deleted, listing, secret, read_only, read_only_edit = results
