@@ -374,3 +374,14 @@ def test_the_memory_tool_cassette_replays_offline_and_is_current(tmp_path, monke
         asyncio.run(record())
     assert fresh.read_bytes() == example.CASSETTE.read_bytes(), \
         "examples/cassettes/memory_tool.jsonl is stale: run python examples/cassettes/memory_tool.py --record"
+
+
+def test_a_bad_store_name_in_tool_accept_stores_stops_the_host(tmp_path):
+    from workbench.errors import ConfigError
+    from workbench.memory.plugin import MemoryPlugin
+    from workbench.memory.store import MemorySettings
+
+    with pytest.raises(ConfigError, match="WORKBENCH_MEMORY_TOOL_ACCEPT_STORES: store name 'Team Data' is not valid"):
+        build_host(tmp_path / "bad.duckdb", tmp_path, plugins=[MemoryPlugin(settings=MemorySettings(tool_accept_stores="default, Team Data"))])
+    assert MemorySettings(tool_accept_stores=" team , *").accepts_tool_writes("anything")
+    assert not MemorySettings(tool_accept_stores="team").accepts_tool_writes("default")
