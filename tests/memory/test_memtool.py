@@ -385,3 +385,16 @@ def test_a_bad_store_name_in_tool_accept_stores_stops_the_host(tmp_path):
         build_host(tmp_path / "bad.duckdb", tmp_path, plugins=[MemoryPlugin(settings=MemorySettings(tool_accept_stores="default, Team Data"))])
     assert MemorySettings(tool_accept_stores=" team , *").accepts_tool_writes("anything")
     assert not MemorySettings(tool_accept_stores="team").accepts_tool_writes("default")
+
+
+def test_an_edit_is_refused_for_a_secret_it_adds_not_for_one_a_person_kept(fresh):
+    host = fresh(tool_accept_stores="default")
+    store = host.plugin("memory").store
+    kept = accepted(store, "keys.md", f"Old note.\nThe rotated token was {TOKEN}")  # a person's decision to keep it
+    other = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2"
+    _, (cut, added) = scripted_turn(host, [
+        mem("str_replace", path="/memories/default/keys.md", old_str="Old note.\n", new_str=""),
+        mem("str_replace", path="/memories/default/keys.md", old_str="The rotated", new_str=f"Use {other}; the rotated")])
+    assert not cut["is_error"], text_of(cut)
+    assert added["is_error"] and "GitHub Token" in text_of(added) and other not in text_of(added)
+    assert store.get(kept["id"])["text"] == f"The rotated token was {TOKEN}"

@@ -239,7 +239,7 @@ class SessionMemory(BetaAbstractMemoryTool):
     def _refuse_secrets(self, path: str, name: str | None, text: str | None, *, added: str | None = None,
                         before: str | None = None) -> None:
         """ToolError when a name or text the call writes holds a credential (one the text held already is not new)."""
-        problems = self.store.scanner.problems_of([(w, v) for w, v in (("name", name), ("text", added or text)) if v])
+        problems = self.store.scanner.problems_of([(w, v) for w, v in (("name", name), ("text", text if added is None else added)) if v])
         if not problems and added is not None and text is not None:
             old = set(self.store.scanner.problems(before or "", "text"))
             problems = [p for p in self.store.scanner.problems(text, "text") if p not in old]
