@@ -18,10 +18,14 @@ if TYPE_CHECKING:  # the SDK's type of the declaration: checked, never imported 
     from anthropic.types import MemoryTool20250818Param
 
 MEMORY_BETA = "context-management-2025-06-27"  # the beta header the API took the memory tool with
-PARAM: MemoryTool20250818Param = {"type": "memory_20250818", "name": "memory"}
 DESCRIPTION = ("Anthropic's memory tool (memory_20250818) over the memory stores this session mounts: "
                "/memories/<store>/<file>, accepted memories as files; writes are versions attributed to the session, "
                "reviewed by people unless the store accepts them at once (docs/memory.md, 'The memory tool').")
+
+
+def param() -> MemoryTool20250818Param:
+    """The tool's declaration in a request, as the API defines it."""
+    return {"type": "memory_20250818", "name": "memory"}
 
 
 def memory_tool(store: MemoryStore) -> Tool:
@@ -32,4 +36,4 @@ def memory_tool(store: MemoryStore) -> Tool:
 
         return await asyncio.to_thread(call, store, inp, ctx)
 
-    return Tool("memory", DESCRIPTION, {"type": "object"}, run, param=PARAM, betas=(MEMORY_BETA,))
+    return Tool("memory", DESCRIPTION, {"type": "object"}, run, param=param(), betas=(MEMORY_BETA,))
