@@ -210,7 +210,11 @@ class Conversation:
         for key in ("thinking", "output_config", "metadata", "temperature"):
             if frozen.get(key) is not None:
                 request[key] = frozen[key]
-        request.update(context_request(frozen.get("context")))
+        extra = context_request(frozen.get("context"))
+        betas = [*frozen.get("betas", ()), *extra.pop("betas", ())]  # the tools' (frozen) and compaction's
+        request.update(extra)
+        if betas:
+            request["betas"] = list(dict.fromkeys(betas))
         return request
 
     def request_size(self) -> int:

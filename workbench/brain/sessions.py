@@ -66,7 +66,7 @@ def session_payload(session_id: str | None, *, title: str | None, model: str, sy
     trigger = config.get("context_trigger", settings.context_trigger)
     if isinstance(trigger, bool) or not isinstance(trigger, int) or trigger < 1000:
         raise ConfigError(f"context_trigger must be a whole number of tokens >= 1000, not {str(trigger)[:40]!r}")
-    payload = {
+    payload: dict[str, Any] = {
         "title": title,
         "model": model,
         "system": prompt,
@@ -77,6 +77,9 @@ def session_payload(session_id: str | None, *, title: str | None, model: str, sy
         "context": {"mode": mode, "trigger": trigger} if mode != "off" else None,
         "config": config,
     }
+    betas = sorted({b for t in tools for b in t.betas})
+    if betas:  # a tool of the API's that wants a beta header (the memory tool)
+        payload["betas"] = betas
     if parent_id is not None:
         payload["parent_id"] = parent_id
         payload["origin"] = dict(origin or {})

@@ -59,9 +59,16 @@ class Tool:
     # turn died): None means it is answered "interrupted; state unknown" and never re-run; a tool
     # whose work outlives the process (e.g. child sessions) may instead re-attach to it
     resume: ToolFn | None = None
+    # a tool the API defines and models are trained on (Anthropic's memory tool: {"type": "memory_20250818",
+    # "name": "memory"}): the request declares it by this param alone, its schema is the API's
+    param: Mapping[str, Any] | None = None
+    # the beta headers the API wants for this tool; frozen with a session that has it, sent with every request
+    betas: tuple[str, ...] = ()
 
     def spec(self) -> dict[str, Any]:
         """The tool as the Messages API expects it (plain JSON: a schema may be built from read-only mappings)."""
+        if self.param is not None:
+            return dict(_plain(self.param))
         return {"name": self.name, "description": self.description, "input_schema": _plain(self.input_schema)}
 
 

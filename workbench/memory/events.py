@@ -16,6 +16,7 @@ from ..plugins.text import event_text as said, result_text
 
 UNCITABLE = frozenset({"session_created", "memories_injected", "dream_read", "memory_proposed", "model_request", "model_retry"})
 RECALL = "recall"  # the tool whose results are recalled memories: not evidence either
+MEMORY_TOOL = "memory"  # the memory tool's calls read and write memories: they are memory, not evidence
 MIN_QUOTE = 8
 BODY_LIMIT = 2000
 
@@ -95,7 +96,8 @@ def check_citations(log: SessionLog, items: Any, *, scope: list[str] | None, req
             problems.append(f"{where}: session {sid} has no event {seq} (its events are 1..{s['last_seq']}); read_events shows them")
             continue
         e = found[0]
-        if e.type in UNCITABLE or (e.type == "tool_result" and e.payload.get("name") == RECALL):
+        if e.type in UNCITABLE or (e.type == "tool_result" and e.payload.get("name") == RECALL) \
+                or (e.type in ("tool_started", "tool_result") and e.payload.get("name") == MEMORY_TOOL):
             problems.append(f"{where}: event {sid} #{seq} is a {e.type} event, which is not evidence; "
                             "cite what happened in the session (messages, tool calls, results)")
             continue

@@ -1,7 +1,8 @@
 """Memory and dreaming as a plugin: the first built-in one, on the same surface a third party uses.
 
 It contributes the memory store (in the session log's DuckDB file), the dream
-tools and the `scripted:dream` script, the accepted memories in new sessions'
+tools, `recall`, the memory tool (`memory`: Anthropic's, over the stores a session mounts) and the
+`scripted:dream` script, the accepted memories in new sessions'
 system prompts, the memory and dream routes, the `dream`, `memories`,
 `memory` and `review` commands, and at start-up: committing dream chunks that
 ended while nobody committed them, and the dream scheduler. It resumes dreams
@@ -32,6 +33,7 @@ from .dream import (
     unfinished_dreams,
 )
 from .dream_script import dream_script
+from .memtool import memory_tool
 from .mounts import check_memory_config, session_mounts, stores_of
 from .secretscan import SecretScanner
 from .store import MemorySettings, MemoryStore, check_store
@@ -85,6 +87,7 @@ class MemoryPlugin(Plugin):
 
     def attach(self, host: Host) -> None:
         super().attach(host)
+        self.settings.check_tool_accept_stores()
         # the store's tables live in the log's own DuckDB file; a log without SQL (the in-memory
         # twin of fast tests) has no memory, and sessions simply get none
         sql = host.log.sql()
@@ -102,7 +105,7 @@ class MemoryPlugin(Plugin):
     def tools(self) -> Sequence[Any]:
         if self.store is None:
             return ()
-        return (*dream_tools(self.store), recall_tool(self.store))
+        return (*dream_tools(self.store), recall_tool(self.store), memory_tool(self.store))
 
     def event_types(self) -> Mapping[str, str]:
         return {

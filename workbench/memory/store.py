@@ -109,8 +109,9 @@ LIVE = ("accepted", "proposed")  # the statuses of memories that are, or may bec
 # No markup, quote, control or format character: an actor is printed into prompts, panels and terminals.
 ACTOR_NAME = r"[\w.@+-]+(?: [\w.@+-]+)*"
 MAX_ACTOR_NAME_CHARS = 200
-ACTOR = re.compile(rf"api|auto-accept|dream:{SESSION_ID[1:-1]}|(?:person|api):{ACTOR_NAME}")  # all of it: fullmatch
-ACTOR_GRAMMAR = ("'api', 'auto-accept', 'dream:<session id>', or 'person:<name>' / 'api:<name>' where a name is "
+ACTOR = re.compile(rf"api|auto-accept|(?:dream|agent):{SESSION_ID[1:-1]}|(?:person|api):{ACTOR_NAME}")  # all of it: fullmatch
+ACTOR_GRAMMAR = ("'api', 'auto-accept', 'dream:<session id>', 'agent:<session id>' (a session's memory tool), or "
+                 "'person:<name>' / 'api:<name>' where a name is "
                  f"1 to {MAX_ACTOR_NAME_CHARS} characters: words of letters, digits and _ . @ + -, one space between words")
 DEFAULT_STORE = "default"  # where every memory of a database from before stores is, and what a session mounts by default
 STORE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
@@ -132,6 +133,23 @@ class MemorySettings:
     dream_chunk_chars: int = 60_000  # at most this many characters of events a dream reads per chunk (one turn)
     dream_chunk_sessions: int = 20  # at most this many sessions per chunk
     dream_store: str = DEFAULT_STORE  # the store a dream writes its proposals into unless it names one
+    # the stores whose memory-tool writes are accepted at once (comma-separated names, `*`: every store); the
+    # writes of sessions to any other store are proposals a person reviews
+    tool_accept_stores: str = ""
+
+    def accepts_tool_writes(self, store: str) -> bool:
+        """Whether a session's memory-tool write to `store` is accepted at once (else it is a proposal)."""
+        names = {n.strip() for n in self.tool_accept_stores.split(",") if n.strip()}
+        return "*" in names or store in names
+
+    def check_tool_accept_stores(self) -> None:
+        """ConfigError naming a store name in `tool_accept_stores` that no store can have."""
+        for n in self.tool_accept_stores.split(","):
+            if n.strip() and n.strip() != "*":
+                try:
+                    check_store(n.strip())
+                except ConfigError as e:
+                    raise ConfigError(f"WORKBENCH_MEMORY_TOOL_ACCEPT_STORES: {e}") from None
 
 
 def _now() -> datetime:
@@ -512,6 +530,17 @@ class MemoryStore:
                  tags: builtins.list[str], status: str, provenance: builtins.list[dict[str, Any]], note: str | None) -> None:
         tx.execute(f"INSERT INTO memory_versions ({VERSION_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    [memory_id, version, _now(), actor, action, title, text, tags, status, json.dumps(provenance), note])
+
+    def tx_current(self, tx: Any, memory_id: str) -> dict[str, Any]:
+        """A memory as it is inside the caller's transaction (UnknownMemory when there is none)."""
+        return self._current(tx, memory_id)
+
+    def tx_change(self, tx: Any, m: dict[str, Any], actor: str, action: str, *, note: str | None = None,
+                  **new: Any) -> dict[str, Any]:
+        """Append the next version of memory m (as `tx_current` read it), some fields changed, in the caller's
+        transaction; the memory as it is then."""
+        check_actor(actor)
+        return self._change(tx, m, actor, action, note=note, **new)
 
     def _current(self, tx: Any, memory_id: str) -> dict[str, Any]:
         row = tx.execute(f"SELECT {MEMORY_COLS} FROM memories WHERE id = ?", [memory_id]).fetchone()

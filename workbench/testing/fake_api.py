@@ -24,6 +24,9 @@ scripted model, and checks requests the way the real API does:
   everything before it is dropped (not counted, and an assistant turn after
   it is bound only to what follows it). With `compaction=False` (an endpoint
   without it) `context_management` and compaction blocks are refused.
+- tool declarations: a custom tool needs its `input_schema`; the one tool of the API's own it knows,
+  the client-side memory tool, is `{"type": "memory_20250818", "name": "memory"}` (and the optional
+  fields of its param, nothing else) with the beta header `context-management-2025-06-27`.
 
 Tool results are left out of the prefix an assistant turn is bound to: a
 client may clear old ones (as the real API's own context editing does).
@@ -66,6 +69,10 @@ def _canon(obj: Any) -> str:
 
 
 COMPACT_BETA = "compact-2026-01-12"
+MEMORY_TOOL = "memory_20250818"
+MEMORY_BETA = "context-management-2025-06-27"
+# what a memory tool's param may hold besides type and name (the SDK's MemoryTool20250818Param)
+MEMORY_PARAM = frozenset({"type", "name", "cache_control", "defer_loading", "strict", "allowed_callers", "input_examples"})
 
 
 def _bound(message: dict[str, Any]) -> Any:
@@ -219,7 +226,7 @@ class FakeMessagesAPI:
         msgs = req["messages"]
         if not isinstance(msgs, list) or not msgs:
             return "messages: at least one message is required"
-        problem = self._check_context(req, betas)
+        problem = self._check_context(req, betas) or _check_tools(req.get("tools"), betas)
         if problem:
             return problem
         c = _compaction_at(msgs)
@@ -337,6 +344,32 @@ class FakeMessagesAPI:
     def take_fault(self) -> tuple[int, str, bool] | None:
         with self._lock:
             return self._faults.pop(0) if self._faults else None
+
+
+def _check_tools(tools: Any, betas: tuple[str, ...] | None) -> str | None:
+    """Why the real API would refuse these tool declarations, or None."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        return "tools: Input should be a valid list"
+    for k, tool in enumerate(tools):
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            return f"tools.{k}: a tool is an object with a name"
+        kind = tool.get("type")
+        if kind in (None, "custom"):
+            if not isinstance(tool.get("input_schema"), dict):
+                return f"tools.{k}.input_schema: Field required"
+            continue
+        if kind != MEMORY_TOOL:
+            return f"tools.{k}.type: this server knows custom tools and {MEMORY_TOOL!r}, not {str(kind)[:40]!r}"
+        if tool["name"] != "memory":
+            return f"tools.{k}.name: Input should be 'memory'"
+        extra = sorted(set(tool) - MEMORY_PARAM)
+        if extra:
+            return f"tools.{k}.{extra[0][:40]}: Extra inputs are not permitted"
+        if betas is not None and MEMORY_BETA not in betas:
+            return f"tools.{k}: {MEMORY_TOOL} requires the beta header {MEMORY_BETA}"
+    return None
 
 
 def _script(script: Any) -> Any:
