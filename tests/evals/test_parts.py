@@ -221,3 +221,24 @@ def test_errors_stay_out_of_the_pass_rate_and_are_counted_beside_it(capsys):
     assert only_errors["n"] == 0 and only_errors["rate"] != only_errors["rate"] and only_errors["errors"] == 1
     print_summary(frame([row("c", "error", 3, model="other")]))
     assert "other" in capsys.readouterr().out  # a model with no graded attempt: a rate of "-", not a crash
+
+
+def test_a_grading_model_that_fails_or_does_not_answer_the_json_is_an_error_not_a_verdict(tmp_path):
+    import asyncio
+
+    from workbench.brain.models.scripted import ScriptedModel
+    from workbench.evals.verify import rubric_verdict
+
+    task = Task("r", "q", Verifier.graded('says "x"'))
+
+    def broken(request):
+        raise RuntimeError("the grader fell over")
+
+    chatty = ScriptedModel(lambda request: Reply(text="I think it passed."), name="g")
+    for model, words in ((chatty, "did not answer with the JSON"), (ScriptedModel(broken, name="g"),
+                                                                    "the grading model failed: RuntimeError")):
+        v = asyncio.run(rubric_verdict(model, task, "x", tmp_path))
+        assert v.passed is False and words in v.details["error"] and words in v.explanation, v
+        assert verdict_error(v.to_json()).startswith("the verifier could not run: ")
+    good = asyncio.run(rubric_verdict(ScriptedModel(grader, name="g"), task, "it says x", tmp_path))
+    assert good.passed and "error" not in good.details
