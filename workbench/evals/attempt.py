@@ -177,7 +177,7 @@ class Attempt:
 
     async def _close_cut_off(self) -> None:
         """Close a turn that a process which died left open: its cut-off call is answered as interrupted (never
-        re-run) and no model call follows, since the attempt ends as an error whatever the turn would do next."""
+        re-run) and the turn is interrupted at once, not gone on with: the attempt is an error whatever it does next."""
         brain = self.host.brain
         if await brain.start_resume(self.spec.id):
             await brain.interrupt(self.spec.id, by="eval")
