@@ -13,9 +13,9 @@ from workbench.hands.factory import HandsSettings
 from workbench.host import Host
 
 
-def open_host(tmp_path: Path, backend: str = "sandbox", **kw: Any) -> Any:
+def open_host(tmp_path: Path, backend: str = "sandbox", memory_mb: int = 4096, **kw: Any) -> Any:
     """A started host on a DuckDB file in `tmp_path` (no pooled kernel; `backend` local: kernels see the test's files)."""
-    return Host.open(tmp_path / "wb.duckdb", hands=HandsSettings(backend=backend, pool_size=0,
+    return Host.open(tmp_path / "wb.duckdb", hands=HandsSettings(backend=backend, pool_size=0, memory_mb=memory_mb,
                                                                   registry_dir=str(tmp_path / "kernels")), **kw)
 
 

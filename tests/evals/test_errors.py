@@ -143,3 +143,16 @@ async def test_a_turn_the_next_host_grades_is_checked_in_its_kept_workspace(tmp_
         (verdict,) = [e.payload for e in host.log.events(row["session_id"]) if e.type == "eval_verdict"]
     assert verdict["passed"] is True and "error" not in verdict["details"], verdict
     assert row["outcome"] == "pass" and row["tries"] == 1 and row["session_id"] == attempt.spec.id
+
+
+async def test_a_memory_blow_up_is_the_models_doing_a_failure_not_an_error(tmp_path):
+    """Over its memory limit a kernel is OOM-killed (a cgroup: SIGKILL, "out of memory") or its allocation fails
+    (RLIMIT_AS: MemoryError): either way its own code did it, so the attempt is graded and fails, and is not retried."""
+    hog = Task("hog", "Say 42.", ANSWER, limits=TaskLimits(turns=1),
+               scripted=({"code": ["x = b'x' * (2 << 30)\nprint(len(x))"], "answer": "{output}"},))
+    async with open_host(tmp_path, memory_mb=256) as host:
+        df = await host.plugin("evals").make_run([hog], ["scripted:eval"]).run()
+        (row,) = df.to_dict("records")
+        died = [e.payload for e in host.log.events(row["session_id"]) if e.type == "hands_died"]
+    assert row["outcome"] == "fail" and row["tries"] == 1 and row["reason"] == "turns", row
+    assert all("out of memory" in d["how"] for d in died), died
