@@ -105,8 +105,8 @@ async def main(argv: list[str] | None = None) -> int:
     finally:
         if api is not None:
             api.stop()
-    print(df[["task", "model", "passed", "score", "turns", "tool_calls", "reason"]].to_string(index=False))
-    return 0 if df.passed.notna().all() and not df.reason.str.startswith("stopped").any() else 1
+    print(df[["task", "model", "outcome", "score", "turns", "tool_calls", "reason"]].to_string(index=False))
+    return 0 if df.outcome.isin(["pass", "fail"]).all() and not df.reason.str.startswith("stopped").any() else 1
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """`workbench eval` as a subprocess through the fake Messages API: 40 attempts, 8 at a time, SIGKILLed
-halfway and run again with its run id: no attempt runs twice, none is lost."""
+halfway and run again with its run id: no attempt runs twice, none is lost, and none fails because of the kill
+(what it cut off is an error, tried again)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.evals import load_tasks
+from workbench.evals import attempt_id, load_tasks
 from workbench.evals.script import solver
 from workbench.log import DuckDBLog
 
@@ -64,25 +65,32 @@ def test_a_run_killed_halfway_goes_on_without_running_anything_twice(tmp_path, f
     again = subprocess.run(cmd + ["--json"], env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     rows = [json.loads(line) for line in again.stdout.splitlines()]
-    assert len(rows) == TASKS * EPOCHS and all(r["passed"] is not None for r in rows)
+    assert len(rows) == TASKS * EPOCHS and all(r["outcome"] is not None for r in rows)
     assert len({(r["task"], r["model"], r["epoch"]) for r in rows}) == TASKS * EPOCHS  # none lost
 
     ran = Counter(markers.read_text().splitlines())
     assert max(ran.values()) == 1, [k for k, n in ran.items() if n > 1]  # no attempt's code ran twice
-    sessions = {r["session_id"] for r in rows}
-    assert {Path(k).parent.name for k in ran} <= sessions
+    # every try of every attempt: an attempt whose try the kill cut off was tried again, as a session of its own
+    tries = {attempt_id("killed", r["task"], r["model"], r["epoch"], n): (r, n) for r in rows for n in range(1, r["tries"] + 1)}
+    assert {Path(k).parent.name for k in ran} <= set(tries)
     with DuckDBLog(db, read_only=True) as log:
-        for sid in sessions:
+        cut = []
+        for sid, (row, n) in tries.items():
             evs = log.events(sid)
             assert sum(e.type == "eval_started" for e in evs) == 1 and sum(e.type == "eval_finished" for e in evs) == 1
             calls = [e.payload["tool_use_id"] for e in evs if e.type == "tool_started"]
             assert len(calls) == len(set(calls))
-        # an attempt whose code did not write its marker is one whose call was cut off before it ran
-        # (answered as interrupted, never re-run), and it is graded all the same
-        for r in rows:
-            if not any(Path(k).parent.name == r["session_id"] for k in ran):
-                results = [e.payload for e in log.events(r["session_id"], types=["tool_result"])]
-                assert results and results[0]["is_error"], r
+            (finished,) = [e.payload for e in evs if e.type == "eval_finished"]
+            if n < row["tries"]:  # a try the kill cut off: an error, never graded on the interruption
+                cut.append(sid)
+                assert finished["outcome"] == "error" and finished["reason"].startswith(
+                    "error: the process running the turn died mid-turn"), finished
+                assert not any(e.type == "eval_verdict" for e in evs)
+            else:
+                assert finished["outcome"] == "pass", (row, finished)
+        # a try whose code did not write its marker is one the kill cut off before its code ran
+        assert {sid for sid in tries if not any(Path(k).parent.name == sid for k in ran)} <= set(cut)
     assert fake_api.rejections == []
-    # an attempt whose call was cut off fails its verdict (its answer is the interruption); the others pass
-    assert sum(r["passed"] for r in rows) >= TASKS * EPOCHS - 8
+    # what the kill cut off is tried again and passes: no attempt fails because of the crash
+    assert [r["outcome"] for r in rows] == ["pass"] * (TASKS * EPOCHS)
+    assert len(cut) <= 8 and sum(r["tries"] - 1 for r in rows) == len(cut)  # at most 8 ran when it was killed

@@ -12,7 +12,9 @@ from workbench.brain.models.scripted import Reply
 from workbench.errors import ConfigError
 from workbench.evals import Prices, Task, Verifier, report_html, summary, wilson
 from workbench.evals.report import compare_html
-from workbench.evals.results import COLUMNS, attempt_row, frame
+from workbench.evals.cli import print_summary
+from workbench.evals.faults import cut_off, killed_from_outside, verdict_error
+from workbench.evals.results import COLUMNS, attempt_row, frame, latest_tries
 from workbench.evals.script import grader, solver
 from workbench.evals.verify import GRADER_SYSTEM, grader_request, parse_grade
 from workbench.hands.verdict import harness_code, read_verdict
@@ -136,7 +138,8 @@ def test_a_run_checks_its_models_and_graders_before_anything_is_written(tmp_path
             EvalRun(host, [rubric], ["no-such-model"])
         with pytest.raises(ConfigError, match="without hands"):
             EvalRun(host, [Task("p", "q", Verifier.python("assert 1"))], ["scripted:eval"])
-        for bad in ({"epochs": 0}, {"parallel": 0}, {"run_id": "../x"}, {"epochs": True}):
+        for bad in ({"epochs": 0}, {"parallel": 0}, {"run_id": "../x"}, {"epochs": True}, {"retries": -1},
+                    {"retries": 11}, {"retries": True}):
             with pytest.raises(ConfigError):
                 EvalRun(host, [rubric], ["scripted:eval"], **bad)
         assert host.log.sessions() == []
@@ -144,3 +147,98 @@ def test_a_run_checks_its_models_and_graders_before_anything_is_written(tmp_path
         import asyncio
 
         asyncio.run(host.close())
+
+
+@pytest.mark.parametrize("died, outside", [
+    ({"exit_code": -9, "signal": 9, "how": "signal SIGKILL"}, True),
+    ({"exit_code": -15, "signal": 15, "how": "signal SIGTERM"}, True),
+    ({"exit_code": 137, "signal": None, "how": "exit code 137, i.e. signal SIGKILL inside a wrapper"}, True),
+    ({"exit_code": None, "signal": None, "how": "the gateway closed the websocket"}, True),
+    ({"exit_code": -9, "signal": 9, "how": "signal SIGKILL, out of memory: it went over its memory limit"}, False),
+    ({"exit_code": 137, "signal": None, "how": "exit code 137, i.e. signal SIGKILL inside a wrapper, out of memory: it "
+                                               "went over its memory limit"}, False),
+    ({"exit_code": 3, "signal": None, "how": "exit code 3"}, False),
+    ({"exit_code": 0, "signal": None, "how": "exit code 0"}, False),
+    ({"exit_code": None, "signal": None, "how": "it called exit()"}, False),
+    ({"exit_code": -11, "signal": 11, "how": "signal SIGSEGV"}, False),
+    ({"exit_code": -6, "signal": 6, "how": "signal SIGABRT"}, False),
+    ({"exit_code": -31, "signal": 31, "how": "signal SIGSYS"}, False),
+    ({"exit_code": -24, "signal": 24, "how": "signal SIGXCPU"}, False),
+    ({"exit_code": 139, "signal": None, "how": "exit code 139, i.e. signal SIGSEGV inside a wrapper"}, False),
+])
+def test_a_kernel_death_is_the_models_doing_unless_it_came_from_outside(died, outside):
+    assert killed_from_outside(died) is outside
+
+
+def turn(*events):
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    return [ev("s", n, t, p, t0) for n, (t, p) in enumerate([("user_message", {"text": "earlier"}),
+                                                              ("hands_died", {"signal": 9, "how": "signal SIGKILL"}),
+                                                              ("turn_ended", {"stop_reason": "end_turn"}),
+                                                              ("user_message", {"text": "now"}), *events], 1)]
+
+
+def test_a_turn_is_cut_off_by_what_its_model_did_not_cause_and_only_by_its_own_events():
+    assert cut_off(turn(("turn_ended", {"stop_reason": "end_turn"}))) is None  # an earlier turn's kill is not this one's
+    assert cut_off(turn(("hands_died", {"exit_code": 3, "how": "exit code 3"}))) is None
+    assert cut_off(turn(("hands_timeout", {"action": "replaced"}))) is None
+    assert cut_off(turn(("turn_ended", {"stop_reason": "max_tokens"}))) is None  # graded: a failure, `stopped: ...`
+    assert cut_off(turn(("resumed", {}), ("interrupted", {"by": "eval"}))).startswith("the process running the turn died")
+    assert cut_off(turn(("interrupted", {"by": "shutdown"}))) == "the turn was interrupted (by shutdown)"
+    assert cut_off(turn(("turn_failed", {"error": "RuntimeError: x"}))) == "the harness failed: RuntimeError: x"
+    assert cut_off(turn(("model_error", {"error": "overloaded", "status": 529, "attempts": 5}))) == \
+        "the model call failed (529) after 5 attempt(s): overloaded"
+    assert cut_off(turn(("hands_died", {"signal": 9, "how": "signal SIGKILL"}))) == \
+        "the kernel was killed from outside (signal SIGKILL)"
+    assert verdict_error({"passed": False, "details": {"error": "not checked: x"}}) == "the verifier could not run: not checked: x"
+    assert verdict_error({"passed": False, "details": {"copy_notes": []}}) is None
+
+
+def test_errors_stay_out_of_the_pass_rate_and_are_counted_beside_it(capsys):
+    def row(task, outcome, tries=1, model="m"):
+        graded = outcome in ("pass", "fail")
+        return {**dict.fromkeys(COLUMNS), "run": "r", "task": task, "model": model, "epoch": 1, "outcome": outcome,
+                "passed": (outcome == "pass") if graded else None, "score": (1.0 if outcome == "pass" else 0.0) if graded
+                else None, "turns": 1, "tool_calls": 0, "input_tokens": 10, "output_tokens": 1, "cost": 0.25,
+                "wall_s": 1.0, "session_id": f"s-{task}-{tries}", "reason": "error: x" if outcome == "error" else outcome,
+                "tries": tries}
+    rows = [row("a", "pass", 2), row("b", "fail"), row("c", "error", 3), row("d", "pass"), row("e", None)]
+    # the latest try of each attempt is its row
+    assert [r["session_id"] for r in latest_tries([row("a", "error", 1), *rows])] == [r["session_id"] for r in rows]
+    df = frame(rows)
+    (s,) = summary(df)
+    assert (s["n"], s["passed"], s["rate"], s["errors"], s["retried"]) == (3, 2, 2 / 3, 1, 3)
+    assert (s["low"], s["high"]) == wilson(2, 3) and s["cost"] == 1.0  # the finished attempts' cost, errors' too
+    print_summary(df)
+    out = capsys.readouterr().out
+    assert "errors" in out and "retried" in out
+    (line,) = [x for x in out.splitlines() if x.startswith("m ")]
+    assert line.split()[1:6] == ["2/3", "67%", f"{wilson(2, 3)[0]:.0%}–{wilson(2, 3)[1]:.0%}", "1", "3"], line
+    html = report_html(df)
+    assert html.count("⚠") == 1 and html.count("✓") == 2 and html.count("✗") == 1 and html.count("…") == 1
+    assert "epoch 1, try 3: error: x" in html
+    (only_errors,) = summary(frame([row("c", "error", 3, model="other")]))
+    assert only_errors["n"] == 0 and only_errors["rate"] != only_errors["rate"] and only_errors["errors"] == 1
+    print_summary(frame([row("c", "error", 3, model="other")]))
+    assert "other" in capsys.readouterr().out  # a model with no graded attempt: a rate of "-", not a crash
+
+
+def test_a_grading_model_that_fails_or_does_not_answer_the_json_is_an_error_not_a_verdict(tmp_path):
+    import asyncio
+
+    from workbench.brain.models.scripted import ScriptedModel
+    from workbench.evals.verify import rubric_verdict
+
+    task = Task("r", "q", Verifier.graded('says "x"'))
+
+    def broken(request):
+        raise RuntimeError("the grader fell over")
+
+    chatty = ScriptedModel(lambda request: Reply(text="I think it passed."), name="g")
+    for model, words in ((chatty, "did not answer with the JSON"), (ScriptedModel(broken, name="g"),
+                                                                    "the grading model failed: RuntimeError")):
+        v = asyncio.run(rubric_verdict(model, task, "x", tmp_path))
+        assert v.passed is False and words in v.details["error"] and words in v.explanation, v
+        assert verdict_error(v.to_json()).startswith("the verifier could not run: ")
+    good = asyncio.run(rubric_verdict(ScriptedModel(grader, name="g"), task, "it says x", tmp_path))
+    assert good.passed and "error" not in good.details

@@ -15,35 +15,14 @@ import pytest
 
 from workbench.errors import TurnBusy
 from workbench.evals import Task, TaskLimits, Verifier, load_tasks, results
-from workbench.evals.results import COLUMNS
-from workbench.hands.factory import HandsSettings
-from workbench.host import Host
 from workbench.render import result_blocks
+
+from evalsupport import assert_frame_matches_sql, open_host, sql_rows
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "evals" / "basic.jsonl"
 SUBSET = ("sales-total-revenue", "fix-mean", "plot-region-bars", "num-fib-30", "retry-sorted-output", "rubric-explain-median")
-
-
-def open_host(tmp_path: Path, **kw):
-    return Host.open(tmp_path / "wb.duckdb", hands=HandsSettings(pool_size=0, registry_dir=str(tmp_path / "kernels")), **kw)
-
-
-def sql_rows(host, run: str) -> list[dict]:
-    q = host.log.query("SELECT * FROM eval_results WHERE run = ? ORDER BY run, task, model, epoch", [run])
-    return [dict(zip(q.columns, r)) for r in q.rows]
-
-
-def assert_frame_matches_sql(df, rows):
-    assert list(df.columns) == list(COLUMNS) and len(df) == len(rows)
-    py = sorted(df.to_dict("records"), key=lambda r: (r["task"], r["model"], r["epoch"]))
-    for a, b in zip(py, rows):
-        for col in COLUMNS:
-            if col == "wall_s" or col == "cost" or col == "score":
-                assert a[col] == pytest.approx(b[col], abs=1e-6), col
-            else:
-                assert a[col] == b[col], (col, a, b)
 
 
 async def test_a_subset_of_the_example_set_passes_and_the_frame_agrees_with_sql(tmp_path):
@@ -158,14 +137,21 @@ async def test_an_interrupted_run_goes_on_without_running_an_attempt_twice(tmp_p
         # by the run that stopped it, not by a person
         assert {e.payload["by"] for sid in interrupted for e in host.log.events(sid) if e.type == "interrupted"} == {"eval"}
         df = await host.plugin("evals").make_run([slow], ["scripted:eval"], epochs=4, parallel=2, run_id=run.run_id).run()
-        assert len(df) == 4 and df["passed"].notna().all()
-        for sid in df.session_id:
+        assert len(df) == 4 and (df["outcome"] == "pass").all(), df.to_string()
+        tries = [(sid, e) for sid in interrupted for e in host.log.events(sid)]
+        for sid in set(df.session_id) | set(interrupted):
             evs = host.log.events(sid)
             assert sum(e.type == "eval_started" for e in evs) == 1 and sum(e.type == "eval_finished" for e in evs) == 1
             # the sleeping call ran at most once per attempt: an interrupted one was answered, never re-run
             assert sum(e.type == "tool_started" for e in evs) <= sum(e.type == "user_message" for e in evs)
+        # an attempt the interrupt cut off is not graded on the cut: an error, tried again as a new attempt, which passed
         for sid in interrupted:
-            assert any(e.type == "eval_verdict" for e in host.log.events(sid))
+            (finished,) = [e.payload for s, e in tries if s == sid and e.type == "eval_finished"]
+            assert finished["outcome"] == "error" and finished["passed"] is None, finished
+            assert finished["reason"] == "error: the turn was interrupted (by eval)"
+            epoch = next(e.payload["epoch"] for s, e in tries if s == sid and e.type == "eval_started")
+            row = df[df.epoch == epoch].iloc[0]
+            assert row.tries == 2 and row.session_id not in interrupted
 
 
 async def test_a_run_has_at_most_parallel_attempts_at_work_and_starts_once(tmp_path):

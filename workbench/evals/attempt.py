@@ -7,25 +7,31 @@ own, with the host's quota and a sandbox identity of its own, kept in the attemp
 finds its files. The task's files are put in it before the first turn. After each turn the
 verifier grades a copy of the workspace (verify.py) and its verdict is an `eval_verdict`
 event; a failed verdict's explanation is the next user message, until the verdict passes
-or the attempt's limits (turns, tokens, seconds) are spent. `eval_finished` closes it.
+or the attempt's limits (turns, tokens, seconds) are spent. `eval_finished` closes it with
+its outcome: `pass`, `fail`, or `error` when something the model did not cause cut a turn
+off or kept the verifier from a verdict (faults.py); the run then tries it again, as a new
+attempt of the same (task, model, epoch) (`Spec.retry`), and keeps this one as it ended.
 
 Everything the loop decides is read back from the log, so an attempt cut off by a crash
-goes on where it stopped: an open turn is resumed (a started tool call is never re-run),
-a turn without a verdict is graded, a finished attempt is left alone.
+goes on where it stopped: a turn the crash left open is closed (its started tool call
+answered as interrupted, never re-run) and the attempt ends as an error; a turn without a
+verdict is graded, a finished attempt is left alone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import io
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..plugins.hands import Verdict, python_verdict, write_file
+from ..plugins.hands import NoWorkspace, Verdict, python_verdict, write_file
 from ..plugins.models import turn_state
+from .faults import cut_off, verdict_error
 from .tasks import Task
 from .verify import rubric_verdict
 
@@ -33,23 +39,29 @@ FEEDBACK = ("A check of your work did not pass:\n\n{explanation}\n\n"
             "Fix it and answer again (your files are as you left them).")
 
 
-def attempt_id(run: str, task: str, model: str, epoch: int) -> str:
-    """The session id of one attempt: the same (run, task, model, epoch) always names the same session."""
-    return "ev" + hashlib.sha256(f"{run}\0{task}\0{model}\0{epoch}".encode()).hexdigest()[:14]
+def attempt_id(run: str, task: str, model: str, epoch: int, try_n: int = 1) -> str:
+    """The session id of one attempt: the same (run, task, model, epoch, try) always names the same session."""
+    key = f"{run}\0{task}\0{model}\0{epoch}" + (f"\0{try_n}" if try_n > 1 else "")  # a first try as before tries
+    return "ev" + hashlib.sha256(key.encode()).hexdigest()[:14]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Spec:
-    """What one attempt is."""
+    """What one attempt is: a try (1, then one more per error retried) of a task by a model in an epoch."""
 
     run: str
     task: Task
     model: str
     epoch: int
+    try_n: int = 1
 
     @property
     def id(self) -> str:
-        return attempt_id(self.run, self.task.id, self.model, self.epoch)
+        return attempt_id(self.run, self.task.id, self.model, self.epoch, self.try_n)
+
+    def retry(self) -> Spec:
+        """The next try of the same (task, model, epoch): a session and workspace of its own."""
+        return replace(self, try_n=self.try_n + 1)
 
 
 def final_answer(events: list[Any]) -> str:
@@ -91,12 +103,14 @@ class Attempt:
         config = {"eval": {"run": s.run, "task": s.task.id, "model": s.model, "epoch": s.epoch},
                   # nobody waits on an attempt's kernel: a death is replaced cold, not by a spare kept for each one
                   "hands": {"keep_dir": str(self.dir), "spare": False}}
-        started = {"run": s.run, "task": s.task.id, "model": s.model, "epoch": s.epoch, "digest": s.task.digest(),
+        started = {"run": s.run, "task": s.task.id, "model": s.model, "epoch": s.epoch, "try": s.try_n,
+                   "digest": s.task.digest(),
                    "verifier": s.task.verifier.kind, "limits": {"turns": s.task.limits.turns, "tokens": s.task.limits.tokens,
                                                                 "seconds": s.task.limits.seconds}}
         # in the session's creating transaction: a run killed in between cannot leave an attempt without it
         # (the results and the eval_results view find attempts by their eval_started)
-        brain.create_session(s.id, title=f"eval {s.task.id} · {s.model} · epoch {s.epoch}", model=s.model,
+        title = f"eval {s.task.id} · {s.model} · epoch {s.epoch}" + (f" · try {s.try_n}" if s.try_n > 1 else "")
+        brain.create_session(s.id, title=title, model=s.model,
                              config=config, kind="eval", then=[("eval_started", started)])
 
     async def _place_files(self) -> None:
@@ -120,7 +134,7 @@ class Attempt:
                 if done is not None:
                     return dict(done.payload)
                 if turn_state(events).open:
-                    await self.within(brain.resume(s.id, interrupted_by="eval"), t0)
+                    await self._close_cut_off()
                     continue
                 turns = sum(1 for e in events if e.type == "user_message")
                 verdicts = [e for e in events if e.type == "eval_verdict"]
@@ -129,19 +143,22 @@ class Attempt:
                     await self.within(brain.run_turn(s.id, s.task.prompt, interrupted_by="eval"), t0)
                     continue
                 if len(verdicts) < turns:
+                    why = cut_off(events)
+                    if why is not None:  # graded, it would measure the cut, not the model: an error, never graded
+                        return await self._finish(events, {}, "error", f"error: {why}")
                     verdict = await self.verify(final_answer(events))
                     await self._append("eval_verdict", {"turn": turns, **verdict.to_json()})
                     continue
                 last = verdicts[-1].payload
-                reason = self._stop(events, last, turns, t0)
-                if reason:
-                    return await self._finish(events, last, reason)
+                ended = self._stop(events, last, turns, t0)
+                if ended:
+                    return await self._finish(events, last, *ended)
                 await self.within(brain.run_turn(s.id, FEEDBACK.format(explanation=last["explanation"]), interrupted_by="eval"), t0)
         except TimeoutError:
             events = await brain.events(s.id)
             verdicts = [e.payload for e in events if e.type == "eval_verdict"]
             last = verdicts[-1] if verdicts else {"passed": False, "score": 0.0, "explanation": "no verdict: out of time"}
-            return await self._finish(events, last, "time")
+            return await self._finish(events, last, "fail", "time")
         finally:
             if brain.running(s.id):  # cancelled or out of time: the turn records its interrupt before we go
                 await brain.interrupt(s.id, by="eval")
@@ -158,25 +175,38 @@ class Attempt:
             raise TimeoutError
         return await asyncio.wait_for(coro, left)
 
-    def _stop(self, events: list[Any], last: dict[str, Any], turns: int, t0: float) -> str | None:
-        """Why the attempt ends now, or None to send the verdict back for another turn."""
+    async def _close_cut_off(self) -> None:
+        """Close a turn that a process which died left open: its cut-off call is answered as interrupted (never
+        re-run) and the turn is interrupted at once, not gone on with: the attempt is an error whatever it does next."""
+        brain = self.host.brain
+        if await brain.start_resume(self.spec.id):
+            await brain.interrupt(self.spec.id, by="eval")
+
+    def _stop(self, events: list[Any], last: dict[str, Any], turns: int, t0: float) -> tuple[str, str] | None:
+        """(outcome, reason) when the attempt ends now, or None to send the verdict back for another turn."""
         lim = self.spec.task.limits
+        why = verdict_error(last)
+        if why is not None:
+            return "error", f"error: {why}"
         if last.get("passed"):
-            return "passed"
+            return "pass", "passed"
         ended = [e.payload.get("stop_reason") for e in events if e.type == "turn_ended"]
-        if ended and ended[-1] not in ("end_turn", "interrupted"):
-            return f"stopped: {ended[-1]}"
+        if ended and ended[-1] != "end_turn":
+            return "fail", f"stopped: {ended[-1]}"
         if turns >= lim.turns:
-            return "turns"
+            return "fail", "turns"
         if lim.tokens and sum(usage_of(events)) >= lim.tokens:
-            return "tokens"
+            return "fail", "tokens"
         if lim.seconds and time.monotonic() - t0 >= lim.seconds:
-            return "time"
+            return "fail", "time"
         return None
 
-    async def _finish(self, events: list[Any], last: dict[str, Any], reason: str) -> dict[str, Any]:
+    async def _finish(self, events: list[Any], last: dict[str, Any], outcome: str, reason: str) -> dict[str, Any]:
+        """Append `eval_finished`: an error has no grade (passed and score null), as the verdict never came."""
         ins, outs = usage_of(events)
-        payload = {"passed": bool(last.get("passed")), "score": float(last.get("score") or 0.0), "reason": reason,
+        graded = outcome != "error"
+        payload = {"outcome": outcome, "passed": bool(last.get("passed")) if graded else None,
+                   "score": float(last.get("score") or 0.0) if graded else None, "reason": reason,
                    "cost": round(float(self.price(self.spec.model, ins, outs)), 6)}
         await self._append("eval_finished", payload)
         return payload
@@ -187,5 +217,9 @@ class Attempt:
         if task.verifier.kind == "rubric":
             name = task.verifier.model or self.grader_model or self.spec.model
             return await rubric_verdict(host.brain.model(name), task, answer, self.workspace)
-        return await python_verdict(host.hands, await host.brain.hands(self.spec.id), task.verifier.code, answer,
-                                    label=f"{self.spec.id}-check", timeout=task.verifier.timeout)
+        hands = await host.brain.hands(self.spec.id)
+        with contextlib.suppress(NoWorkspace):  # a gateway's: the verdict says it could not check
+            # the kept workspace, found again by a host that did not run the turn (the one that did was killed)
+            await hands.workspace(create=True)
+        return await python_verdict(host.hands, hands, task.verifier.code, answer, label=f"{self.spec.id}-check",
+                                    timeout=task.verifier.timeout)

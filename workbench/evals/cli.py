@@ -38,10 +38,11 @@ def _progress(total_hint: str) -> Any:
             else:
                 bar.update(done - bar.n)
                 if row is not None:
-                    bar.set_postfix_str(f"{row['task']} {row['model']} {'pass' if row['passed'] else 'fail'}")
+                    bar.set_postfix_str(f"{row['task']} {row['model']} {row['outcome']}")
         elif row is not None:
-            mark = "pass" if row["passed"] else "FAIL"
-            print(f"[{done}/{total}] {mark} {row['task']} · {row['model']} · epoch {row['epoch']} ({row['reason']})",
+            mark = {"pass": "pass", "fail": "FAIL", "error": "ERROR"}.get(row["outcome"], "?")
+            tries = f", try {row['tries']}" if row["tries"] > 1 else ""
+            print(f"[{done}/{total}] {mark} {row['task']} · {row['model']} · epoch {row['epoch']}{tries} ({row['reason']})",
                   file=sys.stderr)
 
     update.close = lambda: bar.close() if bar is not None else None  # type: ignore[attr-defined]
@@ -50,9 +51,10 @@ def _progress(total_hint: str) -> Any:
 
 def print_summary(df: Any) -> None:
     rows = summary(df)
-    print(table([(r["model"], f"{r['passed']}/{r['n']}", f"{r['rate']:.0%}", f"{r['low']:.0%}–{r['high']:.0%}",
-                  f"${r['cost']:.4f}", "-" if math.isnan(r["mean_wall_s"]) else f"{r['mean_wall_s']:.1f}s") for r in rows],
-                ("model", "passed", "rate", "95% CI", "cost", "mean time"), (30, 8, 6, 12, 10, 9)))
+    print(table([(r["model"], f"{r['passed']}/{r['n']}", "-" if math.isnan(r["rate"]) else f"{r['rate']:.0%}",
+                  f"{r['low']:.0%}–{r['high']:.0%}", r["errors"], r["retried"], f"${r['cost']:.4f}",
+                  "-" if math.isnan(r["mean_wall_s"]) else f"{r['mean_wall_s']:.1f}s") for r in rows],
+                ("model", "passed", "rate", "95% CI", "errors", "retried", "cost", "mean time"), (30, 8, 6, 12, 6, 7, 10, 9)))
 
 
 def cmd_eval(args: argparse.Namespace, ctx: CommandContext) -> int:
@@ -120,8 +122,9 @@ def _print_runs(rows: list[dict[str, Any]]) -> int:
     if not rows:
         print("no eval runs yet: start one with `workbench eval TASKS.jsonl --model scripted:eval`", file=sys.stderr)
         return EXIT_OK
-    print(table([(r["run"], r["started_at"][:19], ", ".join(r["models"]), r["tasks"], f"{r['finished']}/{r['attempts']}")
-                 for r in rows], ("run", "started (UTC)", "models", "tasks", "finished"), (14, 19, 40, 6, 9)))
+    print(table([(r["run"], r["started_at"][:19], ", ".join(r["models"]), r["tasks"], f"{r['finished']}/{r['attempts']}",
+                  r["retried"]) for r in rows],
+                ("run", "started (UTC)", "models", "tasks", "finished", "retried"), (14, 19, 40, 6, 9, 7)))
     return EXIT_OK
 
 
@@ -191,18 +194,18 @@ def remote_eval(args: argparse.Namespace, r: Any) -> int:
         run_id = str(started["run"])
         print(f"eval run {run_id}: {len(tasks)} task(s) × {len(started['models'])} model(s) × {args.epochs} epoch(s), "
               f"{started['parallel']} at a time", file=sys.stderr)
-        seen: set[str] | None = None
+        seen: set[tuple[Any, ...]] | None = None  # attempts (task, model, epoch) counted: a retry is not one more
 
         def advance(st: dict[str, Any]) -> None:
             nonlocal seen
             done = [row for row in st["results"]
-                    if row["passed"] is not None and (row["task"], row["model"], row["epoch"]) in order]
+                    if row["outcome"] is not None and (row["task"], row["model"], row["epoch"]) in order]
             if seen is None:  # what was finished before (and in the moment since the start) counts as done
-                seen = {row["session_id"] for row in done}
+                seen = {(row["task"], row["model"], row["epoch"]) for row in done}
                 progress(len(seen), len(order), None)
             for row in done:
-                if row["session_id"] not in seen:
-                    seen.add(row["session_id"])
+                if (row["task"], row["model"], row["epoch"]) not in seen:
+                    seen.add((row["task"], row["model"], row["epoch"]))
                     progress(len(seen), len(order), row)
 
         with r.answers():

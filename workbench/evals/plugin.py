@@ -27,9 +27,9 @@ if TYPE_CHECKING:
     from ..plugins import PluginHost as Host
 
 EVENT_TYPES: Mapping[str, str] = MappingProxyType({
-    "eval_started": "an eval attempt began: its run, task, model, epoch, the task's digest, verifier kind and limits",
+    "eval_started": "an eval attempt began: its run, task, model, epoch, try, the task's digest, verifier kind and limits",
     "eval_verdict": "a verifier graded the attempt after a turn: passed, score, explanation, and how it was graded",
-    "eval_finished": "an eval attempt ended: passed, score, why it ended and its estimated cost",
+    "eval_finished": "an eval attempt ended: its outcome (pass, fail or error), passed, score, why it ended, its cost",
 })
 
 
@@ -38,6 +38,7 @@ class EvalSettings:
     """How eval runs behave (env: WORKBENCH_EVAL_<FIELD>); documented in docs/settings.md."""
 
     parallel: int = 4  # attempts at a time, when a run does not say
+    retries: int = 2  # further tries of an attempt that ended as an error (cut off by what the model did not cause)
     grader_model: str = ""  # the model of rubric verifiers that name none; empty: the attempt's own model
     prices: str = ""  # NAME=IN/OUT dollars per million input/output tokens, comma-separated; NAME may end in *
     workspace_root: str = ""  # where attempts' workspaces go; empty: next to the log file (<db>.evals/)
@@ -97,7 +98,7 @@ class EvalPlugin(Plugin):
         kw: dict[str, Any] = {"run_id": run_id} if run_id else {}
         if s.workspace_root:
             kw["workspace_root"] = Path(s.workspace_root).expanduser()
-        run = EvalRun(self.host, list(tasks), list(models), epochs=epochs, parallel=parallel or s.parallel,
+        run = EvalRun(self.host, list(tasks), list(models), epochs=epochs, parallel=parallel or s.parallel, retries=s.retries,
                       grader_model=s.grader_model, prices=Prices.parse(s.prices) if s.prices else self.host.prices,
                       progress=progress, **kw)
         for t in tasks:

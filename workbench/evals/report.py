@@ -1,5 +1,6 @@
 """The report of an eval run: pass rates with Wilson intervals, cost and latency, a task × model grid,
-each attempt's transcript one click away; and two runs side by side.
+each attempt's transcript one click away; and two runs side by side. Errors (attempts cut off by
+something the model did not cause, after their retries) are counted apart: never in a pass rate.
 
 `report_html(df, events_of)` is plain HTML (each attempt's cell opens its transcript, written by
 the shared renderer, workbench/render.py); `report_panel(...)` puts it in a Panel layout for
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from types import MappingProxyType
 from typing import Any
 
 from ..plugins.text import event_text, parts
@@ -38,15 +40,20 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def summary(df: Any) -> list[dict[str, Any]]:
-    """Per model (finished attempts only): n, passed, rate, Wilson low/high, total cost, mean wall time, tokens."""
+    """Per model: n (attempts graded: passed or failed), passed, rate (passed / n: errors are not in it), Wilson
+    low/high, errors (attempts that ended as an error after their retries), retried (errors tried again, over all
+    its attempts), and over its finished attempts the total cost, mean wall time and tokens."""
     out = []
-    done = df[df["passed"].notna()]
+    finished = df[df["outcome"].notna()]
     for model in sorted(set(df["model"])):
-        m = done[done["model"] == model]
-        n, k = len(m), int(m["passed"].astype(bool).sum())
+        rows = df[df["model"] == model]
+        m = finished[finished["model"] == model]
+        graded = m[m["outcome"] != "error"]
+        n, k = len(graded), int((graded["outcome"] == "pass").sum())
         low, high = wilson(k, n)
         out.append({"model": model, "n": n, "passed": k, "rate": k / n if n else math.nan, "low": low, "high": high,
-                    "cost": float(m["cost"].sum()), "mean_wall_s": float(m["wall_s"].mean()) if n else math.nan,
+                    "errors": int((m["outcome"] == "error").sum()), "retried": int((rows["tries"].fillna(1) - 1).sum()),
+                    "cost": float(m["cost"].sum()), "mean_wall_s": float(m["wall_s"].mean()) if len(m) else math.nan,
                     "tokens": int(m["input_tokens"].sum() + m["output_tokens"].sum())})
     return out
 
@@ -77,11 +84,17 @@ def _secs(x: float) -> str:
 def summary_html(df: Any) -> str:
     rows = "".join(
         f"<tr><td>{esc(r['model'])}</td><td>{r['passed']}/{r['n']}</td><td>{_pct(r['rate'])}</td>"
-        f"<td>{_pct(r['low'])}–{_pct(r['high'])}</td><td>${r['cost']:.4f}</td>"
+        f"<td>{_pct(r['low'])}–{_pct(r['high'])}</td><td>{r['errors']}</td><td>{r['retried']}</td><td>${r['cost']:.4f}</td>"
         f"<td>{_secs(r['mean_wall_s'])}</td><td>{r['tokens']:,}</td></tr>"
         for r in summary(df))
     return ('<table class="wb-eval-summary"><tr><th>model</th><th>passed</th><th>rate</th><th>95% CI (Wilson)</th>'
+            '<th title="attempts cut off by something the model did not cause, after their retries: not in the rate">'
+            'errors</th><th title="errors tried again">retried</th>'
             f"<th>cost</th><th>mean time</th><th>tokens</th></tr>{rows}</table>")
+
+
+MARKS = MappingProxyType({"pass": ("✓", "#1a7f37"), "fail": ("✗", "#a40e26"), "error": ("⚠", "#9a6700")})
+UNFINISHED = ("…", "#6e7781")
 
 
 def grid_html(df: Any, events_of: EventsOf | None) -> str:
@@ -94,9 +107,10 @@ def grid_html(df: Any, events_of: EventsOf | None) -> str:
         for model in models:
             marks = []
             for r in df[(df["task"] == task) & (df["model"] == model)].sort_values("epoch").to_dict("records"):
-                mark = "…" if r["passed"] is None or r["passed"] != r["passed"] else ("✓" if r["passed"] else "✗")
-                color = "#1a7f37" if mark == "✓" else "#a40e26" if mark == "✗" else "#6e7781"
-                title = f"epoch {r['epoch']}: {r['reason'] or 'unfinished'}, score {r['score']}, session {r['session_id']}"
+                mark, color = MARKS.get(r["outcome"], UNFINISHED) if isinstance(r["outcome"], str) else UNFINISHED
+                tries = f", try {r['tries']}" if r["tries"] and r["tries"] > 1 else ""
+                title = (f"epoch {r['epoch']}{tries}: {r['reason'] or 'unfinished'}, score {r['score']}, "
+                         f"session {r['session_id']}")
                 inner = transcript_html(events_of(r["session_id"])) if events_of is not None else ""
                 marks.append(f'<details class="wb-attempt" data-session="{esc(r["session_id"])}" style="display:inline-block">'
                              f'<summary title="{esc(title)}" style="color:{color};cursor:pointer">{mark}</summary>'
@@ -124,7 +138,8 @@ def compare_html(a: Any, b: Any) -> str:
         cells = []
         for s in (sa, sb):
             r = s.get(model)
-            cells.append(f"<td>{r['passed']}/{r['n']} ({_pct(r['rate'])}, {_pct(r['low'])}–{_pct(r['high'])})</td>"
+            errors = f", {r['errors']} error(s)" if r and r["errors"] else ""
+            cells.append(f"<td>{r['passed']}/{r['n']} ({_pct(r['rate'])}, {_pct(r['low'])}–{_pct(r['high'])}{errors})</td>"
                          if r else "<td>–</td>")
         rows.append(f"<tr><td>{esc(model)}</td>{''.join(cells)}</tr>")
     return (f'<table class="wb-eval-compare"><tr><th>model</th><th>{esc(ra)}</th><th>{esc(rb)}</th></tr>'

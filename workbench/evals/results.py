@@ -3,7 +3,8 @@
 The same numbers two ways: `results(log, run)` reads each attempt's events in Python, and
 the view `eval_results` (created in the log's DuckDB file by the evals plugin) computes them
 in SQL; `POST /workbench/api/query` and the notebook's SQL see the view. docs/evals.md
-documents its columns; a test checks that both agree.
+documents its columns; a test checks that both agree. An attempt is a row: the latest of its
+tries (an attempt that ended as an error is tried again, as a session of its own).
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-COLUMNS = ("run", "task", "model", "epoch", "passed", "score", "turns", "tool_calls", "input_tokens", "output_tokens",
-           "cost", "wall_s", "session_id", "reason")
+COLUMNS = ("run", "task", "model", "epoch", "outcome", "passed", "score", "turns", "tool_calls", "input_tokens",
+           "output_tokens", "cost", "wall_s", "session_id", "reason", "tries")
+OUTCOMES = ("pass", "fail", "error")
 
+# one row per (run, task, model, epoch): its latest try (an error is tried again as a new session)
 VIEW = """
 CREATE OR REPLACE VIEW eval_results AS
 WITH started AS (
@@ -21,8 +24,10 @@ WITH started AS (
            json_extract_string(payload, '$.run') AS run,
            json_extract_string(payload, '$.task') AS task,
            json_extract_string(payload, '$.model') AS model,
-           CAST(json_extract(payload, '$.epoch') AS INTEGER) AS epoch
+           CAST(json_extract(payload, '$.epoch') AS INTEGER) AS epoch,
+           coalesce(CAST(json_extract(payload, '$.try') AS INTEGER), 1) AS tries
     FROM events WHERE type = 'eval_started'
+    QUALIFY row_number() OVER (PARTITION BY run, task, model, epoch ORDER BY tries DESC) = 1
 ), finished AS (
     SELECT session_id, ts AS finished_at, payload FROM events WHERE type = 'eval_finished'
 ), counts AS (
@@ -36,19 +41,31 @@ WITH started AS (
     FROM events WHERE session_id IN (SELECT session_id FROM started) GROUP BY session_id
 )
 SELECT s.run, s.task, s.model, s.epoch,
+       CASE WHEN f.payload IS NOT NULL THEN coalesce(json_extract_string(f.payload, '$.outcome'),
+           CASE WHEN CAST(json_extract(f.payload, '$.passed') AS BOOLEAN) THEN 'pass' ELSE 'fail' END) END AS outcome,
        CAST(json_extract(f.payload, '$.passed') AS BOOLEAN) AS passed,
        CAST(json_extract(f.payload, '$.score') AS DOUBLE) AS score,
        c.turns, c.tool_calls, c.input_tokens, c.output_tokens,
        CAST(json_extract(f.payload, '$.cost') AS DOUBLE) AS cost,
        epoch(f.finished_at - s.started_at) AS wall_s,
        s.session_id,
-       json_extract_string(f.payload, '$.reason') AS reason
+       json_extract_string(f.payload, '$.reason') AS reason,
+       s.tries
 FROM started s JOIN counts c USING (session_id) LEFT JOIN finished f USING (session_id)
 """
 
 
+def outcome_of(finished: dict[str, Any]) -> str:
+    """An `eval_finished` payload's outcome (one written before outcomes were recorded: pass or fail by `passed`)."""
+    return str(finished.get("outcome") or ("pass" if finished.get("passed") else "fail"))
+
+
+def _graded(value: Any, kind: type) -> Any:
+    return None if value is None else kind(value)
+
+
 def attempt_row(events: Iterable[Any]) -> dict[str, Any] | None:
-    """One attempt's row from its events (None when it is not an eval attempt)."""
+    """One try's row from its events (None when it is not an eval attempt)."""
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
     row.update(turns=0, tool_calls=0, input_tokens=0, output_tokens=0)
     started = finished = None
@@ -56,11 +73,11 @@ def attempt_row(events: Iterable[Any]) -> dict[str, Any] | None:
         if e.type == "eval_started":
             started = e
             row.update(run=e.payload["run"], task=e.payload["task"], model=e.payload["model"], epoch=int(e.payload["epoch"]),
-                       session_id=e.session_id)
+                       session_id=e.session_id, tries=int(e.payload.get("try", 1)))
         elif e.type == "eval_finished":
             finished = e
-            row.update(passed=bool(e.payload["passed"]), score=float(e.payload["score"]), cost=float(e.payload["cost"]),
-                       reason=e.payload["reason"])
+            row.update(outcome=outcome_of(e.payload), passed=_graded(e.payload["passed"], bool),
+                       score=_graded(e.payload["score"], float), cost=float(e.payload["cost"]), reason=e.payload["reason"])
         elif e.type == "user_message":
             row["turns"] += 1
         elif e.type == "tool_started":
@@ -76,8 +93,18 @@ def attempt_row(events: Iterable[Any]) -> dict[str, Any] | None:
     return row
 
 
+def latest_tries(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of the rows of each (run, task, model, epoch), the latest try's, ordered by run, task, model and epoch."""
+    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["run"], row["task"], row["model"], row["epoch"])
+        if key not in latest or row["tries"] > latest[key]["tries"]:
+            latest[key] = row
+    return [latest[k] for k in sorted(latest)]
+
+
 def result_rows(log: Any, run: str | None = None) -> list[dict[str, Any]]:
-    """The rows of every attempt (of `run`, when given), ordered by task, model and epoch."""
+    """The rows of every attempt (of `run`, when given), each its latest try's, ordered by task, model and epoch."""
     rows = []
     for s in log.sessions(kind="eval"):
         if run is not None and not _of_run(log, s["id"], run):
@@ -85,7 +112,7 @@ def result_rows(log: Any, run: str | None = None) -> list[dict[str, Any]]:
         row = attempt_row(log.events(s["id"]))
         if row is not None and (run is None or row["run"] == run):
             rows.append(row)
-    return sorted(rows, key=lambda r: (r["run"], r["task"], r["model"], r["epoch"]))
+    return latest_tries(rows)
 
 
 def _of_run(log: Any, session_id: str, run: str) -> bool:
@@ -106,20 +133,27 @@ def results(log: Any, run: str | None = None) -> Any:
 
 
 def runs(log: Any) -> list[dict[str, Any]]:
-    """Each run: its id, models, tasks, attempts, finished attempts and when it started, oldest first."""
+    """Each run: its id, models, tasks, attempts, finished attempts (by their latest try), errors retried and when it
+    started, oldest first."""
     by: dict[str, dict[str, Any]] = {}
+    tries: dict[tuple[Any, ...], tuple[int, bool]] = {}  # (run, task, model, epoch) -> its latest try, finished
     for s in log.sessions(kind="eval"):
         evs = log.events(s["id"], types=["eval_started", "eval_finished"])
         if not evs or evs[0].type != "eval_started":
             continue
         p = evs[0].payload
         r = by.setdefault(p["run"], {"run": p["run"], "started_at": evs[0].ts.isoformat(), "models": set(), "tasks": set(),
-                                     "attempts": 0, "finished": 0})
+                                     "attempts": 0, "finished": 0, "retried": 0})
         r["models"].add(p["model"])
         r["tasks"].add(p["task"])
-        r["attempts"] += 1
-        r["finished"] += any(e.type == "eval_finished" for e in evs)
         r["started_at"] = min(r["started_at"], evs[0].ts.isoformat())
+        key, n = (p["run"], p["task"], p["model"], p["epoch"]), int(p.get("try", 1))
+        if key not in tries or n > tries[key][0]:
+            tries[key] = (n, any(e.type == "eval_finished" for e in evs))
+    for (run, *_), (n, finished) in tries.items():
+        by[run]["attempts"] += 1
+        by[run]["finished"] += finished
+        by[run]["retried"] += n - 1
     out = sorted(by.values(), key=lambda r: r["started_at"])
     for r in out:
         r["models"], r["tasks"] = sorted(r["models"]), len(r["tasks"])

@@ -81,7 +81,7 @@ def run_status(plugin: Any, log: Any, run_id: str) -> dict[str, Any]:
             state, error = "failed", f"{type(task.exception()).__name__}: {task.exception()}"
         else:
             state = "done"
-    finished = sum(1 for r in rows if r["passed"] is not None)
+    finished = sum(1 for r in rows if r["outcome"] is not None)
     return {"run": run_id, "state": state, "total": total, "finished": finished, "error": error, "results": rows}
 
 

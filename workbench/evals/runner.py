@@ -5,10 +5,14 @@
         df = await run.run()          # a DataFrame (results.COLUMNS)
 
 A run is named by its id; each attempt's session id is derived from (run, task, model,
-epoch) (attempt.attempt_id), so starting the same run again skips the finished attempts,
-goes on with the cut-off ones, and starts the rest. Cancelling `run()` (Ctrl-C, SIGTERM,
-an interrupt from the notebook) interrupts the running turns, each recorded as
-interrupted, and stops their kernels; what was finished stays finished.
+epoch, try) (attempt.attempt_id), so starting the same run again skips the finished attempts,
+goes on with the cut-off ones, and starts the rest. An attempt that ends as an `error`
+(something the model did not cause cut it off: attempt.py, faults.py) is tried again, as a
+new attempt of the same (task, model, epoch), up to `retries` times; its results row is its
+last try's. Cancelling `run()` (Ctrl-C, SIGTERM, an interrupt from the notebook) interrupts
+the running turns, each recorded as interrupted, and stops their kernels; what was finished
+stays finished, and a turn it cut off makes its attempt an error, tried again when the run
+goes on.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ from typing import Any
 from ..plugins.errors import ConfigError
 from ..plugins.settings import Prices
 from .attempt import Attempt, Spec
-from .results import attempt_row, frame
+from .results import attempt_row, frame, outcome_of
 from .tasks import TASK_ID, Task
 
 MAX_EPOCHS = 1000
 MAX_PARALLEL = 256
 MAX_MODELS = 50
+MAX_RETRIES = 10
 
 Progress = Callable[[int, int, "dict[str, Any] | None"], None]  # (finished, total, the row just finished)
 
@@ -46,6 +51,7 @@ class EvalRun:
     models: Sequence[str]
     epochs: int = 1
     parallel: int = 4
+    retries: int = 2  # further tries of an attempt that ended as an error
     run_id: str = field(default_factory=new_run_id)
     workspace_root: Path | None = None
     grader_model: str = ""
@@ -61,6 +67,8 @@ class EvalRun:
             raise ConfigError(f"epochs must be a whole number from 1 to {MAX_EPOCHS}")
         if isinstance(self.parallel, bool) or not isinstance(self.parallel, int) or not 1 <= self.parallel <= MAX_PARALLEL:
             raise ConfigError(f"parallel must be a whole number from 1 to {MAX_PARALLEL}")
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or not 0 <= self.retries <= MAX_RETRIES:
+            raise ConfigError(f"retries must be a whole number from 0 to {MAX_RETRIES}")
         models = list(dict.fromkeys(self.models))
         if not models or len(models) > MAX_MODELS or not all(isinstance(m, str) and m.strip() for m in models):
             raise ConfigError(f"give 1 to {MAX_MODELS} model names")
@@ -80,13 +88,21 @@ class EvalRun:
             self.workspace_root = Path(path).with_name(Path(path).name + ".evals")
 
     def specs(self) -> list[Spec]:
-        """Every attempt of the run, in order: task, then model, then epoch."""
+        """Every attempt of the run (its first try), in order: task, then model, then epoch."""
         return [Spec(self.run_id, t, m, e) for t in self.tasks for m in self.models for e in range(1, self.epochs + 1)]
 
+    def latest(self, spec: Spec) -> Spec:
+        """The attempt's latest try in the log (its first when it has none yet): tries are made one after another."""
+        while self.host.log.has_session(spec.retry().id):
+            spec = spec.retry()
+        return spec
+
     def check_resumable(self, specs: list[Spec]) -> list[Spec]:
-        """The attempts still to run; ConfigError when an existing attempt was made from a different task."""
+        """The tries still to run, one per unfinished attempt: its latest try, or the next after an error that may be
+        retried; ConfigError when an existing attempt was made from a different task."""
         log, todo = self.host.log, []
-        for s in specs:
+        for first in specs:
+            s = self.latest(first)
             if not log.has_session(s.id):
                 todo.append(s)
                 continue
@@ -94,9 +110,16 @@ class EvalRun:
             if evs and evs[0].payload.get("digest") != s.task.digest():
                 raise ConfigError(f"run {self.run_id} already has an attempt of task {s.task.id!r} made from a different "
                                   "version of it (prompt, files, verifier or limits changed); start a new run")
-            if not any(e.type == "eval_finished" for e in evs):
+            finished = next((e.payload for e in evs if e.type == "eval_finished"), None)
+            if finished is None:
                 todo.append(s)
+            elif self.retried(s, finished):
+                todo.append(s.retry())
         return todo
+
+    def retried(self, spec: Spec, finished: dict[str, Any]) -> bool:
+        """Whether a try that finished so is tried again: an error, with retries left."""
+        return outcome_of(finished) == "error" and spec.try_n <= self.retries
 
     async def run(self) -> Any:
         """Run what is left of the run; a DataFrame of all its attempts."""
@@ -112,11 +135,15 @@ class EvalRun:
 
         async def one(spec: Spec) -> None:
             async with gate:
-                self.active.add(spec.id)  # also between its turns (grading, feedback): the session is at work
-                try:
-                    await Attempt(self.host, spec, root, grader_model=self.grader_model, price=self.prices).run()
-                finally:
-                    self.active.discard(spec.id)
+                while True:
+                    self.active.add(spec.id)  # also between its turns (grading, feedback): the session is at work
+                    try:
+                        done = await Attempt(self.host, spec, root, grader_model=self.grader_model, price=self.prices).run()
+                    finally:
+                        self.active.discard(spec.id)
+                    if not self.retried(spec, done):
+                        break
+                    spec = spec.retry()
             self.finished += 1
             if self.progress:
                 row = attempt_row(await self.host.log.aevents(spec.id))
@@ -133,9 +160,10 @@ class EvalRun:
         return frame(await asyncio.to_thread(self.rows))
 
     def rows(self) -> list[dict[str, Any]]:
-        """The rows of this run's attempts that exist, in `specs()` order."""
+        """The rows of this run's attempts that exist (each its latest try's), in `specs()` order."""
         out = []
-        for s in self.specs():
+        for first in self.specs():
+            s = self.latest(first)
             if self.host.log.has_session(s.id):
                 row = attempt_row(self.host.log.events(s.id))
                 if row is not None:

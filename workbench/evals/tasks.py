@@ -88,72 +88,90 @@ class Task:
         check_task(self)
 
 
-def _fail(where: str, why: str) -> ConfigError:
-    return ConfigError(f"{where}: {why}")
+class TaskRefused(ConfigError):
+    """A task a run could not use, named by where it came from, its id and the field that is wrong."""
+
+    def __init__(self, where: str, field: str, why: str):
+        super().__init__(f"{where}: {field}: {why}" if field else f"{where}: {why}")
+        self.field, self.why = field, why
+
+    def at(self, where: str) -> TaskRefused:
+        """The same refusal, named by a fuller `where` (the file and line a task came from)."""
+        return TaskRefused(where, self.field, self.why)
 
 
 def _number(where: str, name: str, value: Any, *, whole: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 \
             or (whole and not float(value).is_integer()):
         kind = "a whole number" if whole else "a number"
-        raise _fail(where, f"limits.{name} must be {kind} >= 0 (0: no limit), not {str(value)[:40]!r}")
+        raise TaskRefused(where, f"limits.{name}", f"must be {kind} >= 0 (0: no limit), not {str(value)[:40]!r}")
     return value
 
 
-def _relative(where: str, name: Any) -> str:
+def _file_field(name: Any) -> str:
+    return f"files[{str(name)[:80]!r}]"
+
+
+def _relative(where: str, name: Any, field: str | None = None) -> str:
     """A file name that stays inside the workspace: relative, no `..`, no NUL."""
+    field = field or _file_field(name)
     if not isinstance(name, str) or not name or "\0" in name or "\\" in name:
-        raise _fail(where, f"a file name must be a non-empty relative path, not {str(name)[:80]!r}")
+        raise TaskRefused(where, field, f"a file name must be a non-empty relative path, not {str(name)[:80]!r}")
     p = PurePosixPath(name)
     if p.is_absolute() or ".." in p.parts or len(name) > 500:
-        raise _fail(where, f"file {name[:80]!r} must be a relative path inside the workspace (no '..', no leading '/')")
+        raise TaskRefused(where, field, "must be a relative path inside the workspace (no '..', no leading '/')")
     try:
         check_path(name)  # what the workspace module will write
     except FileRefused as e:
-        raise _fail(where, f"file {name[:80]!r}: {e}") from None
+        raise TaskRefused(where, field, str(e)) from None
     return str(p)
 
 
 def check_task(t: Task) -> None:
-    """Raise ConfigError (naming the task and the field) for anything a run could not use."""
+    """Raise TaskRefused (naming the task and the field) for anything a run could not use."""
     where = f"task {str(t.id)[:60]!r}"
     if not isinstance(t.id, str) or not TASK_ID.fullmatch(t.id):
-        raise _fail(where, "an id is 1-100 letters, digits, '_', '.' or '-', starting with a letter or digit")
+        raise TaskRefused(where, "id", "an id is 1-100 letters, digits, '_', '.' or '-', starting with a letter or digit")
     if not isinstance(t.prompt, str) or not t.prompt.strip() or len(t.prompt) > MAX_PROMPT_CHARS:
-        raise _fail(where, f"the prompt must be non-empty text of at most {MAX_PROMPT_CHARS:,} characters")
+        raise TaskRefused(where, "prompt", f"the prompt must be non-empty text of at most {MAX_PROMPT_CHARS:,} characters")
     v = t.verifier
     if not isinstance(v, Verifier) or v.kind not in VERIFIER_KINDS:
-        raise _fail(where, f"the verifier kind must be one of {', '.join(VERIFIER_KINDS)}")
+        raise TaskRefused(where, "verifier.kind", f"the verifier kind must be one of {', '.join(VERIFIER_KINDS)}")
+    what = "code" if v.kind == "python" else "rubric"
     text = v.code if v.kind == "python" else v.rubric
     if not isinstance(text, str) or not text.strip() or len(text) > MAX_CODE_CHARS:
-        what = "code" if v.kind == "python" else "rubric"
-        raise _fail(where, f"a {v.kind} verifier needs its {what}: non-empty text of at most {MAX_CODE_CHARS:,} characters")
+        raise TaskRefused(where, f"verifier.{what}",
+                          f"a {v.kind} verifier needs its {what}: non-empty text of at most {MAX_CODE_CHARS:,} characters")
     if isinstance(v.timeout, bool) or not isinstance(v.timeout, (int, float)) or not math.isfinite(v.timeout) or v.timeout <= 0:
-        raise _fail(where, "the verifier's timeout must be a positive number of seconds")
+        raise TaskRefused(where, "verifier.timeout", "the verifier's timeout must be a positive number of seconds")
     for name, data in t.files.items():
         _relative(where, name)
         if not isinstance(data, bytes) or len(data) > MAX_FILE_BYTES:
-            raise _fail(where, f"file {name!r} must be bytes of at most {MAX_FILE_BYTES:,}")
+            raise TaskRefused(where, _file_field(name), f"must be bytes of at most {MAX_FILE_BYTES:,}")
     lim = t.limits
     _number(where, "turns", lim.turns, whole=True)
     _number(where, "tokens", lim.tokens, whole=True)
     _number(where, "seconds", lim.seconds, whole=False)
     if lim.turns < 1:
-        raise _fail(where, "limits.turns must be at least 1")
+        raise TaskRefused(where, "limits.turns", "limits.turns must be at least 1")
 
 
 # -- JSONL -----------------------------------------------------------------------------
 
 TASK_KEYS = frozenset({"id", "prompt", "files", "limits", "verifier", "scripted", "tags"})
+VERIFIER_KEYS = frozenset({"kind", "code", "rubric", "model", "timeout"})
+LIMIT_KEYS = frozenset({"turns", "tokens", "seconds"})
 
 
 def _files(where: str, raw: Any, base: Path | None) -> dict[str, bytes]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise _fail(where, "files must be an object: {\"name\": \"text\"} or {\"name\": {\"path\": \"file next to the task set\"}}")
+        raise TaskRefused(where, "files", "must be an object: {\"name\": \"text\"} or "
+                                          "{\"name\": {\"path\": \"file next to the task set\"}}")
     out: dict[str, bytes] = {}
     for name, spec in raw.items():
+        field = _file_field(name)
         name = _relative(where, name)
         if isinstance(spec, str):
             out[name] = spec.encode()
@@ -161,18 +179,18 @@ def _files(where: str, raw: Any, base: Path | None) -> dict[str, bytes]:
             try:
                 out[name] = base64.b64decode(spec["base64"], validate=True)
             except ValueError:
-                raise _fail(where, f"file {name!r}: base64 is not valid base64") from None
+                raise TaskRefused(where, field, "base64 is not valid base64") from None
         elif isinstance(spec, dict) and set(spec) == {"path"} and isinstance(spec["path"], str):
             if base is None:
-                raise _fail(where, f"file {name!r} names a path, but these tasks were not read from a file")
-            src = (base / _relative(where, spec["path"])).resolve()
+                raise TaskRefused(where, field, "names a path, but these tasks were not read from a file")
+            src = (base / _relative(where, spec["path"], field)).resolve()
             if not src.is_relative_to(base.resolve()) or not src.is_file():
-                raise _fail(where, f"file {name!r}: {spec['path']!r} is not a file inside {base}")
+                raise TaskRefused(where, field, f"{spec['path']!r} is not a file inside {base}")
             if src.stat().st_size > MAX_FILE_BYTES:
-                raise _fail(where, f"file {name!r} is over {MAX_FILE_BYTES:,} bytes")
+                raise TaskRefused(where, field, f"is over {MAX_FILE_BYTES:,} bytes")
             out[name] = src.read_bytes()
         else:
-            raise _fail(where, f"file {name!r} must be text, {{\"path\": ...}} or {{\"base64\": ...}}")
+            raise TaskRefused(where, field, "must be text, {\"path\": ...} or {\"base64\": ...}")
     return out
 
 
@@ -185,87 +203,115 @@ def _scripted(where: str, raw: Any) -> tuple[dict[str, Any], ...]:
         if isinstance(turn, str):
             turn = {"code": [turn]}
         if not isinstance(turn, dict) or set(turn) - {"code", "answer"}:
-            raise _fail(where, "scripted is a list of turns, each {\"code\": [\"...\"], \"answer\": \"...\"} or a string of code")
+            raise TaskRefused(where, "scripted", "scripted is a list of turns, each {\"code\": [\"...\"], "
+                                                 "\"answer\": \"...\"} or a string of code")
         code = turn.get("code", [])
         code = [code] if isinstance(code, str) else code
         if not isinstance(code, list) or not all(isinstance(c, str) for c in code) or not isinstance(turn.get("answer", ""), str):
-            raise _fail(where, "scripted code is a list of strings and its answer a string")
+            raise TaskRefused(where, "scripted", "scripted code is a list of strings and its answer a string")
         out.append({"code": code, "answer": turn.get("answer", "")})
     return tuple(out)
 
 
-def task_from_json(obj: Any, *, base: Path | None = None, where: str = "task") -> Task:
-    """A Task from its JSON form (docs/evals.md); ConfigError says which field is wrong."""
-    if not isinstance(obj, dict):
-        raise _fail(where, f"a task is a JSON object, not {type(obj).__name__}")
-    unknown = set(obj) - TASK_KEYS
+def _verifier(where: str, v: Any) -> Verifier:
+    if not isinstance(v, dict):
+        raise TaskRefused(where, "verifier", "the verifier must be {\"kind\": \"python\", \"code\": ...} or "
+                                             "{\"kind\": \"rubric\", \"rubric\": ...}")
+    if v.get("kind", "python") not in VERIFIER_KINDS:
+        raise TaskRefused(where, "verifier.kind", f"the verifier kind must be one of {', '.join(VERIFIER_KINDS)}, "
+                                                  f"not {str(v.get('kind'))[:40]!r}")
+    unknown = sorted(map(str, set(v) - VERIFIER_KEYS))
     if unknown:
-        raise _fail(where, f"unknown task field(s) {', '.join(sorted(map(str, unknown)))[:200]}; known: {', '.join(sorted(TASK_KEYS))}")
-    where = f"{where} {str(obj.get('id'))[:60]!r}"
-    v = obj.get("verifier")
-    if not isinstance(v, dict) or v.get("kind", "python") not in VERIFIER_KINDS or set(v) - {"kind", "code", "rubric", "model", "timeout"}:
-        raise _fail(where, "verifier must be {\"kind\": \"python\", \"code\": ...} or {\"kind\": \"rubric\", \"rubric\": ...}")
+        raise TaskRefused(where, f"verifier.{unknown[0][:60]}", f"unknown; a verifier has {', '.join(sorted(VERIFIER_KEYS))}")
     for key in ("code", "rubric", "model"):
         if key in v and not isinstance(v[key], str):
-            raise _fail(where, f"verifier.{key} must be text")
-    limits = obj.get("limits") or {}
-    if not isinstance(limits, dict) or set(limits) - {"turns", "tokens", "seconds"}:
-        raise _fail(where, "limits must be an object with turns, tokens and/or seconds")
+            raise TaskRefused(where, f"verifier.{key}", f"verifier.{key} must be text")
+    return Verifier(kind=v.get("kind", "python"), code=v.get("code", ""), rubric=v.get("rubric", ""),
+                    model=v.get("model", ""), timeout=v.get("timeout", 120.0))
+
+
+def _limits(where: str, raw: Any) -> TaskLimits:
+    limits = raw or {}
+    if not isinstance(limits, dict):
+        raise TaskRefused(where, "limits", "limits must be an object with turns, tokens and/or seconds")
+    unknown = sorted(map(str, set(limits) - LIMIT_KEYS))
+    if unknown:
+        raise TaskRefused(where, f"limits.{unknown[0][:60]}", "unknown; limits must be an object with turns, tokens "
+                                                               "and/or seconds")
+    return TaskLimits(**limits)
+
+
+def task_from_json(obj: Any, *, base: Path | None = None, where: str = "") -> Task:
+    """A Task from its JSON form (docs/evals.md); TaskRefused names `where` it came from, its id and the wrong field."""
+    at = f"{where}: " if where else ""
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{at}a task is a JSON object, not {type(obj).__name__}")
+    where = f"{at}task {str(obj['id'])[:60]!r}" if "id" in obj else f"{at}task (no id)"
+    unknown = sorted(map(str, set(obj) - TASK_KEYS))
+    if unknown:
+        raise TaskRefused(where, unknown[0][:60], f"unknown task field; known: {', '.join(sorted(TASK_KEYS))}")
     tags = obj.get("tags") or []
     if not isinstance(tags, list) or not all(isinstance(x, str) and len(x) <= 100 for x in tags):
-        raise _fail(where, "tags must be a list of short strings")
+        raise TaskRefused(where, "tags", "tags must be a list of short strings")
+    verifier, limits = _verifier(where, obj.get("verifier")), _limits(where, obj.get("limits"))
+    files, scripted = _files(where, obj.get("files"), base), _scripted(where, obj.get("scripted"))
     try:
-        return Task(
-            id=obj.get("id"),  # type: ignore[arg-type]  # check_task says what is wrong with it
-            prompt=obj.get("prompt"),  # type: ignore[arg-type]
-            verifier=Verifier(kind=v.get("kind", "python"), code=v.get("code", ""), rubric=v.get("rubric", ""),
-                              model=v.get("model", ""), timeout=v.get("timeout", 120.0)),
-            files=_files(where, obj.get("files"), base),
-            limits=TaskLimits(**limits),
-            scripted=_scripted(where, obj.get("scripted")),
-            tags=tuple(tags),
-        )
-    except TypeError as e:
-        raise _fail(where, str(e)) from None
+        return Task(id=obj.get("id"),  # type: ignore[arg-type]  # check_task says what is wrong with it
+                    prompt=obj.get("prompt"),  # type: ignore[arg-type]
+                    verifier=verifier, files=files, limits=limits, scripted=scripted, tags=tuple(tags))
+    except TaskRefused as e:  # check_task knows the task by its id only: name the file and line too
+        raise e.at(where) from None
+
+
+def _lines(path: Path) -> Iterable[tuple[int, Any]]:
+    """(line number, JSON value) of each task line of a JSONL file; ConfigError names the file and line."""
+    if not path.is_file():
+        raise ConfigError(f"no task set at {path}: give a .jsonl file (docs/evals.md)")
+    if path.stat().st_size > MAX_TASK_FILE_BYTES:
+        raise ConfigError(f"{path} is over {MAX_TASK_FILE_BYTES:,} bytes")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        bad = data.count(b"\n", 0, e.start) + 1
+        raise ConfigError(f"{path}:{bad}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("//"):
+            continue
+        try:
+            yield n, json.loads(line, parse_constant=parse_constant, parse_int=parse_int, parse_float=parse_float)
+        except NumberRefused as e:
+            raise ConfigError(f"{path}:{n}: {e}") from None
+        except ValueError as e:
+            raise ConfigError(f"{path}:{n}: not JSON ({e})") from None
+        except RecursionError:
+            raise ConfigError(f"{path}:{n}: not JSON (nested too deeply)") from None
 
 
 def load_tasks(source: str | Path | Iterable[Task | Mapping[str, Any]]) -> list[Task]:
     """Tasks from a JSONL file, or from Tasks / JSON objects; ids must be unique."""
+    located: list[tuple[Task, str]] = []  # each task and where it came from, for the refusals that follow
     if isinstance(source, (str, Path)):
         path = Path(source).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"no task set at {path}: give a .jsonl file (docs/evals.md)")
-        if path.stat().st_size > MAX_TASK_FILE_BYTES:
-            raise ConfigError(f"{path} is over {MAX_TASK_FILE_BYTES:,} bytes")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise ConfigError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
-        tasks = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip() or line.lstrip().startswith("//"):
-                continue
-            try:
-                obj = json.loads(line, parse_constant=parse_constant, parse_int=parse_int, parse_float=parse_float)
-            except NumberRefused as e:
-                raise ConfigError(f"{path}:{n}: {e}") from None
-            except ValueError as e:
-                raise ConfigError(f"{path}:{n}: not JSON ({e})") from None
-            except RecursionError:
-                raise ConfigError(f"{path}:{n}: not JSON (nested too deeply)") from None
-            tasks.append(task_from_json(obj, base=path.parent, where=f"{path.name}:{n}: task"))
+        for n, obj in _lines(path):
+            if len(located) == MAX_TASKS:
+                raise ConfigError(f"{path}:{n}: more than {MAX_TASKS:,} tasks; at most {MAX_TASKS:,} in one run")
+            located.append((task_from_json(obj, base=path.parent, where=f"{path}:{n}"), f"{path}:{n}: "))
+        if not located:
+            raise ConfigError(f"{path}: the task set is empty")
     else:
-        tasks = [t if isinstance(t, Task) else task_from_json(t) for t in source]
-    if not tasks:
-        raise ConfigError("the task set is empty")
-    if len(tasks) > MAX_TASKS:
-        raise ConfigError(f"{len(tasks):,} tasks; at most {MAX_TASKS:,} in one run")
-    seen: set[str] = set()
-    for t in tasks:
-        if t.id in seen:
-            raise ConfigError(f"two tasks have the id {t.id!r}; ids must be unique within a task set")
-        seen.add(t.id)
-    return tasks
+        located = [(t if isinstance(t, Task) else task_from_json(t), "") for t in source]
+        if not located:
+            raise ConfigError("the task set is empty")
+        if len(located) > MAX_TASKS:
+            raise ConfigError(f"{len(located):,} tasks; at most {MAX_TASKS:,} in one run")
+    first: dict[str, str] = {}
+    for t, at in located:
+        if t.id in first:
+            raise TaskRefused(f"{at}task {t.id!r}", "id", f"two tasks have the id {t.id!r}"
+                              f"{f' (the first at {first[t.id]})' if first[t.id] else ''}; ids must be unique within a task set")
+        first[t.id] = at.rstrip(": ")
+    return [t for t, _ in located]
 
 
 def task_to_json(t: Task) -> dict[str, Any]:

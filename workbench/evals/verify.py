@@ -80,13 +80,14 @@ async def rubric_verdict(model: Any, task: Task, answer: str, workspace: Path) -
         async for ev in model.stream(request):
             builder.feed(ev)
         message = builder.result()
-    except Exception as e:  # the grader's failure is this verdict's failure, never the run's
-        return Verdict(False, 0.0, f"the grading model failed: {type(e).__name__}: {clip(e, 500)}", "rubric",
-                       {"grader": {"model": model.name, "request": request}})
+    except Exception as e:  # the grader's failure is this verdict's (an error: no verdict), never the run's
+        why = f"the grading model failed: {type(e).__name__}: {clip(e, 500)}"
+        return Verdict(False, 0.0, why, "rubric", {"grader": {"model": model.name, "request": request}, "error": why})
     reply = "".join(b.get("text", "") for b in message.get("content", []) if b.get("type") == "text")
     details = {"duration_ms": round((time.perf_counter() - t0) * 1000, 1),
                "grader": {"model": model.name, "request": request, "reply": clip(reply, 20_000), "usage": message.get("usage")}}
     graded = parse_grade(reply)
     if graded is None:
-        return Verdict(False, 0.0, f"the grading model did not answer with the JSON asked for: {clip(reply, 300)}", "rubric", details)
+        why = f"the grading model did not answer with the JSON asked for: {clip(reply, 300)}"
+        return Verdict(False, 0.0, why, "rubric", {**details, "error": why})
     return Verdict(*graded, "rubric", details)

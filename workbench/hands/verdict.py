@@ -32,7 +32,8 @@ MAX_COPY_ENTRIES = 20_000  # files, directories and the rest a copy walks; the r
 
 @dataclass
 class Verdict:
-    """A verifier's result: passed, a score in [0, 1] and why."""
+    """A verifier's result: passed, a score in [0, 1] and why; `details["error"]` when no verdict could be reached
+    (the check could not run, its hands died, it timed out: not the checked work's failure, evals count it apart)."""
 
     passed: bool
     score: float
@@ -73,6 +74,8 @@ try:
     _wb_v["explanation"] = str(_wb_ns.get("explanation", "all checks passed" if _wb_v["passed"] else "the check failed"))
 except AssertionError as _wb_e:
     _wb_v["explanation"] = str(_wb_e) or "an assertion failed: " + _wb_tb.format_exc(limit=-1).strip().splitlines()[-2].strip()
+except KeyboardInterrupt:
+    _wb_v["explanation"] = _wb_v["error"] = "the check ran past its timeout and was interrupted"
 except BaseException as _wb_e:
     _wb_v["explanation"] = f"the check raised {{type(_wb_e).__name__}}: {{_wb_e}}"
 if not isinstance(_wb_v["score"], (int, float)) or isinstance(_wb_v["score"], bool) or not abs(_wb_v["score"]) <= 1e308:
@@ -106,17 +109,22 @@ async def python_verdict(hands_factory: Any, agent: Hands, code: str, answer: st
     t0 = time.perf_counter()
     details: dict[str, Any] = {"duration_ms": 0.0, "copy_notes": []}
 
-    def verdict(passed: bool, score: float, explanation: str) -> Verdict:
+    def verdict(passed: bool, score: float, explanation: str, error: Any = None) -> Verdict:
         details["duration_ms"] = round((time.perf_counter() - t0) * 1000, 1)
         details["copy_notes"] = details["copy_notes"][:20]
+        if error:
+            details["error"] = clip(error, 1000)
         return Verdict(passed, score, explanation, "python", details)
 
+    def unchecked(why: str) -> Verdict:
+        return verdict(False, 0.0, why, why)
+
     if hands_factory is None:
-        return verdict(False, 0.0, "not checked: this host runs no code")
+        return unchecked("not checked: this host runs no code")
     source = await agent.workspace()
     if source is None or not source.is_dir():
-        return verdict(False, 0.0, "not checked: there is no workspace to check on this machine (no code ran, "
-                                   "its workspace did not survive a restart, or its kernels run on a gateway)")
+        return unchecked("not checked: there is no workspace to check on this machine (no code ran, "
+                         "its workspace did not survive a restart, or its kernels run on a gateway)")
     # one call, then closed: a spare kernel beside it would boot for nothing (as many kernels again as checks)
     config = {"hands": {"spare": False, **({"timeout": float(timeout)} if timeout else {})}}
     hands = hands_factory(label, config, None, None)  # no log of their own: the verdict is the record
@@ -124,7 +132,7 @@ async def python_verdict(hands_factory: Any, agent: Hands, code: str, answer: st
         try:
             root = await hands.workspace(create=True)
         except NoWorkspace as e:  # e.g. this host's hands refuse to run code (see its sandbox status)
-            return verdict(False, 0.0, f"not checked: {e}")
+            return unchecked(f"not checked: {e}")
         assert root is not None, "workspace(create=True) makes one or raises"
         async with agent.frozen() as notes:
             # into a folder of the kernel's directory: `python -m` puts that directory on sys.path at start,
@@ -138,6 +146,6 @@ async def python_verdict(hands_factory: Any, agent: Hands, code: str, answer: st
         await hands.shutdown()
     v = read_verdict(obs.stdout, nonce)
     if v is None:
-        return verdict(False, 0.0, f"the verifier did not finish: {clip(obs.text(), 1000)}")
-    passed = bool(v.get("passed"))
-    return verdict(passed, score_of(v.get("score"), passed), clip(v.get("explanation", "")))
+        return unchecked(f"the verifier did not finish: {clip(obs.text(), 1000)}")
+    passed = bool(v.get("passed")) and not v.get("error")
+    return verdict(passed, score_of(v.get("score"), passed), clip(v.get("explanation", "")), v.get("error"))

@@ -1,0 +1,8 @@
+"""The evals tests import their shared helpers from evalsupport.py (beside them)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
