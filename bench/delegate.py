@@ -1,4 +1,5 @@
-"""7. Delegation: a parent's wall time for 4 children in parallel vs one after another, and harness CPU per child.
+"""7. Delegation: a parent's wall time for 4 children (2 in quick mode) in parallel vs one after another, and harness
+CPU per child.
 
 The parent is the scripted model: one `delegate` call with 4 tasks (parallel), or 4 responses with
 one single-task call each (sequential). Each child (`scripted:worker`) starts a kernel of its own
@@ -25,17 +26,20 @@ def task(i: int, code: bool = True) -> dict[str, Any]:
     return {"prompt": prompt, "model": "scripted:worker", "title": f"child {i}"}
 
 
-def sequential_script(request: dict[str, Any]) -> Any:
-    """One single-task delegate call per response, N of them, then a summary."""
+def sequential_script(n: int) -> Any:
+    """A script of one single-task delegate call per response, n of them, then a summary."""
     from workbench.brain.models.scripted import Reply, position
 
-    _, step, _ = position(request)
-    if step < N:
-        return Reply(text=f"Child {step + 1}.", tool_calls=[("delegate", {"tasks": [task(step)]})])
-    return Reply(text="All done.")
+    def script(request: dict[str, Any]) -> Any:
+        _, step, _ = position(request)
+        if step < n:
+            return Reply(text=f"Child {step + 1}.", tool_calls=[("delegate", {"tasks": [task(step)]})])
+        return Reply(text="All done.")
+
+    return script
 
 
-async def one_run(path: Any, how: str, code: bool = True) -> tuple[float, float, int]:
+async def one_run(path: Any, how: str, code: bool = True, n: int = N) -> tuple[float, float, int]:
     """(parent wall ms, harness CPU ms per child, children answered) of one parent turn on a fresh log."""
     from workbench.delegate import DelegatePlugin
     from workbench.hands.factory import HandsFactory, HandsSettings
@@ -44,12 +48,12 @@ async def one_run(path: Any, how: str, code: bool = True) -> tuple[float, float,
 
     class BenchScripts(Plugin):
         def scripts(self) -> dict[str, Any]:
-            return {"bench-sequential": sequential_script}
+            return {"bench-sequential": sequential_script(n)}
 
     hands = HandsFactory(HandsSettings(backend="local", pool_size=0, registry_dir=str(path.parent / f"{path.stem}-k")))
     async with Host.open(path, hands=hands, plugins=[DelegatePlugin(), BenchScripts(name="bench-scripts")]) as host:
         if how == "parallel":
-            model, text = "scripted:delegate", "```json\n" + json.dumps({"tasks": [task(i, code) for i in range(N)]}) + "\n```"
+            model, text = "scripted:delegate", "```json\n" + json.dumps({"tasks": [task(i, code) for i in range(n)]}) + "\n```"
         else:
             model, text = "scripted:bench-sequential", "run the children one by one"
         sid = host.brain.create_session(model=model, tools=["python", "delegate"])["id"]
@@ -59,28 +63,29 @@ async def one_run(path: Any, how: str, code: bool = True) -> tuple[float, float,
         if stop != "end_turn":
             raise RuntimeError(f"the parent's turn ended with {stop!r}")
         kids = [c for e in host.log.events(sid, types=["tool_result"]) for c in e.payload.get("children", [])]
-        if len(kids) != N or any(c["status"] != "done" for c in kids):
+        if len(kids) != n or any(c["status"] != "done" for c in kids):
             raise RuntimeError(f"children did not all finish: {[c['status'] for c in kids]}")
-        return wall, cpu / N, len(kids)
+        return wall, cpu / n, len(kids)
 
 
 async def run(ctx: Context) -> Section:
-    sec = Section("delegate", f"Delegation: {N} children in parallel vs one after another (scripted models, local hands)")
+    n = ctx.trials(2, N)  # quick: two children still run side by side, and one after the other
+    sec = Section("delegate", f"Delegation: {n} children in parallel vs one after another (scripted models, local hands)")
     trials = ctx.trials(1, 3)
     results: dict[str, tuple[list[float], list[float]]] = {}
     for how, code in (("parallel", True), ("sequential", True), ("parallel", False)):
         walls, cpus = [], []
         for t in range(trials):
-            wall, cpu, _ = await one_run(ctx.tmp / f"delegate-{how}-{code}-{t}.duckdb", how, code)
+            wall, cpu, _ = await one_run(ctx.tmp / f"delegate-{how}-{code}-{t}.duckdb", how, code, n)
             walls.append(wall)
             cpus.append(cpu)
         results[f"{how}-{code}"] = (walls, cpus)
-        what = f"{N} children {how}" + ("" if code else ", no code (no kernels)")
+        what = f"{n} children {how}" + ("" if code else ", no code (no kernels)")
         sec.row(f"{what}: parent wall time", walls)
         sec.row(f"{what}: harness CPU per child", cpus)
     par, seq = results["parallel-True"][0], results["sequential-True"][0]
-    sec.compare(f"parent wall time, {N} children in parallel vs sequential (p50)", sorted(par)[len(par) // 2],
+    sec.compare(f"parent wall time, {n} children in parallel vs sequential (p50)", sorted(par)[len(par) // 2],
                 sorted(seq)[len(seq) // 2])
-    sec.notes.append(f"Each child's cell sleeps 1 s, so {N} sequential children take at least {N} s plus {N} kernel starts; "
+    sec.notes.append(f"Each child's cell sleeps 1 s, so {n} sequential children take at least {n} s plus {n} kernel starts; "
                      "in parallel the kernel starts share the machine's 2 cores.")
     return sec

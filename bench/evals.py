@@ -42,7 +42,7 @@ async def run(ctx: Context) -> Section:
     from .common import profile
 
     sec = Section("evals", "Evals: attempts one at a time versus 8 at a time (scripted model, sandboxed hands)")
-    n = 3 if ctx.quick else 40  # quick: enough for both rows and the profile (CI checks that the section works)
+    n = 2 if ctx.quick else 40  # quick: two, so --parallel runs two at once (CI checks that the section works)
     seq_wall, seq_cpu, seq_ok = await one_run(ctx, n, 1, "sequential")
     par_wall, par_cpu, par_ok = await one_run(ctx, n, 8, "parallel")
     if seq_ok != n or par_ok != n:

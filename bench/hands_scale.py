@@ -182,7 +182,7 @@ async def run(ctx: Context) -> Section:
     sec = Section("hands_scale", "Hands at scale: sandboxed recovery from the spare, idle closing, memory")
     from workbench.hands.factory import HandsFactory, HandsSettings
 
-    trials = ctx.trials(2, 10)
+    trials = ctx.trials(1, 10)
     p50: dict[str, float] = {}
     spare_pss: float | None = None
     for spare in (False, True):
@@ -208,14 +208,14 @@ async def run(ctx: Context) -> Section:
 
     from . import floors
 
-    deaths = ctx.trials(3, 10)
+    deaths = ctx.trials(2, 10)  # quick: two, so the second finds the spare the first death started
     settings = HandsSettings(backend="sandbox", pool_size=0, spare=True, idle_timeout=0,
                              registry_dir=str(ctx.tmp / "registry-back-to-back"))
     async with HandsFactory(settings) as factory:
         samples, spares = await _back_to_back(factory("bench-back-to-back", {}, None), deaths)
     row = sec.row(f"sandboxed, hot spare: {deaths} deaths one second apart (kill to answer)", samples,
                   spare_ready_at_kill=spares.count("ready"))
-    raw = await floors.raw_execute(ctx.trials(10, 50))
+    raw = await floors.raw_execute(ctx.trials(3, 50))
     sec.row("floor: a raw jupyter_client execute on a ready local kernel (wall)", [raw["wall_ms"]])
     # the time is a wait for other processes (a spare's boot), not this process's CPU: the spare's state says why
     waited = [t for t, state in zip(samples, spares, strict=True) if state != "ready"]
@@ -227,7 +227,7 @@ async def run(ctx: Context) -> Section:
     sec.goal(f"sandboxed recovery, {deaths} deaths one second apart (p50)", row["p50_ms"], "ms", "<= 100 ms p50",
              row["p50_ms"] <= 100, floor=raw["wall_ms"], floor_what="a raw execute on a ready kernel (wall)", why=reason)
 
-    rb = await asyncio.to_thread(_route_b, ctx.tmp, ctx.trials(3, 20))
+    rb = await asyncio.to_thread(_route_b, ctx.tmp, ctx.trials(1, 20))
     if "error" in rb:
         sec.notes.append(f"Route B (a pooled sandbox that gets the workspace mounted after start): not measured: {rb['error']}")
     else:
@@ -242,7 +242,7 @@ async def run(ctx: Context) -> Section:
             "spare starts exactly as a cold replacement would (same argv, the same isolation tests pass unchanged), "
             "and it works unprivileged too, where a host cannot mount; idle closing bounds its memory.")
 
-    sessions = int(os.environ.get("WORKBENCH_BENCH_IDLE_SESSIONS") or (4 if ctx.quick else 200))
+    sessions = int(os.environ.get("WORKBENCH_BENCH_IDLE_SESSIONS") or (2 if ctx.quick else 200))
     await _idle_memory(ctx, sessions, sec)
     sec.notes.append("Recovery is timed from just after os.kill(pid, SIGKILL) to the answer of `1+1` (the hands notice "
                      "the death on the next execute); with the spare, it is ready before each trial, as it is in a "

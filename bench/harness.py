@@ -122,7 +122,7 @@ async def run(ctx: Context) -> Section:
     from . import floors
 
     # the floor, in this run: a raw jupyter_client execute of print(1), and raw batched appends of the turn's 8 events
-    raw = await floors.raw_execute(ctx.trials(10, 200))
+    raw = await floors.raw_execute(ctx.trials(3, 200))
     per_event_us = await asyncio.to_thread(floors.raw_appends, ctx.tmp / "harness-raw.duckdb", ctx.trials(2000, 20_000))
     floor = raw["cpu_ms"] + 8 * per_event_us / 1000
     sec.row("floor: raw jupyter_client execute of print(1), client CPU", [raw["cpu_ms"]], wall_p50_ms=round(raw["wall_ms"], 2))

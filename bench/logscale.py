@@ -132,7 +132,7 @@ def run_sync(ctx: Context) -> Section:
     sec.compare(f"durable appends/s, {appenders} concurrent appenders (asyncio tasks)", arate, None, unit="events/s",
                 target=">= 10,000 events/s", met=arate >= 10_000, kind="absolute")
 
-    n = ctx.trials(2_000, 10_000)
+    n = ctx.trials(500, 10_000)
     path = ctx.tmp / "listing.duckdb"
     log = DuckDBLog(path)
     try:

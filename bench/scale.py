@@ -58,7 +58,7 @@ async def run(ctx: Context) -> Section:
     if importlib.util.find_spec("workbench.server") is None:
         return sec.skip("the server extension (workbench.server) is not available")
     levels = [2] if ctx.quick else [1, 5, 20]  # quick: one server, still concurrent
-    turns = ctx.trials(2, 5)
+    turns = ctx.trials(1, 5)
     overhead50: dict[int, float] = {}
     for n in levels:
         got = await _level(ctx, n, turns)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -58,6 +60,15 @@ def test_demo_runs_offline(tmp_path, sandbox):
         assert "no sandbox on this machine" in p.stdout and "[hands: local kernel" in p.stdout
 
 
+@pytest.fixture(scope="module")
+def first_turn(tmp_path_factory) -> Path:
+    """A database whose session s1 ran one turn, written once by `workbench run` for the bad-input cases."""
+    path = tmp_path_factory.mktemp("first-turn") / "log.duckdb"
+    p = wb("run", "first", "--session", "s1", "--db", str(path))
+    assert p.returncode == 0, p.stderr
+    return path
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -71,8 +82,8 @@ def test_demo_runs_offline(tmp_path, sandbox):
         (["run", "hi", "--session", "s1", "--model", "scripted:demo"], "cannot change"),
     ],
 )
-def test_bad_input_gets_one_clear_line_and_writes_nothing(db_path, args, message):
-    assert wb("run", "first", "--session", "s1", "--db", str(db_path)).returncode == 0
+def test_bad_input_gets_one_clear_line_and_writes_nothing(db_path, first_turn, args, message):
+    shutil.copy(first_turn, db_path)  # each case on its own copy
     before = snapshot(db_path)
     p = wb(*args, "--db", str(db_path))
     assert p.returncode == 2

@@ -203,13 +203,13 @@ def _committed_once(dream_id, db, reference: set[str], sessions: list[str]) -> N
 def test_a_dream_killed_at_any_point_commits_exactly_once_when_resumed_from_the_command_line_or_a_server_start(
         recorded, db_path, tmp_path):
     """SIGKILL at several model calls (chunk 1, after chunk 1's commit, mid-chunk 2, chunk 3), then `workbench resume`
-    or a server start: every memory and read position is committed once, and a dream after it finds nothing new."""
+    or a server start: every memory and read position is committed once, and a dream after it finds nothing new.
+
+    The kill points are independent (a database copy and a fake Messages API each) and run three at a time: each
+    mostly waits for its subprocesses to start."""
     import os
     import shutil
-
-    import httpx
-
-    from workbench.testing.jupyter import JupyterProcess
+    from concurrent.futures import ThreadPoolExecutor
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "WORKBENCH_"))}
     env.update(ANTHROPIC_API_KEY="test-key", WORKBENCH_MEMORY_DREAM_CHUNK_SESSIONS="1", WORKBENCH_HANDS_POOL_SIZE="0")
@@ -220,37 +220,51 @@ def test_a_dream_killed_at_any_point_commits_exactly_once_when_resumed_from_the_
     reference = {json.loads(line)["title"] for line in wb("memories", "--json", "--db", str(pristine)).stdout.splitlines()}
     assert len(reference) >= 4
 
-    from workbench.testing import FakeMessagesAPI
+    def kill_point(i: int, at: int, how: str) -> None:
+        db_file = tmp_path / f"kill{i}.duckdb"
+        shutil.copy(db_path, db_file)
+        dream_id = _kill_and_resume(recorded, db_file, tmp_path / f"home{i}", at, how, env)
+        _committed_once(dream_id, ["--db", str(db_file)], reference, recorded)
 
+    # the server starts first: they take longest
+    points = [(2, "server"), (4, "server"), (1, "cli"), (3, "cli"), (5, "cli"), (7, "cli")]
+    with ThreadPoolExecutor(3) as pool:
+        for done in [pool.submit(kill_point, i, at, how) for i, (at, how) in enumerate(points)]:
+            done.result()
+
+
+def _kill_and_resume(recorded, db_file: Path, home: Path, at: int, how: str, env: dict) -> str:
+    """Kill a dream at model call `at`, then resume it with `workbench resume` (`how` "cli") or a server start; its id."""
+    import httpx
+
+    from workbench.testing import FakeMessagesAPI
+    from workbench.testing.jupyter import JupyterProcess
+
+    db = ["--db", str(db_file)]
     holder = Holder()
     with FakeMessagesAPI(holder) as api:
-        env["ANTHROPIC_BASE_URL"] = api.url
-        for i, (at, how) in enumerate([(1, "cli"), (3, "cli"), (5, "cli"), (7, "cli"), (2, "server"), (4, "server")]):
-            db_file = tmp_path / f"kill{i}.duckdb"
-            shutil.copy(db_path, db_file)
-            db = ["--db", str(db_file)]
-            dream_id = _kill_dream_at(recorded, db, holder, at, env)
-            states = {json.loads(line)["id"]: json.loads(line) for line in wb("dreams", "--json", *db).stdout.splitlines()}
-            assert states[dream_id]["state"] == "unfinished", states  # killed: nobody runs it, and it says so
-            assert at < 4 or states[dream_id]["chunks"] >= 1  # from call 4 on, killed after chunk 1's commit
-            if how == "cli":
-                r = subprocess.run([WORKBENCH, "resume", dream_id, *db], env=env, capture_output=True, text=True, timeout=180)
-                assert r.returncode == 0, r.stderr
-            else:
-                home = tmp_path / f"home{i}"
-                server = JupyterProcess(home, env={**env, "HOME": str(home), "WORKBENCH_DB": str(db_file)},
-                                        extensions={"workbench": True, "jupyterlab": False, "jupyter_lsp": False,
-                                                    "notebook_shim": False, "jupyter_server_terminals": False, "notebook": False,
-                                                    "panel.io.jupyter_server_extension": False})
-                server.start(timeout=120)
-                try:
-                    for _ in range(1200):  # the server goes on with the dream in the background
-                        state = httpx.get(f"{server.url}/workbench/api/dreams/{dream_id}", headers=server.headers,
-                                          timeout=30).json()["state"]
-                        if state not in ("running", "unfinished"):
-                            break
-                        time.sleep(0.1)
-                    assert state == "done", server.log_tail()
-                finally:
-                    server.stop()
-            _committed_once(dream_id, db, reference, recorded)
+        env = {**env, "ANTHROPIC_BASE_URL": api.url}
+        dream_id = _kill_dream_at(recorded, db, holder, at, env)
+        states = {json.loads(line)["id"]: json.loads(line) for line in wb("dreams", "--json", *db).stdout.splitlines()}
+        assert states[dream_id]["state"] == "unfinished", states  # killed: nobody runs it, and it says so
+        assert at < 4 or states[dream_id]["chunks"] >= 1  # from call 4 on, killed after chunk 1's commit
+        if how == "cli":
+            r = subprocess.run([WORKBENCH, "resume", dream_id, *db], env=env, capture_output=True, text=True, timeout=180)
+            assert r.returncode == 0, r.stderr
+            return dream_id
+        server = JupyterProcess(home, env={**env, "HOME": str(home), "WORKBENCH_DB": str(db_file)},
+                                extensions={"workbench": True, "jupyterlab": False, "jupyter_lsp": False,
+                                            "notebook_shim": False, "jupyter_server_terminals": False, "notebook": False,
+                                            "panel.io.jupyter_server_extension": False})
+        server.start(timeout=120)
+        try:
+            for _ in range(1200):  # the server goes on with the dream in the background
+                state = httpx.get(f"{server.url}/workbench/api/dreams/{dream_id}", headers=server.headers,
+                                  timeout=30).json()["state"]
+                if state not in ("running", "unfinished"):
+                    break
+                time.sleep(0.1)
+            assert state == "done", server.log_tail()
+        finally:
+            server.stop()
+    return dream_id
