@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from workbench.errors import ConfigError
-from workbench.evals import compare, pass_at_k, reduce_epochs
+from workbench.evals import compare, pass_at_k, reduce_epochs, report_html
+from workbench.evals.cli import print_summary
 from workbench.evals.results import frame
 from workbench.evals.stats import RESAMPLES
 
@@ -136,3 +137,17 @@ def test_non_finite_scores_do_not_change_the_comparison():
     assert compare(df, "A", "B") == clean
     assert reduce_epochs(df, "mean")["value"].tolist() == reduce_epochs(one_epoch(*outcomes), "mean")["value"].tolist()
 
+
+def test_the_report_and_the_cli_compare_each_model_with_the_first(capsys):
+    hostile = "B<i>x</i>"
+    df = frame([row(f"t{i}", "A", 1, "fail") for i in range(12)] + [row(f"t{i}", hostile, 1, "pass") for i in range(12)]
+               + [row("t0", "C", 1, "error")])
+    html = report_html(df)
+    assert "paired comparison" in html and "B&lt;i&gt;x&lt;/i&gt; − A" in html and "<i>x" not in html
+    assert "B&lt;i&gt;x&lt;/i&gt; is better than A at 95 %" in html
+    assert "models &#x27;A&#x27; and &#x27;C&#x27; have no graded task in common" in html
+    assert "paired comparison" not in report_html(df[df["model"] == "A"])
+    print_summary(df)
+    out = capsys.readouterr().out
+    assert "B<i>x</i> − A: +100% (95% CI +100% to +100%, 12 task(s): 12 won, 0 lost): B<i>x</i> is better than A at 95 %" in out
+    assert "no graded task in common" in out
