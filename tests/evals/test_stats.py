@@ -13,7 +13,8 @@ from workbench.errors import ConfigError
 from workbench.evals import compare, pass_at_k, reduce_epochs, report_html
 from workbench.evals.cli import print_summary
 from workbench.evals.results import frame
-from workbench.evals.stats import RESAMPLES
+
+from evalsupport import reference_bootstrap
 
 
 def row(task, model, epoch, outcome, score=None, tries=1):
@@ -68,12 +69,6 @@ def test_reducers_count_only_graded_epochs():
 def test_a_bad_reducer_or_k_is_refused(how, k):
     with pytest.raises(ConfigError, match="reducer|k must be"):
         reduce_epochs(one_epoch(["pass"], ["pass"]), how, k)
-
-
-def reference_bootstrap(diffs, seed=0, resamples=RESAMPLES, confidence=0.95):
-    rng = np.random.default_rng(seed)
-    means = np.array([diffs[rng.integers(0, len(diffs), len(diffs))].mean() for _ in range(resamples)])
-    return np.percentile(means, [50 * (1 - confidence), 50 * (1 + confidence)])
 
 
 def test_the_interval_is_a_paired_bootstrap_over_tasks_of_per_task_means():
