@@ -1,11 +1,12 @@
-"""What several evals tests share: a host on a temporary DuckDB file, the `eval_results` view's rows, and the check
-that the DataFrame and the view agree."""
+"""What several evals tests share: a host on a temporary DuckDB file, the `eval_results` view's rows, the check
+that the DataFrame and the view agree, and a paired bootstrap written again as the comparison's reference."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from workbench.evals.results import COLUMNS
@@ -35,3 +36,10 @@ def assert_frame_matches_sql(df: Any, rows: list[dict[str, Any]]) -> None:
                 assert b[col] is None or b[col] != b[col], (col, a, b)
             else:
                 assert a[col] == b[col], (col, a, b)
+
+
+def reference_bootstrap(diffs: Any, seed: int = 0, resamples: int = 10_000, confidence: float = 0.95) -> Any:
+    """The percentile bootstrap interval of the mean of `diffs`, one resample at a time (the reference for compare)."""
+    rng = np.random.default_rng(seed)
+    means = np.array([diffs[rng.integers(0, len(diffs), len(diffs))].mean() for _ in range(resamples)])
+    return np.percentile(means, [50 * (1 - confidence), 50 * (1 + confidence)])

@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 
 from workbench.brain.models.cassette import difference, read_entries
+from workbench.evals import compare
 from workbench.hands.factory import HandsSettings
 from workbench.host import Host, HostSettings
 from workbench.testing import FakeMessagesAPI
+
+from evalsupport import reference_bootstrap
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
 
@@ -66,6 +69,14 @@ async def test_the_shipped_eval_cassette_is_current_and_replays_the_recorded_res
     rate = recorded.groupby("model").passed.mean()
     assert rate["claude-opus-5-5"] == 1.0 and rate["claude-haiku-5-5"] == 0.6
     assert recorded.set_index(["task", "model"]).loc[("retry-sorted-output", "claude-haiku-5-5"), "reason"] == "turns"
+    # the paired comparison of the example set, against the bootstrap written again by hand: two tasks won by opus,
+    # none lost, is no evidence yet
+    c = compare(recorded, "claude-haiku-5-5", "claude-opus-5-5")
+    by = recorded.pivot(index="task", columns="model", values="passed").astype(float)
+    diffs = (by["claude-opus-5-5"] - by["claude-haiku-5-5"]).to_numpy()
+    assert (c.n, c.wins, c.losses, c.estimate) == (5, 2, 0, pytest.approx(0.4))
+    assert (c.low, c.high) == tuple(pytest.approx(x) for x in reference_bootstrap(diffs))
+    assert c.verdict == "no difference shown"
 
     if fresh.read_bytes() != SHIPPED.read_bytes():
         new, old = read_entries(fresh), read_entries(SHIPPED)

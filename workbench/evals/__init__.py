@@ -6,7 +6,9 @@ from .attempt import attempt_id
 from .report import report_html, report_panel, summary, wilson
 from .results import COLUMNS, results, runs
 from .runner import EvalRun
+from .stats import Comparison, compare, pass_at_k, reduce_epochs
 from .tasks import Task, TaskLimits, Verifier, load_tasks, task_from_json, task_to_json
 
-__all__ = ["COLUMNS", "EvalRun", "Prices", "Task", "TaskLimits", "Verdict", "Verifier", "attempt_id", "load_tasks",
-           "report_html", "report_panel", "results", "runs", "summary", "task_from_json", "task_to_json", "wilson"]
+__all__ = ["COLUMNS", "Comparison", "EvalRun", "Prices", "Task", "TaskLimits", "Verdict", "Verifier", "attempt_id",
+           "compare", "load_tasks", "pass_at_k", "reduce_epochs", "report_html", "report_panel", "results", "runs",
+           "summary", "task_from_json", "task_to_json", "wilson"]

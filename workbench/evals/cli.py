@@ -14,6 +14,7 @@ from ..plugins.settings import argument
 from ..plugins.text import table
 from .report import summary
 from .results import results, runs
+from .stats import comparisons
 from .tasks import load_tasks, select
 
 if TYPE_CHECKING:
@@ -55,6 +56,10 @@ def print_summary(df: Any) -> None:
                   f"{r['low']:.0%}–{r['high']:.0%}", r["errors"], r["retried"], f"${r['cost']:.4f}",
                   "-" if math.isnan(r["mean_wall_s"]) else f"{r['mean_wall_s']:.1f}s") for r in rows],
                 ("model", "passed", "rate", "95% CI", "errors", "retried", "cost", "mean time"), (30, 8, 6, 12, 6, 7, 10, 9)))
+    for c in comparisons(df):
+        print(c if isinstance(c, str) else
+              f"{c.b} − {c.a}: {c.estimate:+.0%} (95% CI {c.low:+.0%} to {c.high:+.0%}, {c.n} task(s): {c.wins} won, "
+              f"{c.losses} lost): {c.verdict}")
 
 
 def cmd_eval(args: argparse.Namespace, ctx: CommandContext) -> int:

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..plugins.text import event_text, parts
+from .stats import comparisons
 
 EventsOf = Callable[[str], Iterable[Any]]  # session id -> its events (Event objects or their JSON form)
 SHOWN = ("user_message", "assistant_turn", "tool_started", "tool_result", "eval_verdict", "eval_finished", "turn_ended",
@@ -121,11 +122,34 @@ def grid_html(df: Any, events_of: EventsOf | None) -> str:
     return f'<table class="wb-eval-grid"><tr><th>task</th>{head}</tr>{"".join(body)}</table>'
 
 
+def _signed(x: float) -> str:
+    return f"{x:+.0%}"
+
+
+def comparison_html(df: Any) -> str:
+    """Each model after the first (by name) against the first: B − A over shared tasks, its interval and verdict."""
+    rows = []
+    for c in comparisons(df):
+        if isinstance(c, str):
+            rows.append(f'<tr><td colspan="5">{esc(c)}</td></tr>')
+        else:
+            rows.append(f"<tr><td>{esc(c.b)} − {esc(c.a)}</td><td>{_signed(c.estimate)}</td>"
+                        f"<td>{_signed(c.low)} to {_signed(c.high)}</td><td>{c.n} ({c.wins} won, {c.losses} lost)</td>"
+                        f"<td>{esc(c.verdict)}</td></tr>")
+    if not rows:
+        return ""
+    return ('<h4>paired comparison</h4><table class="wb-eval-paired"><tr><th>B − A</th><th>pass rate</th>'
+            '<th title="percentile bootstrap over tasks, seed 0">95% CI</th><th>tasks</th>'
+            f'<th title="the interval and an exact sign test must both exclude no difference">verdict</th></tr>'
+            f"{''.join(rows)}</table>")
+
+
 def report_html(df: Any, events_of: EventsOf | None = None, title: str | None = None) -> str:
-    """One run's report as HTML: the summary, then the grid (transcripts inside when `events_of` is given)."""
+    """One run's report as HTML: the summary, the paired comparison (two models or more), then the grid
+    (transcripts inside when `events_of` is given)."""
     runs = sorted(set(df["run"])) if len(df) else []
     name = title or (", ".join(runs) if runs else "eval run")
-    return (f'<div class="wb-eval-report"><h3>{esc(name)}</h3>{summary_html(df)}'
+    return (f'<div class="wb-eval-report"><h3>{esc(name)}</h3>{summary_html(df)}{comparison_html(df)}'
             f"<h4>task × model</h4>{grid_html(df, events_of)}</div>")
 
 
