@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from .base import Death, Dropped, EventSink, Hands, Kernel, Launcher, Place
-from .launching.history import history_code
 from .launching.pip import packages_code
 from .observing import (
     TIMED_OUT,
@@ -351,7 +350,7 @@ class KernelHands(Hands):
             code = setup_code(self.config.output_limit)
             if adopt:
                 code += await self.launcher.adopt(kernel, self.place) + "\n"
-            code += packages_code() + history_code()
+            code += packages_code()
             reply = await kernel.reply(kernel.execute(code, silent=True), self.config.startup_timeout)
         except BaseException:
             await asyncio.shield(kernel.kill())

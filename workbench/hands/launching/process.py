@@ -319,8 +319,7 @@ async def start_process(spec: KernelSpec, *, launcher: str, env: dict[str, str],
     kernel = ProcessKernel(km, launcher=launcher, kid=kid, run_dir=run_dir, workdir=workdir, workspace=workspace,
                            registry=registry, closers=list(closers or []), held=dict(held or {}))
     try:
-        # history in memory until the kernel serves a session, which moves it to its workspace (history.py): no
-        # sqlite file in HOME, none shared between sessions
+        # history in memory, as nbclient runs kernels: the session log is the history (no sqlite file in HOME)
         await km.start_kernel(env=env, cwd=str(workdir), extra_arguments=["--HistoryManager.hist_file=:memory:"])
         if registry is not None and kernel.pid:
             registry.add(kid, kernel.pid, run_dir=str(run_dir), cgroup=kid, launcher=launcher)
