@@ -118,7 +118,11 @@ def test_usage_and_models_and_prices(db):
     assert "adaptive" in models[1]["thinking"] and models[2]["efforts"] == []
 
 
-def test_dream_without_a_model_says_what_to_pass(db):
+def test_dream_without_a_model_runs_the_offline_dreamer_and_the_plain_scripted_model_says_what_to_pass(db):
+    """Offline, `workbench dream` as the README writes it dreams with scripted:dream (issue 25, a papercut: it
+    stopped with an error before); asking for the plain scripted model by name says what to pass instead."""
     r = wb("dream", "--db", db, env=cli_env(ANTHROPIC_API_KEY="", WORKBENCH_MODEL=""))
+    assert r.returncode == 0 and "(model scripted:dream)" in r.stdout + r.stderr, (r.stdout, r.stderr)
+    r = wb("dream", "--model", "scripted", "--db", db, env=cli_env(ANTHROPIC_API_KEY="", WORKBENCH_MODEL=""))
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "--model" in r.stderr and "scripted:dream" in r.stderr and "read nothing new" not in r.stdout
