@@ -142,10 +142,12 @@ class Brain:
         event, _ = await self._start(session_id, text, name_untitled, key)
         return event
 
-    async def run_turn(self, session_id: str, text: str, *, interrupted_by: str = "user") -> str:
+    async def run_turn(self, session_id: str, text: str, *, interrupted_by: str = "user",
+                       name_untitled: bool = False) -> str:
         """Run a turn to its end; returns the stop reason. Cancelling the caller interrupts the turn, recorded
-        as interrupted by `interrupted_by` (an eval run, a dream's driver: not a person)."""
-        _, task = await self._start(session_id, text)
+        as interrupted by `interrupted_by` (an eval run, a dream's driver: not a person). name_untitled: as
+        for start_turn."""
+        _, task = await self._start(session_id, text, name_untitled)
         assert task is not None  # only a message with a key is ever found sent before
         return await self._await_turn(session_id, task, interrupted_by)
 

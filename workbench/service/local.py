@@ -204,7 +204,8 @@ class Local:
     async def run_turn(self, session_id: str, text: str, watch: Watch) -> str:
         await self.ready()
         with self._hearing(session_id, watch):
-            return await self.brain.run_turn(session_id, text)
+            # a message sent by a person names an untitled session, as `send` (and the REST transport) does
+            return await self.brain.run_turn(session_id, text, name_untitled=True)
 
     async def resume_turn(self, session_id: str, watch: Watch) -> str | None:
         # through the host: a plugin may resume its kind of session as a whole (a dream)
