@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the tests import their helpers from wbmemory.py and wbforget.py
 
-from wbmemory import RECORDED, SYSTEMS, build_host  # noqa: E402
+from wbmemory import RECORDED, SYSTEMS, build_host, model_factory  # noqa: E402
 
 @pytest.fixture
 def systems() -> list[str]:
@@ -64,6 +64,24 @@ def store(host):
 @pytest.fixture
 def brain(host):
     return host.brain
+
+
+@pytest.fixture
+def fresh(tmp_path):
+    """A host factory over new databases (no recorded sessions), each closed after the test; `make(factory,
+    **memory_settings)` takes the models (default: the memory suite's) and sets the memory plugin's settings."""
+    hosts = []
+
+    def make(factory=model_factory, **settings):
+        h = build_host(tmp_path / f"fresh{len(hosts)}.duckdb", tmp_path, model_factory=factory)
+        for k, v in settings.items():
+            setattr(h.plugin("memory").settings, k, v)
+        hosts.append(h)
+        return h
+
+    yield make
+    for h in hosts:
+        asyncio.run(h.close())
 
 
 # The REST tests run against a real in-process Jupyter server: pytest-jupyter's fixtures and

@@ -38,23 +38,6 @@ def versions(store) -> int:
         cur.close()
 
 
-@pytest.fixture
-def fresh(tmp_path):
-    """A host over a new database (its models: the memory suite's, else the catalog's); closed after the test."""
-    hosts = []
-
-    def make(factory=model_factory, **settings):
-        h = build_host(tmp_path / f"memtool{len(hosts)}.duckdb", tmp_path, model_factory=factory)
-        for k, v in settings.items():
-            setattr(h.plugin("memory").settings, k, v)
-        hosts.append(h)
-        return h
-
-    yield make
-    for h in hosts:
-        asyncio.run(h.close())
-
-
 SCRIPTS = itertools.count()  # a brain keeps the models it made by name: each script gets a name of its own
 
 

@@ -41,23 +41,6 @@ def count(store, table):
         cur.close()
 
 
-@pytest.fixture
-def fresh(tmp_path):
-    """A host over a new database (no recorded sessions); models: this suite's and `capture`."""
-    hosts = []
-
-    def make(factory=model_factory, **settings):
-        h = build_host(tmp_path / f"fresh{len(hosts)}.duckdb", tmp_path, model_factory=factory)
-        for k, v in settings.items():
-            setattr(h.plugin("memory").settings, k, v)
-        hosts.append(h)
-        return h
-
-    yield make
-    for h in hosts:
-        asyncio.run(h.close())
-
-
 def prompt_of(host, title=None, message=None):
     """Create a session as `workbench run` does (title and first message), run one turn; its system prompt and injected event."""
     SYSTEMS.clear()
