@@ -369,8 +369,12 @@ def test_a_plot_in_an_agent_cell_keeps_its_natural_size(page, lab: JupyterProces
                 except Exception as err:
                     shot(page, "agent-cell-load-failed")
                     raise AssertionError(nb.inner_text()[-3000:]) from err
-    img = nb.locator(".jp-Cell").nth(1).locator(".jp-OutputArea-output img").first
+    # The cell ends by updating its display with the final view (handle.update in the magic), which draws every widget
+    # again: the image is measured once the cell has finished, not while its first drawing is about to be replaced.
+    agent_cell = nb.locator(".jp-Cell").nth(1)
+    img = agent_cell.locator(".jp-OutputArea-output img").first
     try:
+        agent_cell.locator(".jp-InputPrompt").filter(has_text=re.compile(r"\[\d+\]")).wait_for(timeout=180_000)
         img.wait_for(timeout=120_000)
     except Exception as err:
         shot(page, "agent-cell-failed")
