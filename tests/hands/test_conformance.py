@@ -130,12 +130,21 @@ async def test_state_persists_and_images_come_back_as_displays(hands: Hands):
 
 
 @pytest.mark.asyncio
-async def test_restart_gives_a_fresh_generation(hands: Hands):
+async def test_restart_gives_a_fresh_generation(hands: Hands, backend):
     await hands.execute("x = 1")
     await hands.restart()
     assert hands.status()["generation"] == 2
     obs = await hands.execute("x")
     assert obs.error["ename"] == "NameError" and obs.generation == 2
+    # IPython's history is the session's across its kernels where their files are on this machine; a gateway's
+    # kernels keep it in memory (never in a file the gateway's other kernels share)
+    before = (await hands.execute("%history ~1/")).stdout
+    where = (await hands.execute("print(get_ipython().history_manager.hist_file)")).stdout.strip()
+    kept = [p["history"] for t, p in hands.events if t == "hands_started"]
+    if backend.startswith("gateway"):
+        assert (kept, where) == (["memory", "memory"], ":memory:") and "x = 1" not in before, (kept, where, before)
+    else:
+        assert kept == ["session", "session"] and "x = 1" in before and where != ":memory:", (kept, where, before)
 
 
 @pytest.mark.asyncio

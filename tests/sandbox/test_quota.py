@@ -406,3 +406,39 @@ async def test_a_sigkilled_hosts_workspaces_go_at_the_next_hosts_start(sessions,
     await sessions()
     assert mounts_under(ws_root) == [] and list(ws_root.iterdir()) == []
     assert all(loops_backing(image) == [] for image in images)
+
+
+@quota_here
+@pytest.mark.asyncio
+@pytest.mark.parametrize("pool_size", [0, 1], ids=["own-kernel", "pooled-kernel"])
+async def test_the_history_is_beside_the_workspace_where_no_listing_copy_or_quota_sees_it(sessions, pool_size):
+    from workbench.hands.files import list_files
+    from workbench.hands.launching.state import HISTORY_FILE
+    from workbench.hands.verdict import python_verdict
+
+    factory, make = await sessions(pool_size)
+    hands = make("history-beside")
+    await run(hands, "first = 1")
+    workspace, state = Path(hands.place.workdir), hands.place.state
+    assert state is not None and (state / HISTORY_FILE).is_file()
+    assert os.stat(state).st_uid == os.stat(workspace).st_uid  # the session's sandbox uid writes it
+
+    def free() -> int:
+        st = os.statvfs(workspace)
+        return st.f_bfree * st.f_frsize
+
+    before = free()
+    for i in range(6):  # 1.2 MB of code: the history holds every cell's source
+        await run(hands, f"s{i} = {'x' * 200_000!r}")
+    assert sum(f.stat().st_size for f in state.iterdir()) > 1_200_000  # the file and its write-ahead log
+    assert before - free() < MB // 2  # none of it against the quota
+    assert list_files(workspace, 100) == ([], False)
+    check = "import os\nassert os.listdir('.') == [], os.listdir('.')"
+    verdict = await python_verdict(factory, hands, check, "", label="history-verifier")
+    assert verdict.passed and verdict.details["copy_notes"] == [], verdict
+    # what the kernels ran is there for the next one
+    obs = await hands.execute("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", timeout=30)
+    assert obs.error is not None and obs.error["ename"] == "KernelDied"
+    assert "first = 1" in await run(hands, "%history -g first")
+    await hands.shutdown()
+    assert not state.exists()

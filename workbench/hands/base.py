@@ -25,6 +25,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from .observing import Observation
 
+MEMORY = ":memory:"  # IPython's name for a history kept in the kernel's memory only
+
 # A sink for hands events (`hands_started`, `hands_died`, ...): the brain
 # passes one in so that hands never import the log or the brain.
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
@@ -120,6 +122,11 @@ class Place:
     # kernels, destroyed when its hands shut down; None while there is none, or with a workdir of its own
     workspace: Workspace | None = None
     held: dict[str, Any] = field(default_factory=dict)  # what a launcher keeps per session across kernels
+    # the hands' own files for the session on this machine, beside its workspace and never in it (IPython's
+    # history): made with its first kernel, kept across its kernels, removed with its workspace; None while there
+    # is none, or where the kernels' files are not on this machine (a gateway's)
+    state: Path | None = None
+    history: str = MEMORY  # where its kernels keep IPython's history, as a kernel names it: a file in `state`
 
 
 @dataclass

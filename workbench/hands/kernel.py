@@ -16,14 +16,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .base import Death, Dropped, EventSink, Hands, Kernel, Launcher, Place
+from .base import MEMORY, Death, Dropped, EventSink, Hands, Kernel, Launcher, Place
 from .launching.pip import packages_code
+from .launching.state import history_code
 from .observing import (
     TIMED_OUT,
     Budget,
@@ -210,6 +212,7 @@ class KernelHands(Hands):
                 "generation": self.generation, **kernel.ident, "launcher": kernel.launcher, "reason": reason,
                 "start_ms": round((time.perf_counter() - t0) * 1000, 1), "pooled": source == "pool",
                 "spare": source == "spare", "boot_ms": kernel.boot_ms, "limits": kernel.limits,
+                "history": "memory" if self.place.history == MEMORY else "session",
             })
             if reason != "restart" and self.config.replay and self.replay_source is not None:
                 notes = await replay(await self.replay_source(), self._call_once, self._emit, self.generation,
@@ -350,7 +353,7 @@ class KernelHands(Hands):
             code = setup_code(self.config.output_limit)
             if adopt:
                 code += await self.launcher.adopt(kernel, self.place) + "\n"
-            code += packages_code()
+            code += packages_code() + history_code(self.place.history)
             reply = await kernel.reply(kernel.execute(code, silent=True), self.config.startup_timeout)
         except BaseException:
             await asyncio.shield(kernel.kill())
@@ -378,6 +381,9 @@ class KernelHands(Hands):
         if self.place.workspace is not None:  # the session's workspace goes with its hands
             workspace, self.place.workspace, self.place.workdir = self.place.workspace, None, None
             await asyncio.to_thread(workspace.destroy)
+        state, self.place.state, self.place.history = self.place.state, None, MEMORY  # and the hands' own files for it
+        if state is not None:
+            await asyncio.to_thread(shutil.rmtree, state, True)
         await self.launcher.release(self.place)
         if had:
             await self._emit("hands_stopped", {"generation": self.generation, "reason": "shutdown"})

@@ -2,9 +2,10 @@
 
 The kernel runs in new network, PID, IPC and UTS namespaces and sees only
 read-only /usr, its Python environment, a curated /etc, its own run
-directory (connection file, ZMQ sockets, the proxy socket) and workspace (at /workspace),
-and empty tmpfs /tmp, /dev/shm and $HOME: never the Jupyter runtime directory, the
-session database, the server's config or key files, or anyone's home.
+directory (connection file, ZMQ sockets, the proxy socket), workspace (at /workspace)
+and state directory (at /session-state: IPython's history), and empty tmpfs /tmp,
+/dev/shm and $HOME: never the Jupyter runtime directory, the session database, the
+server's config or key files, or anyone's home.
 
 When the server runs as root, each sandbox's processes run as a host uid of their own, leased
 from a range (`sandbox_uid` and the next `sandbox_ids - 1`; no entry in the host's passwd is
@@ -31,6 +32,8 @@ HOME = "/home/sandbox"
 # where the session's workspace is inside: a fixed path, so the kernel learns nothing of where it is on the host
 # (a workspace root under a home directory would name the host's user)
 WORKSPACE = "/workspace"
+# where the session's state directory is inside (launching/state.py: IPython's history), beside the workspace
+STATE = "/session-state"
 # What Python, ssl, locale, time zones and fonts read from /etc; nothing else of the host's /etc.
 ETC = (
     "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl/certs", "ssl/openssl.cnf", "ca-certificates",
@@ -131,6 +134,7 @@ def bwrap_argv(
     owner: tuple[int, int] | None,
     socat: str | None,
     inside: list[str] | None = None,
+    state: Path | None = None,
 ) -> list[str]:
     """The kernel's command line: bwrap, its mounts and environment, then the kernel (and socat)."""
     args = [shutil.which(settings.bwrap) or settings.bwrap, *base_args(owner), "--perms", "0755", "--dir", "/etc"]
@@ -157,7 +161,10 @@ def bwrap_argv(
         args += [mode, str(target), str(target)]
     # the sandbox's own root (where /etc and the mount points were made) is read-only: an unprivileged sandbox's
     # kernel owns it, and writes belong in /workspace, /tmp or $HOME
-    args += ["--bind", str(workdir), WORKSPACE, "--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]
+    args += ["--bind", str(workdir), WORKSPACE]
+    if state is not None:
+        args += ["--bind", str(state), STATE]
+    args += ["--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]
     python = settings.sandbox_python or sys.executable
     setenv = {k: v for k, v in env.items() if k not in OWN_ENV}
     setenv.update(

@@ -15,6 +15,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from ..base import Kernel, Place
 from ..isolating.limits import Limits
 from .process import MAX_MESSAGE, ProcessKernel, start_process
+from .state import give_state, new_state
 
 # Variables a kernel may inherit from the host. Everything else, secrets
 # included, stays out: the kernel gets this allowlist and nothing more.
@@ -83,6 +84,7 @@ class LocalLauncher:
                 place.workspace = TempWorkspace.make(place.keep)
                 place.workdir = place.workspace.path
             workdir = place.workdir
+            _state(place)
         run_dir = Path(tempfile.mkdtemp(prefix="workbench-run-"))
         # a profile dir of its own: the user's IPython startup files and history stay out of the hands
         env = {**kernel_env(place.env if place else None), "IPYTHONDIR": str(run_dir / "ipython")}
@@ -115,7 +117,15 @@ class LocalLauncher:
         if place.workdir is None and kernel.workspace is not None:  # the session takes the kernel's workspace
             place.workspace, kernel.workspace = kernel.workspace, None
             place.workdir = place.workspace.path
+        _state(place)
         return f"import os as _o; _o.chdir({str(place.workdir)!r}); _o.environ.update({place.env!r}); del _o"
 
     async def aclose(self) -> None:
         """Nothing is held beyond each kernel."""
+
+
+def _state(place: Place) -> None:
+    """The session's state directory, made with its first kernel: a local kernel names it by its own path."""
+    if place.state is None:
+        state = new_state()
+        give_state(place, state, state)

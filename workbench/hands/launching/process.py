@@ -124,13 +124,14 @@ class ProcessKernel:
 
     def __init__(self, km: HandsKernelManager, *, launcher: str, kid: str, run_dir: Path, workdir: Path,
                  workspace: Workspace | None, registry: Any, closers: list[Callable[[], Awaitable[None]]],
-                 held: dict[str, Any]):
+                 held: dict[str, Any], state: Path | None = None):
         self.km: HandsKernelManager = km
         self.kc: HandsKernelClient | None = None
         self.iopub: IOPub | None = None
         self.launcher, self.kid = launcher, kid
         self.run_dir, self.workdir = run_dir, workdir
         self.workspace = workspace  # a pooled kernel's own workspace, until a session adopts it
+        self.state = state  # a pooled kernel's own state directory (launching/state.py), until a session adopts it
         self.registry, self.closers, self.held = registry, closers, held
         self.output: OutputTail = km.output  # fd-level output of the kernel process, bounded
         self.boot_ms = 0.0
@@ -291,6 +292,9 @@ class ProcessKernel:
         if self.workspace is not None:
             workspace, self.workspace = self.workspace, None
             workspace.destroy()
+        if self.state is not None:
+            state, self.state = self.state, None
+            shutil.rmtree(state, ignore_errors=True)
         if self.registry is not None:
             self.registry.remove(self.kid)
 
@@ -300,10 +304,10 @@ async def start_process(spec: KernelSpec, *, launcher: str, env: dict[str, str],
                         startup_timeout: float, owner: tuple[int, int] | None = None, supervise: bool = False,
                         signal_codes: bool = False, closers: list[Callable[[], Awaitable[None]]] | None = None,
                         held: dict[str, Any] | None = None, max_message: int = MAX_MESSAGE,
-                        processes_by: str = "") -> ProcessKernel:
+                        processes_by: str = "", state: Path | None = None) -> ProcessKernel:
     """Start a kernel from `spec` in `run_dir` and wait until it is ready; `closers` run when it is killed.
 
-    From the call on, the kernel owns `run_dir` (and `workspace`, a pooled kernel's own, at `workdir`):
+    From the call on, the kernel owns `run_dir` (and `workspace`, a pooled kernel's own, at `workdir`, and its `state`):
     a start that fails removes them, and raises RuntimeError with the kernel's last words. Its
     iopub messages over `max_message` bytes are refused (`channel.IOPub`). `processes_by` says how the kernel's
     processes are counted when no cgroup does it (limits.apply).
@@ -317,9 +321,10 @@ async def start_process(spec: KernelSpec, *, launcher: str, env: dict[str, str],
     km.wrap = lambda argv: launch.command(argv, parent=os.getpid(), supervise=supervise, limits=limits, cgroup=kid,
                                           report=str(report), processes_by=processes_by)
     kernel = ProcessKernel(km, launcher=launcher, kid=kid, run_dir=run_dir, workdir=workdir, workspace=workspace,
-                           registry=registry, closers=list(closers or []), held=dict(held or {}))
+                           registry=registry, closers=list(closers or []), held=dict(held or {}), state=state)
     try:
-        # history in memory, as nbclient runs kernels: the session log is the history (no sqlite file in HOME)
+        # history in memory until the kernel serves a session, which moves it to the session's state directory
+        # (launching/state.py): no sqlite file in HOME, none shared between sessions
         await km.start_kernel(env=env, cwd=str(workdir), extra_arguments=["--HistoryManager.hist_file=:memory:"])
         if registry is not None and kernel.pid:
             registry.add(kid, kernel.pid, run_dir=str(run_dir), cgroup=kid, launcher=launcher)

@@ -4,7 +4,8 @@ Inside, a seccomp filter (seccomp.py, compiled once per host) takes away the
 system calls a kernel never needs, the keyrings first. Each session's workspace
 is a loop-mounted image of a fixed size (quota.py) on the host, bound in as the
 kernel's working directory: kept across the session's kernels, destroyed with
-its hands; a pooled kernel brings one of its own, which the session adopts.
+its hands; a pooled kernel brings one of its own, which the session adopts. So
+with the session's state directory (launching/state.py), bound in beside it.
 
 Interrupts are messages on the control channel: a SIGINT to the process
 group would kill bwrap, and with it the kernel. The launch wrapper stays as
@@ -28,13 +29,14 @@ from ...config import from_env
 from ...egress import EgressPolicy, EgressProxy, EgressSettings, Vault
 from ..base import Kernel, Place
 from ..isolating import quota
-from ..isolating.bubblewrap import HOME, SandboxSettings, bwrap_argv, inside_args
+from ..isolating.bubblewrap import HOME, STATE, SandboxSettings, bwrap_argv, inside_args
 from ..isolating.identity import Identities, Identity
 from ..isolating.limits import Limits
 from ..isolating.quota import WorkspaceSettings
 from ..isolating.seccomp import SeccompFilter, SeccompSettings, prepare
 from .local import kernel_env
 from .process import MAX_MESSAGE, ProcessKernel, start_process
+from .state import give_state, new_state
 
 OWN_WORKDIR = "none: the session's own workdir (hands.workdir), used as it is"
 
@@ -131,12 +133,15 @@ class SandboxLauncher:
             made.add_done_callback(undo)
             raise
 
-    def argv(self, run_dir: Path, workdir: Path, env: dict[str, str], identity: Identity) -> list[str]:
+    def argv(self, run_dir: Path, workdir: Path, env: dict[str, str], identity: Identity,
+             state: Path | None = None) -> list[str]:
         """The kernel's command line (bwrap, loading the seccomp filter), with the files and owners its directories need."""
         owner = identity.owner
         uid, gid = identity.uid, identity.gid
         if owner is not None:
             os.chown(run_dir, uid, gid)
+            if state is not None:
+                os.chown(state, uid, gid)
             if not any(workdir.iterdir()):  # a fresh workspace; a user's directory with files keeps its owner
                 os.chown(workdir, uid, gid)
         etc = run_dir / "etc"
@@ -147,7 +152,7 @@ class SandboxLauncher:
         (etc / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n")
         socat = shutil.which(self.settings.socat, path="/usr/bin:/bin:/usr/local/bin")
         inside = [] if owner is not None else self.inside()
-        return self.seccomp.wrap(bwrap_argv(self.settings, run_dir, workdir, etc, env, owner, socat, inside))
+        return self.seccomp.wrap(bwrap_argv(self.settings, run_dir, workdir, etc, env, owner, socat, inside, state))
 
     def inside(self) -> list[str]:
         """What an unprivileged sandbox runs first (`inside_args`), with this launcher's shares and limits."""
@@ -159,6 +164,8 @@ class SandboxLauncher:
         socat = shutil.which(self.settings.socat, path="/usr/bin:/bin:/usr/local/bin")
         proxy = self.proxy(place) if socat else None  # first: a bad policy fails before anything is made
         own: quota.Workspace | None = None  # a pooled kernel's, until a session adopts it
+        own_state: Path | None = None  # the same for its state directory
+        state: Path | None = None
         identity: Identity | None = None
         run_dir: Path | None = None
         listener = None
@@ -166,22 +173,27 @@ class SandboxLauncher:
             if place is None:
                 own = await self._new_workspace("pool")
                 workdir, how = own.path, own.how
+                own_state = state = new_state()
             else:
                 if place.workdir is None:  # the session's, for all its kernels
                     place.workspace = await self._new_workspace(place.session, place.keep)
                     place.workdir = place.workspace.path
                 workdir, how = place.workdir, place.workspace.how if place.workspace is not None else OWN_WORKDIR
+                if place.state is None:
+                    give_state(place, new_state(), Path(STATE))
+                state = place.state
             identity = self._identity(place, own)
             run_dir = Path(tempfile.mkdtemp(prefix="workbench-run-")).resolve()
-            argv = self.argv(run_dir, workdir.resolve(), kernel_env(place.env if place else None), identity)
+            argv = self.argv(run_dir, workdir.resolve(), kernel_env(place.env if place else None), identity, state)
             spec = KernelSpec(argv=argv, display_name="workbench sandbox", language="python", interrupt_mode="message", env={})
             if proxy is not None:
                 listener = await proxy.listen(run_dir / "egress.sock", identity.uid, identity.gid)
         except BaseException:
             if listener is not None:
                 await listener.close()
-            if run_dir is not None:
-                shutil.rmtree(run_dir, ignore_errors=True)
+            for made in (run_dir, own_state):
+                if made is not None:
+                    shutil.rmtree(made, ignore_errors=True)
             if own is not None:
                 await asyncio.to_thread(own.destroy)
             raise
@@ -190,7 +202,7 @@ class SandboxLauncher:
             workspace=own, limits=self.limits, registry=self.registry,
             startup_timeout=place.startup_timeout if place else 60.0, owner=identity.owner, supervise=True, signal_codes=True,
             closers=[listener.close] if listener else [], held={"egress": listener}, max_message=self.max_message,
-            processes_by="uid" if identity.own else "namespace",
+            processes_by="uid" if identity.own else "namespace", state=own_state,
         )
         kernel.limits.update(seccomp=self.seccomp.how, workspace=how, identity=identity.how)
         return kernel
@@ -202,12 +214,12 @@ class SandboxLauncher:
             place.workdir = place.workspace.path
 
     def fits(self, place: Place) -> bool:
-        """A pooled sandbox has its workdir and variables bound in: it serves only sessions that set neither
-        (nor keep their workspace somewhere of their own)."""
-        return place.workdir is None and place.keep is None and not place.env
+        """A pooled sandbox has its workdir, state directory and variables bound in: it serves only sessions that
+        have none of them yet (nor keep their workspace somewhere of their own)."""
+        return place.workdir is None and place.state is None and place.keep is None and not place.env
 
     async def adopt(self, kernel: Kernel, place: Place) -> str:
-        """A pooled kernel's egress now follows the session's policy and log; its workspace is the session's."""
+        """A pooled kernel's egress now follows the session's policy and log; its workspace and state are the session's."""
         if not isinstance(kernel, ProcessKernel):
             raise TypeError(f"a sandbox launcher cannot adopt a {type(kernel).__name__}")
         listener = kernel.held.get("egress")
@@ -216,6 +228,9 @@ class SandboxLauncher:
         if place.workdir is None and kernel.workspace is not None:
             place.workspace, kernel.workspace = kernel.workspace, None
             place.workdir = place.workspace.path
+        if place.state is None and kernel.state is not None:
+            give_state(place, kernel.state, Path(STATE))
+            kernel.state = None
         return ""
 
     async def aclose(self) -> None:
