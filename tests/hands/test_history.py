@@ -67,3 +67,19 @@ async def test_pip_keeps_ipythons_restart_note(hands):
     obs = await h.execute("%pip --version", timeout=120)
     assert obs.ok and obs.stdout.rstrip().endswith("Note: you may need to restart the kernel to use updated packages."), \
         obs.to_json()
+
+
+@pytest.mark.timeout(300)
+async def test_a_history_file_the_kernel_spoiled_keeps_no_later_kernel_from_starting(factory):
+    h = factory("history-spoiled", {}, None)
+    spoil = ("import glob\nfor f in glob.glob(str(get_ipython().history_manager.hist_file) + '*'):\n"
+             "    open(f, 'wb').write(b'\\0' * 4096)")
+    assert (await h.execute(spoil)).ok
+    obs = await h.execute("marker = 'written into a spoiled file'")
+    assert obs.ok and "could not be written" in obs.stderr and "keeps it in memory" in obs.stderr, obs.to_json()
+    await h.restart()  # IPython moves a file that is not a database aside and starts a new one
+    assert (await h.execute("marker = 'after'")).ok
+    await h.restart()
+    obs = await h.execute("%history -g marker")
+    assert obs.ok and "after" in obs.stdout and not obs.stderr, obs.to_json()
+    await h.shutdown()
