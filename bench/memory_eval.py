@@ -439,10 +439,14 @@ false positive (the precision above: "I never got round to lunch", "let's always
 without one is missed (the recall above: the dashboard's refresh and the Slurm scheduler; injection recall and
 the answers count every question, so those two keep them below 100 %). It relates a statement to a memory by
 shared subject words (two, and 60 % of them or a shared name); every paraphrase in this fixture shares a name
-or most of its words, so the duplicate rate above says nothing about paraphrases in other words: those are
-proposed again (tests/memory/test_dream_statements.py shows one). The reader answers from the memory sharing
-most words with the question, the first of equals in the order of the prompt (BM25, no stemming), so "Which
-dataframe library should I use?" gets the pandas memory ("use") before the polars one ("dataframes"). The gold
+or most of its words, so the duplicate rate above says little about paraphrases in other words. Those the
+dream's tools catch: a new memory that is part of, more than or a paraphrase of a live one (stemmed words,
+WordLlama embeddings; workbench/memory/semantic.py) is staged as an edit or merge of it, and
+tests/memory/test_semantic.py shows which of its own paraphrases it merges and which facts it keeps apart;
+this fixture's figures are the same with and without it. The reader answers from the memory sharing most
+words with the question, the first of equals in the order of the prompt (stemmed BM25), so "Which dataframe
+library should I use?" still gets the pandas memory ("use") before the polars one ("dataframes"): each shares
+one word, and the pandas memory is ranked first. The gold
 matching is lexical too: a memory matches a fact when it holds the fact's keys and 60 % of its content words
 (bench/memory_eval_metrics.py). A real model's figures on this fixture need a cassette of a real dream; there
 is none (no key here)."""

@@ -261,7 +261,9 @@ def test_a_dream_proposes_a_correction_that_supersedes_a_contradicted_memory(rec
         host.brain.model_factory = dreamer([
             ("propose_memory", {"title": "Query with duckdb", "text": "Run SQL-like queries with duckdb, not pandas.",
                                 "provenance": cite, "supersedes": [old["id"]]}),
-            ("propose_memory", {"title": "Never use pandas for queries", "text": "The user said so.", "provenance": cite}),
+            # not "The user said so.": that says nothing the first proposal does not, and is refused as staged already
+            ("propose_memory", {"title": "Never use pandas for queries", "text": "Memory errors on the 2 GB sales tables.",
+                                "provenance": cite}),
             ("propose_memory", {"title": "Use duckdb", "text": "Prefer duckdb.", "provenance": cite, "supersedes": [old["id"], 5]}),
             ("propose_memory", {"title": "Use duckdb", "text": "Prefer duckdb.", "provenance": cite, "supersedes": "<b>nope</b>"}),
         ])

@@ -1,7 +1,8 @@
 """Which memories matter now: BM25 relevance with recency, and contradictions between memories.
 
-Ranking uses bm25s (Okapi BM25 over sparse matrices, English stop words, no
-stemming and no network model): a memory's title, text and tags form its
+Ranking uses bm25s (Okapi BM25 over sparse matrices, English stop words, words
+stemmed by PyStemmer's Snowball English stemmer, so "dataframe" finds "dataframes";
+no network model): a memory's title, text and tags form its
 document; the query is a session's first message (or its title), or what the
 `recall` tool is asked. Relevant memories come first, by score, then newest;
 memories the query does not touch follow, newest first.
@@ -49,10 +50,18 @@ def _stop() -> frozenset[str]:
     return frozenset(STOPWORDS_EN)
 
 
+@functools.cache
+def stemmer() -> Any:
+    """The Snowball English stemmer (PyStemmer), made once."""
+    import Stemmer
+
+    return Stemmer.Stemmer("english")
+
+
 def _tokens(texts: Sequence[str]) -> list[list[str]]:
     import bm25s
 
-    out = bm25s.tokenize(list(texts), stopwords="en", return_ids=False, show_progress=False)
+    out = bm25s.tokenize(list(texts), stopwords="en", stemmer=stemmer(), return_ids=False, show_progress=False)
     assert isinstance(out, list), "return_ids=False gives lists of tokens"
     return out
 

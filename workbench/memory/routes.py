@@ -38,6 +38,7 @@ from ..plugins.web import (
     within,
 )
 from . import store as memory_store, tools as memory_tools, transfer as memory_transfer
+from .semantic import recall_rank
 from .store import REVIEW_ACTIONS, STATUSES, person
 
 # limits of what a person or a client may write into a memory (docs/api.md, "Limits")
@@ -278,7 +279,7 @@ class RecallHandler(MemoryHandlerBase):
         def find() -> list[dict[str, Any]]:
             limit = q.limit or self.store.settings.recall_results
             accepted = self.store.list(status="accepted", store=q.store, annotate=False)
-            return [dict(m, score=round(s, 4)) for m, s in memory_tools.rank(accepted, q.q) if s > 0][:limit]
+            return [dict(m, score=round(s, 4)) for m, s in recall_rank(accepted, q.q, self.store.embeddings) if s > 0][:limit]
 
         self.reply({"memories": await asyncio.to_thread(find)})
 

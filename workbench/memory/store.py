@@ -28,6 +28,7 @@ from ..plugins.errors import ConfigError, MemoryConflict, UnknownMemory
 from ..plugins.log import SESSION_ID, SqlLog, one_row, scrub_text
 from .relevance import contradictions, contradictions_among, rank
 from .secretscan import SecretScanner
+from .semantic import Embeddings
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memory_items (
@@ -312,6 +313,7 @@ class MemoryStore:
         self.log = log
         self.settings = settings or MemorySettings()
         self.scanner = scanner or SecretScanner()  # what a memory may not hold: vault values, likely secrets
+        self.embeddings = Embeddings()  # each memory's embedding, once per version (semantic.py)
         if not log.read_only:
             log.write(lambda tx: tx.execute(SCHEMA)).result()
         self._legacy: bool | None = None  # a read-only file from before stores (no `store` column): all in "default"

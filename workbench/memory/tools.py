@@ -23,7 +23,8 @@ from ..plugins.log import Event
 from ..plugins.tools import Tool, ToolContext, ToolOutput
 from .events import check_citations, normalize, render_event
 from .mounts import Mount, dream_target, session_mounts, stores_of
-from .relevance import contradictions, rank
+from .relevance import contradictions
+from .semantic import absorbed, other_facts, overlaps, recall_rank
 from .store import LIVE, MemoryStore, field_problems, stamp
 
 MAX_EVENTS = 200
@@ -163,17 +164,47 @@ def read_memories(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> 
     return _out("\n\n".join(blocks))
 
 
+def _says_it(mid: str, status: str, title: str) -> str:
+    return (f"memory {mid} ({status}) already says this: {title!r}. Do not propose it again; "
+            f"if it needs changing, use propose_edit with memory_id {mid}")
+
+
 def _duplicate(store: MemoryStore, pending: list[dict[str, Any]], title: str, text: str, skip: set[str],
                target: str) -> str | None:
-    """Why this looks like a memory that exists in the target store or is staged, or None."""
+    """Why this looks like a memory that exists in the target store or is staged, or None: the same title,
+    nearly the same text, or (staged) an overlap (semantic.py)."""
     candidates = [(m["id"], m["status"], m["title"], m["text"]) for m in store.list(store=target, annotate=False)
                   if m["id"] not in skip]
     candidates += [(p["memory_id"], "staged in this dream", p["title"], p["text"]) for p in pending]
     for mid, status, t, x in candidates:
-        if normalize(t) == normalize(title) or difflib.SequenceMatcher(None, normalize(x), normalize(text)).ratio() >= DUPLICATE_RATIO:
-            return (f"memory {mid} ({status}) already says this: {t!r}. Do not propose it again; "
-                    f"if it needs changing, use propose_edit with memory_id {mid}")
+        if normalize(t) == normalize(title) or (
+                difflib.SequenceMatcher(None, normalize(x), normalize(text)).ratio() >= DUPLICATE_RATIO
+                and not other_facts({"title": t, "text": x}, {"title": title, "text": text})):  # "use pandas"/"use polars"
+            return _says_it(mid, status, t)
+    staged_ones = [{"id": p["memory_id"], "version": 0, **p} for p in pending if p["proposal"] != "retire"]
+    for o in overlaps(title, text, staged_ones, store.embeddings):
+        return _says_it(o.memory["id"], "staged in this dream", o.memory["title"])
     return None
+
+
+def _absorb(store: MemoryStore, inp: dict[str, Any], title: str, text: str, provenance: list[dict[str, Any]],
+            target: str) -> dict[str, Any] | str | None:
+    """A new memory that overlaps live memories of the target store (semantic.py) as the edit or merge of
+    them it becomes; a refusal when it says nothing they do not, with no new evidence; None: no overlap."""
+    live = [m for m in store.list(store=target, annotate=False) if m["status"] in LIVE]
+    found = overlaps(title, text, live, store.embeddings)
+    if not found:
+        return None
+    tags = inp.get("tags") or []
+    change = absorbed(found, title, text, tags, [{"session_id": c["session_id"], "seq": c["seq"], "quote": c["quote"]}
+                                                 for c in provenance])
+    if change is None:
+        return _says_it(found[0].memory["id"], found[0].memory["status"], found[0].memory["title"])
+    problems = field_problems(change["title"], change["text"], change["tags"])
+    if problems:
+        return (f"it overlaps memories {', '.join(change['targets'])}, but their merge cannot be one memory "
+                f"({'; '.join(problems)}): propose_edit one of them instead")
+    return change
 
 
 def _propose(kind: str, store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -234,11 +265,16 @@ def _propose(kind: str, store: MemoryStore, inp: dict[str, Any], ctx: ToolContex
             problems += store.scanner.problems(inp["reason"], "reason")
     provenance = inp.get("provenance")
     problems += check_citations(ctx.log, provenance, scope=scope, required=kind in ("create", "edit"))
+    merged: dict[str, Any] | None = None
     if not problems and kind == "create":
         assert isinstance(title, str) and isinstance(text, str), "checked above"
-        dup = _duplicate(store, pending, title, text, skip=set(current), target=target)
+        # a new memory that says part of, all of or the same as live ones is a new version of them, not another
+        found = None if targets else _absorb(store, inp, title, text, provenance or [], target)
+        dup = found if isinstance(found, str) else None if found else _duplicate(store, pending, title, text,
+                                                                                   skip=set(current), target=target)
         if dup:
             problems.append(dup)
+        merged = found if isinstance(found, dict) else None
         marks = store.bookmarks(target)
         if all(c["seq"] <= marks.get(c["session_id"], 0) for c in provenance or []):
             problems.append("every cited event was read by an earlier dream, whose proposals were already made; "
@@ -249,6 +285,10 @@ def _propose(kind: str, store: MemoryStore, inp: dict[str, Any], ctx: ToolContex
     provenance = [{"session_id": c["session_id"], "seq": c["seq"], "quote": c["quote"]} for c in provenance or []]
     if kind == "merge":
         provenance = [c for t in targets for c in current[t]["provenance"]] + provenance
+    if merged:
+        kind, targets, title, text, provenance = (merged[k] for k in ("kind", "targets", "title", "text", "provenance"))
+        inp = {**inp, "tags": merged["tags"], "reason": merged["note"]}
+        current.update({m: store.get(m) for m in targets})
     # a contradiction with a live memory the proposal does not replace: the reviewer sees both side by side
     live = [m for m in store.list(store=target, annotate=False) if m["status"] in LIVE and m["id"] not in current]
     conflicts = contradictions({"id": "", "title": title.strip(), "text": text.strip()}, live) if kind != "retire" else []
@@ -261,13 +301,16 @@ def _propose(kind: str, store: MemoryStore, inp: dict[str, Any], ctx: ToolContex
             "merge": f"merge of {', '.join(targets)}", "retire": f"retirement of {targets[0] if targets else ''}"}[kind]
     if kind == "create" and targets:
         what += f", superseding {', '.join(targets)}"
+    if merged:
+        what += f"; {merged['note']}"
     warn = "".join(f"\nit contradicts memory {c['id']} ({c['status']}) {c['title']!r}: {c['why']}. If the new fact replaces it, "
                    f"propose_retire {c['id']} or call propose_memory with supersedes=[{c['id']!r}] instead" for c in conflicts)
     return _out(f"staged {proposal['memory_id']} ({what}): it is proposed for review when this chunk ends{warn}", proposal=proposal)
 
 
 def recall(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext | None) -> ToolOutput:
-    """Accepted memories ranked by relevance to a query (BM25), with their ids, dates and sources; bounded."""
+    """Accepted memories ranked by relevance to a query (stemmed BM25 and embeddings, semantic.recall_rank), with
+    their ids, dates and sources; bounded."""
     query, limit = inp.get("query"), inp.get("limit", store.settings.recall_results)
     if not isinstance(query, str) or not query.strip():
         return _out("query must be a non-empty string: the words to look for", True)
@@ -276,7 +319,8 @@ def recall(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext | None) -> 
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RECALL_RESULTS:
         return _out(f"limit must be an integer from 1 to {MAX_RECALL_RESULTS}", True)
     mounted = stores_of(stores(ctx)[1])  # only what the session mounts, read-only or read-write
-    found = [(m, s) for m, s in rank(store.list(status="accepted", store=mounted, annotate=False), query) if s > 0][:limit]
+    accepted = store.list(status="accepted", store=mounted, annotate=False)
+    found = [(m, s) for m, s in recall_rank(accepted, query, store.embeddings) if s > 0][:limit]
     if not found:
         return _out("no accepted memory matches; try other words (memories are searched by title, text and tags)",
                     recalled=[])
@@ -388,7 +432,7 @@ RECALL_SCHEMA = MappingProxyType({
 
 def recall_tool(store: MemoryStore) -> Tool:
     """`recall`: search accepted memories on demand, for any session that names it among its tools."""
-    return Tool("recall", "Search the accepted memories of earlier sessions (reviewed by people) by words: the most "
+    return Tool("recall", "Search the accepted memories of earlier sessions (reviewed by people) by words and meaning: the most "
                           "relevant come first, each with its id, when it was accepted and the sessions it came from. "
                           "Check a recalled fact against what you see before relying on it.",
                 dict(RECALL_SCHEMA), _threaded(store, recall), concurrent=True)
