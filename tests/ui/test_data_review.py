@@ -326,6 +326,22 @@ def test_the_review_panel_reads_as_a_person_reads(page, lab: JupyterProcess):
     sidebar.locator(f'.jp-wb-log > [data-seq="{seq}"].jp-wb-focused').wait_for(timeout=30_000)
     assert ran(page) is None, f"a planted script ran in the review panel: {ran(page)}"
 
+    # the Panel review app over this server links the same source to JupyterLab, which opens the session there
+    from workbench.memory.panels.review import ReviewApp
+    from workbench.memory.panels.source import RestSource
+
+    source = RestSource(lab.url, lab.token)
+    try:
+        app = ReviewApp(source, status="all")
+        app.memories.value = mid
+        href = re.search(r'class="wb-open-session" href="([^"]+)"', app.provenance.objects[0][1].object).group(1)
+    finally:
+        source.client.close()
+    page.evaluate("() => localStorage.clear()")  # no selection to restore: only the link opens the session
+    page.goto(href.replace("&amp;", "&"))
+    sidebar.locator(f'.jp-wb-log > [data-seq="{seq}"].jp-wb-focused').wait_for(timeout=60_000)
+    assert sidebar.locator('.jp-wb-session.jp-mod-selected[data-session-id="cited"]').count() == 1
+    assert "workbench-session" not in page.url  # done once: a reload does not open it again
     assert_control_runs(page)
     lab_api(lab, "PATCH", f"memories/{mid}", {"action": "retire"})
     assert page.blocked == [], page.blocked
