@@ -24,6 +24,7 @@ done <<'LIST'
 17-highlighted-code highlighted-code
 review-panel-light review-panel-light
 review-panel-dark review-panel-dark
+review-panel-readable review-panel-readable
 data-notebook-attach notebook-attach
 data-notebook-load notebook-load
 data-sidebar-files sidebar-files

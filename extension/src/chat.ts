@@ -18,6 +18,10 @@ export class ChatLog {
   /** The text of the latest user message drawn (what Retry sends again). */
   lastUserText = '';
   private retryButton: HTMLElement | null = null;
+  /** The seq of the committed event being drawn: what it adds is marked with it (`data-seq`). */
+  private drawing = 0;
+  /** The event a reader opened the session at (a search hit, a memory's source): kept in view, not the end. */
+  private focusSeq = 0;
 
   /** `onRetry` re-sends a failed turn's user message (a Retry button after a turn that did not end well). */
   constructor(
@@ -33,6 +37,13 @@ export class ChatLog {
     this.tools.clear();
     this.live = null;
     this.lastSeq = 0;
+    this.focusSeq = 0;
+  }
+
+  /** Keep the event `seq` (or the last one drawn before it) outlined and in view, once it is drawn; 0 lets go. */
+  focus(seq: number): void {
+    this.focusSeq = seq;
+    this.scroll();
   }
 
   /** Draw one committed event (each seq once, in order). */
@@ -41,6 +52,15 @@ export class ChatLog {
       return;
     }
     this.lastSeq = ev.seq;
+    this.drawing = ev.seq;
+    try {
+      this.draw(ev);
+    } finally {
+      this.drawing = 0;
+    }
+  }
+
+  private draw(ev: IEvent): void {
     const p = ev.payload || {};
     switch (ev.type) {
       case 'user_message':
@@ -336,6 +356,9 @@ export class ChatLog {
   }
 
   private add<T extends HTMLElement>(el: T): T {
+    if (this.drawing && !el.dataset.seq) {
+      el.dataset.seq = String(this.drawing);
+    }
     // Live text stays last, below anything committed meanwhile.
     if (this.live && this.live !== el) {
       this.node.insertBefore(el, this.live);
@@ -347,6 +370,27 @@ export class ChatLog {
   }
 
   private scroll(): void {
-    this.node.scrollTop = this.node.scrollHeight;
+    const at = this.focusSeq ? this.drawnAt(this.focusSeq) : null;
+    if (!at) {
+      this.node.scrollTop = this.node.scrollHeight;
+      return;
+    }
+    if (!at.classList.contains('jp-wb-focused')) {
+      this.node.querySelector('.jp-wb-focused')?.classList.remove('jp-wb-focused');
+      at.classList.add('jp-wb-focused');
+    }
+    at.scrollIntoView({ block: 'center' });
+  }
+
+  /** The element drawn for event `seq`, or for the last event before it that drew one (a tool result fills a card). */
+  private drawnAt(seq: number): HTMLElement | null {
+    let found: HTMLElement | null = null;
+    for (const el of this.node.querySelectorAll<HTMLElement>(':scope > [data-seq]')) {
+      if (Number(el.dataset.seq) > seq) {
+        break;
+      }
+      found = el;
+    }
+    return found;
   }
 }

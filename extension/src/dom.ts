@@ -106,3 +106,36 @@ export function ago(ts: string): string {
   }
   return new Date(ts).toLocaleDateString();
 }
+
+/** `text` with every match of `needle` (any case) in a <mark>: text nodes only, so markup in either stays text. */
+export function marked(text: string, needle: string): Node[] {
+  const find = needle.trim();
+  if (!find) {
+    return [document.createTextNode(text)];
+  }
+  const pattern = new RegExp(find.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'giu');
+  const out: Node[] = [];
+  let at = 0;
+  for (const m of text.matchAll(pattern)) {
+    if (m.index! > at) {
+      out.push(document.createTextNode(text.slice(at, m.index)));
+    }
+    out.push(h('mark', {}, m[0]));
+    at = m.index! + m[0].length;
+  }
+  if (at < text.length) {
+    out.push(document.createTextNode(text.slice(at)));
+  }
+  return out;
+}
+
+/** A timestamp as people read it, in the reader's time zone: "2 Dec 2026 13:05" ('' for one that is not a time). */
+export function when(ts: string): string {
+  const t = new Date(ts);
+  if (!ts || isNaN(t.getTime())) {
+    return '';
+  }
+  const month = t.toLocaleString('en-GB', { month: 'short' });
+  const pad = (n: number) => String(n).padStart(2, '0');
+  return `${t.getDate()} ${month} ${t.getFullYear()} ${pad(t.getHours())}:${pad(t.getMinutes())}`;
+}

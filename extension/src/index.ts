@@ -1,7 +1,12 @@
 // JupyterLab plugin: puts the workbench sidebar in the left area, with commands to open it,
 // to open the memory review in the main area (review.ts) and to attach files, notebook cells
 // and selections to the selected session's workspace (files.ts).
-import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import {
+  ILayoutRestorer,
+  IRouter,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
 import {
   ICommandPalette,
   MainAreaWidget,
@@ -17,6 +22,7 @@ import { WorkbenchApi } from './api';
 import { AttachKind, fromBase64 } from './files';
 import { addChatCommands } from './keys';
 import { WorkbenchPanel } from './panel';
+import { ChatRenderer } from './render';
 import { ReviewPanel } from './review';
 
 const ICON = new LabIcon({
@@ -24,6 +30,10 @@ const ICON = new LabIcon({
   svgstr:
     '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24"><path class="jp-icon3" fill="#616161" d="M4 4h16v11H8l-4 4zM7 8v2h10V8zm0 3v2h7v-2z"/></svg>'
 });
+
+// The query parameters of a link that opens a session at an event (workbench/memory/panels/source.py writes them).
+const SESSION_PARAM = 'workbench-session';
+const SEQ_PARAM = 'workbench-seq';
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-workbench-lab:plugin',
@@ -36,7 +46,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     ILayoutRestorer,
     IRenderMimeRegistry,
     INotebookTracker,
-    IEditorLanguageRegistry
+    IEditorLanguageRegistry,
+    IRouter
   ],
   activate: (
     app: JupyterFrontEnd,
@@ -44,7 +55,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     restorer: ILayoutRestorer | null,
     rendermime: IRenderMimeRegistry | null,
     notebooks: INotebookTracker | null,
-    languages: IEditorLanguageRegistry | null
+    languages: IEditorLanguageRegistry | null,
+    router: IRouter | null
   ) => {
     const { commands, shell } = app;
     const api = new WorkbenchApi(app.serviceManager.serverSettings);
@@ -85,13 +97,49 @@ const plugin: JupyterFrontEndPlugin<void> = {
       label: 'Open the Workbench sidebar',
       execute: () => shell.activateById(panel.id)
     });
+    commands.addCommand('workbench:open-session', {
+      label: 'Open a workbench session at an event',
+      caption: 'Select the session in the Workbench sidebar, its chat at the event (args: id, seq)',
+      execute: async args => {
+        shell.activateById(panel.id);
+        await panel.openSession(String(args.id ?? ''), Number(args.seq ?? 0) || 0);
+      }
+    });
+    // A link from outside JupyterLab (the Panel review app's sources): /lab?workbench-session=ID&workbench-seq=N
+    // opens that session at that event; the parameters then leave the address bar, so a reload does not do it again.
+    commands.addCommand('workbench:open-session-link', {
+      execute: () => {
+        const url = new URL(window.location.href);
+        const id = url.searchParams.get(SESSION_PARAM);
+        const seq = Number(url.searchParams.get(SEQ_PARAM)) || 0;
+        url.searchParams.delete(SESSION_PARAM);
+        url.searchParams.delete(SEQ_PARAM);
+        window.history.replaceState(window.history.state, '', url.toString());
+        return id ? commands.execute('workbench:open-session', { id, seq }) : undefined;
+      }
+    });
+    router?.register({
+      command: 'workbench:open-session-link',
+      pattern: new RegExp(`[?&]${SESSION_PARAM}=`)
+    });
     let review: MainAreaWidget<ReviewPanel> | null = null;
     commands.addCommand('workbench:open-review', {
       label: 'Open the memory review panel',
       caption: 'Every memory, its provenance and history, and the review actions, in the main area',
       execute: () => {
         if (!review || review.isDisposed) {
-          review = new MainAreaWidget({ content: new ReviewPanel(api) });
+          review = new MainAreaWidget({
+            content: new ReviewPanel(api, {
+              render: new ChatRenderer({
+                rendermime,
+                languages,
+                notebooks,
+                activate: id => shell.activateById(id)
+              }),
+              open: (id, seq) => void commands.execute('workbench:open-session', { id, seq }),
+              user: app.serviceManager.user
+            })
+          });
           review.id = 'jp-workbench-review-area';
           review.title.label = 'Memory review';
           review.title.icon = ICON;

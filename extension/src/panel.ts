@@ -3,7 +3,7 @@ import { Widget } from '@lumino/widgets';
 
 import { ApiError, IEvent, IHands, ISession, StreamMessage, WorkbenchApi } from './api';
 import { ChatLog } from './chat';
-import { ago, h } from './dom';
+import { ago, h, marked } from './dom';
 import { FilesView, IAttached } from './files';
 import { MemoriesView } from './memories';
 import { ChatRenderer, IRenderContext } from './render';
@@ -12,6 +12,14 @@ import { askEdited, markUserMessage, selection, SessionControls, usageText } fro
 
 const PAGE = 50; // chats per page of the list
 const POLL = 200; // changed chats one poll takes; more, and the list starts over from its first page
+
+/** Where a search found a row (the list shows search hits while there is search text); null for a plain row. */
+function hit(s: ISession): { seq: number; snippet: string } | null {
+  const { seq, snippet } = s as ISession & { seq?: unknown; snippet?: unknown };
+  return typeof snippet === 'string' && snippet && typeof seq === 'number'
+    ? { seq, snippet }
+    : null;
+}
 
 /** The latest updated_at of rows, or `since` if none is later (ISO strings in UTC compare as times). */
 function latest(rows: ISession[], since: string): string {
@@ -261,7 +269,10 @@ export class WorkbenchPanel extends Widget {
       return;
     }
     try {
-      await this.select(await this.controls.sapi.session(id));
+      const session = await this.controls.sapi.session(id);
+      if (!this.current) {
+        await this.select(session); // unless a session was opened meanwhile (a link to one, say)
+      }
     } catch {
       selection.save(null); // deleted meanwhile
     }
@@ -403,7 +414,7 @@ export class WorkbenchPanel extends Widget {
             'aria-selected': String(s.id === this.current?.id),
             tabindex: s.id === this.current?.id ? '0' : '-1',
             title: s.id,
-            onclick: () => this.select(s)
+            onclick: () => (hit(s) ? this.openAt(s, hit(s)!.seq) : this.select(s))
           },
           h('span', { class: `jp-wb-dot${s.running ? ' jp-mod-running' : ''}` }),
           h('span', { class: 'jp-wb-session-title' }, (depth ? '↳ ' : '') + (s.title || s.id)),
@@ -412,7 +423,15 @@ export class WorkbenchPanel extends Widget {
             { class: 'jp-wb-meta' },
             `${s.model} · ${ago(s.updated_at)}` + (children ? ` · ${children} delegated` : '')
           ),
-          (s as any).snippet ? h('span', { class: 'jp-wb-snippet' }, (s as any).snippet) : null
+          hit(s) &&
+            h(
+              'span',
+              {
+                class: 'jp-wb-snippet',
+                title: 'Where it matched: click to open the session there'
+              },
+              ...marked(hit(s)!.snippet, this.controls.searching)
+            )
         )
       )
     );
@@ -556,6 +575,23 @@ export class WorkbenchPanel extends Widget {
     await this.updateHands();
   }
 
+  /** Select `session` with its chat opened at event `seq` (0: at its end, as selecting it does). */
+  async openAt(session: ISession, seq: number): Promise<void> {
+    if (session.id !== this.current?.id) {
+      await this.select(session);
+    }
+    this.showTab(this.tabButtons[0], this.chatTab);
+    this.log.focus(seq);
+  }
+
+  /** Open the session `id` at event `seq` (a memory's source, from the review panel). */
+  async openSession(id: string, seq: number): Promise<void> {
+    const session = await this.guard(() => this.controls.sapi.session(id));
+    if (session) {
+      await this.openAt(session, seq);
+    }
+  }
+
   /** A file was attached: tell the agent in the next message (a line before what is typed). */
   attached(rec: IAttached): void {
     const line = `[attached to your workspace: ${rec.path} (${rec.kind}, ${rec.bytes} bytes)]`;
@@ -657,6 +693,7 @@ export class WorkbenchPanel extends Widget {
     }
     // Busy from now on; the stream's turn_ended (which may beat the POST's answer) ends it.
     this.running = true;
+    this.log.focus(0); // what the reader opened the session at gives way to the new turn
     this.updateButtons();
     // Live deltas are not stored: subscribe before the turn starts, or its streaming is missed.
     await this.streamOpen;

@@ -3,11 +3,16 @@
 // Theme: only JupyterLab's CSS variables. Live: it looks again at once when this page reviews a
 // memory (the sidebar's Memories tab fires MEMORIES_CHANGED), and polls every few seconds while shown
 // for changes from anywhere else (a notebook, the CLI, another browser), redrawing only on a change.
-// Memories quote hostile data (sessions, kernels, dreams): everything goes in as text.
+// Memories quote hostile data (sessions, kernels, dreams): titles, quotes and names go in as text; a
+// memory's text is Markdown, rendered as the chat renders a reply (JupyterLab's renderer, untrusted:
+// sanitized, no script runs). Sources open the session at the cited event in the sidebar; people are
+// named as JupyterLab names them; times read as a person writes them.
+import { User } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
 import { IMemory, WorkbenchApi } from './api';
-import { ago, h } from './dom';
+import { ago, h, richText, when } from './dom';
+import { ChatRenderer } from './render';
 
 export const MEMORIES_CHANGED = 'workbench:memories-changed';
 const POLL_MS = 3000;
@@ -32,6 +37,32 @@ const LABELS: Record<Action, string> = {
   edit: 'Edit'
 };
 
+/** What the panel draws with, beyond the API: all optional (without them, text stays plain and sources are not links). */
+export interface IReviewContext {
+  /** Renders a memory's text as Markdown. */
+  render?: ChatRenderer;
+  /** Open session `id` at event `seq` (the sidebar's chat, there). */
+  open?: (id: string, seq: number) => void;
+  /** Who this page's user is: their own actor is shown by their name. */
+  user?: User.IManager | null;
+}
+
+/** An actor (docs/memory.md) as a reader names it: a person by name, this page's user by JupyterLab's name for them. */
+export function who(actor: string | null | undefined, me?: User.IIdentity | null): string {
+  const a = String(actor || '');
+  if (a.startsWith('person:')) {
+    const name = a.slice('person:'.length);
+    return me && name === me.username ? me.display_name || me.name || name : name;
+  }
+  if (a.startsWith('dream:')) {
+    return 'a dream';
+  }
+  if (a.startsWith('agent:')) {
+    return 'an agent';
+  }
+  return a;
+}
+
 export class ReviewPanel extends Widget {
   private status: (typeof STATUSES)[number] = 'proposed';
   private search = '';
@@ -54,7 +85,12 @@ export class ReviewPanel extends Widget {
   private info = h('div', { class: 'jp-wb-review-info', role: 'status', 'aria-live': 'polite' });
   private onChanged = () => void this.refresh();
 
-  constructor(private api: WorkbenchApi) {
+  private titles = new Map<string, Promise<string>>(); // session id -> its title, asked once
+
+  constructor(
+    private api: WorkbenchApi,
+    private ctx: IReviewContext = {}
+  ) {
     super();
     this.id = 'jp-workbench-review';
     this.addClass('jp-wb-review');
@@ -192,6 +228,7 @@ export class ReviewPanel extends Widget {
         .filter(c => c.querySelector('details.jp-wb-review-provenance[open]'))
         .map(c => c.dataset.memoryId)
     );
+    this.ctx.render?.clear(); // the cards drawn before, and their renderers, go
     this.list.replaceChildren(...memories.map(m => this.card(m)));
     for (const c of Array.from(this.list.querySelectorAll<HTMLElement>('.jp-wb-review-card'))) {
       const details = c.querySelector<HTMLDetailsElement>('details.jp-wb-review-provenance');
@@ -223,8 +260,8 @@ export class ReviewPanel extends Widget {
           h('span', { class: 'jp-wb-chip jp-wb-chip-store', title: 'the store it is in' }, m.store),
         h(
           'span',
-          { class: 'jp-wb-meta' },
-          `v${m.version ?? 1} · ${m.updated_by || ''} · ${m.updated_at ? ago(m.updated_at) : ''}`
+          { class: 'jp-wb-meta', title: `${m.updated_by || ''} · ${when(m.updated_at || '')}` },
+          `v${m.version ?? 1} · ${who(m.updated_by, this.me)} · ${m.updated_at ? ago(m.updated_at) : ''}`
         )
       ),
       m.proposal &&
@@ -234,7 +271,7 @@ export class ReviewPanel extends Widget {
           { class: 'jp-wb-meta' },
           `proposed: ${m.proposal}${m.targets?.length ? ` of ${m.targets.join(', ')}` : ''}`
         ),
-      h('div', { class: 'jp-wb-review-text' }, m.text || ''),
+      this.text(m.text || ''),
       (m.tags || []).length > 0 &&
         h(
           'div',
@@ -250,12 +287,7 @@ export class ReviewPanel extends Widget {
             'ul',
             {},
             ...(m.provenance || []).map((p: any) =>
-              h(
-                'li',
-                {},
-                h('code', {}, `${p.session_id} #${p.seq}`),
-                p.quote ? h('blockquote', {}, String(p.quote)) : null
-              )
+              h('li', {}, this.source(p), p.quote ? h('blockquote', {}, String(p.quote)) : null)
             )
           )
         ),
@@ -287,6 +319,60 @@ export class ReviewPanel extends Widget {
       )
     );
     return card;
+  }
+
+  private get me(): User.IIdentity | null {
+    return this.ctx.user?.identity ?? null;
+  }
+
+  /** A memory's text: Markdown, rendered and sanitized (plain text with code blocks without a renderer). */
+  private text(text: string): HTMLElement {
+    return h(
+      'div',
+      { class: 'jp-wb-review-text' },
+      this.ctx.render ? this.ctx.render.markdown(text) : richText(text)
+    );
+  }
+
+  /** A cited event: a link that opens its session there (named by its title once known), the ids as its tooltip. */
+  private source(p: { session_id: string; seq: number }): HTMLElement {
+    const id = String(p.session_id);
+    const seq = Number(p.seq) || 0;
+    const label = h('span', {}, `session ${id}`);
+    const link = h(
+      'a',
+      {
+        class: 'jp-wb-review-source',
+        href: '#',
+        title: `Open session ${id} at event #${seq} in the Workbench sidebar`,
+        'data-session-id': id,
+        'data-seq': String(seq),
+        onclick: (e: Event) => {
+          e.preventDefault();
+          this.ctx.open?.(id, seq);
+        }
+      },
+      label,
+      ` · event #${seq}`
+    );
+    if (!this.ctx.open) {
+      link.removeAttribute('href'); // nothing to open it with: the ids, as text
+    }
+    void this.sessionTitle(id).then(t => t && (label.textContent = `“${t}”`));
+    return link;
+  }
+
+  /** A session's title (asked of the server once per session; '' when it has none or is gone). */
+  private sessionTitle(id: string): Promise<string> {
+    let known = this.titles.get(id);
+    if (!known) {
+      known = this.api
+        .request<{ title?: string }>(`sessions/${encodeURIComponent(id)}`)
+        .then(s => String(s.title || ''))
+        .catch(() => '');
+      this.titles.set(id, known);
+    }
+    return known;
   }
 
   private async act(
@@ -369,10 +455,10 @@ export class ReviewPanel extends Widget {
               {},
               h(
                 'span',
-                { class: 'jp-wb-meta' },
-                `v${v.version} · ${v.action || v.status || ''} · ${v.actor || ''} · ${v.at || v.ts || ''}`
+                { class: 'jp-wb-meta', title: String(v.actor || '') },
+                `v${v.version} · ${v.action || v.status || ''} · ${who(v.actor, this.me)} · ${when(v.ts || v.at || '')}`
               ),
-              v.text ? h('div', { class: 'jp-wb-review-text' }, String(v.text)) : null
+              v.text ? this.text(String(v.text)) : null
             )
           )
         )

@@ -291,7 +291,7 @@ export function markUserMessage(
 ): void {
   const all = logNode.querySelectorAll<HTMLElement>('.jp-wb-user');
   const el = all[all.length - 1];
-  if (!el || el.dataset.seq) {
+  if (!el || el.querySelector(':scope > .jp-wb-edit-resend')) {
     return;
   }
   el.dataset.seq = String(ev.seq);

@@ -150,7 +150,7 @@ def test_refused_actions_show_their_error_as_text(store, dreamed):
     """An error message carries what a person typed (here the reviewer's name): it is shown as text."""
     hostile = """<img src=x onerror="top.wbXss='actor'">"""
     app = ReviewApp(store)
-    app.actor.value = hostile
+    app.reviewer = hostile
     app.accept_button.clicks += 1
     assert "<img" not in app.message.object and "&lt;img src=x onerror=&quot;" in app.message.object
     assert app.message_kind == "danger"
@@ -295,3 +295,65 @@ def test_review_served_to_headless_chromium_offline(store, dreamed, db_path):
 
         m = MemoryStore(log).get(target["id"])
     assert m["status"] == "accepted" and m["history"][-1]["actor"] == f"person:{getpass.getuser()}"
+
+
+# A memory's text is Markdown, with script planted in it: rendered, its markup shown as text
+MARKDOWN = ("Prefer **polars** for frames over a million rows:\n\n- it is lazy\n- it uses every core\n\n"
+            "```python\nimport polars as pl\n```\n\n<script>top.wbXss='memory'</script>")
+READABLE = r"\d{1,2} [A-Z][a-z]{2,3} \d{4} \d{2}:\d{2}"
+
+
+def test_review_app_renders_markdown_and_names_people_and_times_plainly(store, recorded):
+    """The detail: the text as Markdown (raw HTML escaped), people by name, history times without seconds, the badge
+    on one line; a cited event is also a link that opens the session there, when the panel knows a server."""
+    sid = recorded[0]
+    mid = store.create(title="Prefer polars", text=MARKDOWN, actor="person:ann", provenance=[{"session_id": sid, "seq": 2}])
+    app = ReviewApp(store, actor="person:bob", session_url=lambda s, n: f"http://lab.test/lab?workbench-session={s}&x=<{n}>")
+    app.memories.value = mid
+    html = app.detail.object
+    assert "<strong>polars</strong>" in html and html.split("wb-history")[0].count("<li>") == 2 and "import polars as pl" in html
+    assert "**" not in html and "<script" not in html and "&lt;script&gt;top.wbXss" in html
+    assert "person:" not in html and "proposed by ann" in html and "white-space:nowrap" in html
+    stored = store.get(mid)["history"][0]["ts"]
+    history = re.search(r'class="wb-history".*', html, re.S).group(0)
+    assert re.search(rf"v1 · propose · ann · {READABLE}</li>", history) and stored not in history and stored[:16] not in history
+    assert app.actor.value == "bob"
+    links = app.provenance.objects[0][1].object
+    assert f'href="http://lab.test/lab?workbench-session={sid}&amp;x=&lt;2&gt;"' in links
+
+
+def test_served_review_reads_as_a_person_reads(store, db_path):
+    """Served to headless Chromium: a memory's Markdown rendered (the script planted in it shows as text and does
+    not run), the status badge on one line beside a long title, people by name, history times as people write them."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium")
+    assert chromium, "the system chromium is needed (apt-get install chromium; scripts/test.sh does it)"
+    mid = store.create(title="Prefer polars for large frames: " + "lazily, in parallel, out of core; " * 4, text=MARKDOWN,
+                       actor="person:ann", provenance=[])
+    store.log.close()
+    with review_server(db_path, _free_port()) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=[
+            "--no-sandbox", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"])
+        try:
+            page = browser.new_context(viewport={"width": 1100, "height": 900}).new_page()
+            page.goto(url)
+            text = page.locator(".wb-markdown")
+            text.locator("strong").filter(has_text="polars").wait_for(timeout=30_000)
+            assert text.locator("li").count() == 2 and "import polars as pl" in text.locator("pre").inner_text()
+            page.get_by_text("<script>top.wbXss='memory'</script>").wait_for()  # as text
+            badge = page.locator(".wb-memory .wb-status")
+            assert badge.evaluate("""el => { const r = document.createRange(); r.selectNodeContents(el);
+                return new Set([...r.getClientRects()].map(b => Math.round(b.top))).size; }""") == 1
+            history = page.locator(".wb-history li")
+            assert re.fullmatch(rf"v1 · propose · ann · {READABLE}", history.first.inner_text()), history.first.inner_text()
+            page.get_by_role("button", name="Accept", exact=True).click()
+            page.get_by_text(f"{mid} is now accepted").wait_for(timeout=30_000)
+            assert page.evaluate("() => top.wbXss ?? null") is None
+        finally:
+            browser.close()
+    with DuckDBLog(db_path) as log:
+        from workbench.memory import MemoryStore
+
+        history = MemoryStore(log).get(mid)["history"]
+    assert history[-1]["actor"] == f"person:{getpass.getuser()}"

@@ -8,10 +8,15 @@ Screenshots go to test-artifacts/ui/."""
 from __future__ import annotations
 
 import json
+import re
+import time
+import uuid
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
+from hostile import TITLE, assert_control_runs, ran
 from test_browser import dream_a_proposal, widen_sidebar
 from wbui import CHROMIUM, JupyterProcess, lab_api, shot
 
@@ -229,4 +234,114 @@ def test_the_review_panel_filters_by_store_and_names_each_ones_store(page, lab: 
     assert review.locator(".jp-wb-review-card").count() == 1 and team.get_attribute("data-store") == "team"
     stores.select_option("")
     review.locator(f'.jp-wb-review-card[data-memory-id="{mine}"]').wait_for()
+    assert page.blocked == [], page.blocked
+
+
+# A memory's text is Markdown, with script planted in it: rendered, never run
+MARKDOWN = ("Prefer **polars** for frames over a million rows:\n\n- it is lazy\n- it uses every core\n\n"
+            "```python\nimport polars as pl\n```\n\n<script>top.wbXss='memory'</script>"
+            "<img src=x onerror=\"top.wbXss='memory-img'\">")
+WRITTEN = "2026-11-01T10:00:00.123456+00:00"  # microseconds, as the store writes them
+READABLE = re.compile(r"\d{1,2} [A-Z][a-z]{2,3} \d{4} \d{2}:\d{2}")
+
+
+def import_memory(lab: JupyterProcess, session_id: str, seq: int) -> str:
+    """A proposed memory (Markdown text, a long title, a cited event of session_id), as an import; returns its id."""
+    mid = f"m{uuid.uuid4().hex[:10]}"
+    version = {"version": 1, "ts": WRITTEN, "actor": "person:ann", "action": "propose", "status": "proposed",
+               "title": "Prefer polars for large frames: " + "lazily, in parallel, out of core; " * 4, "text": MARKDOWN,
+               "tags": [], "provenance": [{"session_id": session_id, "seq": seq, "quote": "frames over a million rows"}],
+               "note": None}
+    export = {"format": "workbench-memory-store", "format_version": 1, "store": lab.store, "exported_at": WRITTEN,
+              "exported_by": "person:ann", "links": [], "memories": [{
+                  "id": mid, "created_at": WRITTEN, "created_by": "person:ann", "proposal": "create", "targets": [],
+                  "dream_id": None, "redactions": [], "versions": [version]}]}
+    r = httpx.post(f"{lab.url}/workbench/api/memories/import", content=json.dumps(export).encode(),
+                   headers=lab.headers, timeout=30)
+    assert r.status_code == 200, r.text
+    return mid
+
+
+def one_line(page, selector: str) -> bool:
+    """Whether the text of the element at `selector` lies on one line (its text boxes share one top)."""
+    return page.evaluate("""s => { const r = document.createRange(); r.selectNodeContents(document.querySelector(s));
+        return new Set([...r.getClientRects()].map(b => Math.round(b.top))).size === 1; }""", selector)
+
+
+def test_the_review_panel_reads_as_a_person_reads(page, lab: JupyterProcess):
+    """A memory's text rendered as Markdown (its script inert), its source a link that opens the session at the
+    cited event, the reviewer by name, history times as people write them, the status badge on one line."""
+    lab_api(lab, "POST", "sessions", {"id": "cited", "model": "scripted", "title": TITLE})
+    lab_api(lab, "POST", "sessions/cited/messages", {"text": "Use polars for frames over a million rows, please."})
+    for _ in range(600):
+        events = lab_api(lab, "GET", "sessions/cited/events")["events"]
+        if any(e["type"] == "turn_ended" for e in events):
+            break
+        time.sleep(0.1)
+    seq = next(e["seq"] for e in events if e["type"] == "user_message")
+    mid = import_memory(lab, "cited", seq)
+
+    page.goto(f"{lab.url}/lab?reset&token={lab.token}")
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand('workbench:open-review')",
+                           timeout=60_000)
+    page.evaluate("window.jupyterapp.commands.execute('workbench:open-review')")
+    review = page.locator("#jp-main-dock-panel #jp-workbench-review")
+    card = review.locator(f'.jp-wb-review-card[data-memory-id="{mid}"]')
+    card.wait_for(timeout=30_000)
+    review.locator("select.jp-wb-review-status").select_option("all")
+
+    # Markdown, rendered: emphasis, a list, a code block; no markup characters left, no planted script run
+    text = card.locator(".jp-wb-review-text")
+    text.locator("strong").filter(has_text="polars").wait_for(timeout=30_000)
+    assert text.locator("li").count() == 2 and "import polars as pl" in text.locator("pre").first.inner_text()
+    assert "**" not in text.inner_text() and "```" not in text.inner_text()
+    # the badge beside a title of several lines is still one word on one line
+    assert one_line(page, f'.jp-wb-review-card[data-memory-id="{mid}"] .jp-wb-chip'), card.locator(".jp-wb-chip").inner_text()
+
+    # accepted here: the reviewer is this page's user, by the name JupyterLab gives them
+    me = page.evaluate("() => window.jupyterapp.serviceManager.user.identity")
+    card.get_by_role("button", name="Accept", exact=False).first.click()
+    accepted = review.locator(f'.jp-wb-review-card[data-memory-id="{mid}"][data-status="accepted"]')
+    accepted.wait_for(timeout=30_000)
+    assert lab_api(lab, "GET", f"memories/{mid}")["updated_by"] == f"person:{me['username']}"
+    assert me["display_name"] in accepted.locator(".jp-wb-review-title .jp-wb-meta").inner_text()
+    accepted.get_by_role("button", name="History").click()
+    rows = accepted.locator(".jp-wb-review-history li > .jp-wb-meta")
+    rows.nth(1).wait_for(timeout=30_000)
+    offset = page.evaluate("ts => new Date(ts).getTimezoneOffset()", WRITTEN)  # minutes behind UTC, where the page is
+    local = datetime.fromisoformat(WRITTEN) - timedelta(minutes=offset)
+    assert rows.nth(0).inner_text() == f"v1 · propose · ann · {local.day} {local:%b %Y %H:%M}"
+    assert re.fullmatch(rf"v2 · accept · {re.escape(me['display_name'])} · {READABLE.pattern}", rows.nth(1).inner_text())
+    assert "person:" not in accepted.inner_text() and ".123456" not in accepted.inner_text()
+    assert one_line(page, f'.jp-wb-review-card[data-memory-id="{mid}"] .jp-wb-chip')
+
+    # the source: a link named by the session's title (as text), that opens the session at that event
+    accepted.locator("details.jp-wb-review-provenance summary").click()
+    link = accepted.locator("a.jp-wb-review-source")
+    link.filter(has_text=TITLE).wait_for(timeout=30_000)
+    shot(page, "review-panel-readable")
+    link.click()
+    sidebar = page.locator("#jp-workbench")
+    sidebar.locator('.jp-wb-session.jp-mod-selected[data-session-id="cited"]').wait_for(timeout=30_000)
+    sidebar.locator(f'.jp-wb-log > [data-seq="{seq}"].jp-wb-focused').wait_for(timeout=30_000)
+    assert ran(page) is None, f"a planted script ran in the review panel: {ran(page)}"
+
+    # the Panel review app over this server links the same source to JupyterLab, which opens the session there
+    from workbench.memory.panels.review import ReviewApp
+    from workbench.memory.panels.source import RestSource
+
+    source = RestSource(lab.url, lab.token)
+    try:
+        app = ReviewApp(source, status="all")
+        app.memories.value = mid
+        href = re.search(r'class="wb-open-session" href="([^"]+)"', app.provenance.objects[0][1].object).group(1)
+    finally:
+        source.client.close()
+    page.evaluate("() => localStorage.clear()")  # no selection to restore: only the link opens the session
+    page.goto(href.replace("&amp;", "&"))
+    sidebar.locator(f'.jp-wb-log > [data-seq="{seq}"].jp-wb-focused').wait_for(timeout=60_000)
+    assert sidebar.locator('.jp-wb-session.jp-mod-selected[data-session-id="cited"]').count() == 1
+    assert "workbench-session" not in page.url  # done once: a reload does not open it again
+    assert_control_runs(page)
+    lab_api(lab, "PATCH", f"memories/{mid}", {"action": "retire"})
     assert page.blocked == [], page.blocked

@@ -10,7 +10,8 @@ import pytest
 
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from wbui import CHROMIUM, JupyterProcess, lab_api
+from hostile import TITLE, assert_control_runs, ran
+from wbui import CHROMIUM, JupyterProcess, lab_api, open_sidebar, shot
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs the Debian package chromium (scripts/test.sh installs it)")
 
@@ -140,4 +141,48 @@ def test_manage_sessions_in_the_sidebar(page, lab: JupyterProcess):
 
     r = httpx.get(f"{lab.url}/workbench/api/sessions/{sid}", headers=lab.headers, timeout=30)
     assert r.status_code == 404
+    assert not page.blocked, page.blocked
+
+
+# A message whose match sits mid-sentence, with script beside it (it must stay text in the snippet)
+FOUND = ("Earlier we compared three storage formats for the survey data; the <script>top.wbXss='snippet'</script> "
+         "zeppelin benchmark showed parquet reads four times faster than CSV on the laptop, and the team agreed.")
+
+
+def test_search_shows_where_it_matched_on_a_line_of_its_own_and_opens_the_session_there(page, lab: JupyterProcess):
+    """A search hit's snippet is a full-width line under its title, the matched words marked and the text escaped;
+    clicking the hit opens the session with the matching event outlined and in view, not at the chat's end."""
+    lab_api(lab, "POST", "sessions", {"id": "found", "model": "scripted", "title": TITLE})
+    lab_api(lab, "POST", "sessions/found/messages", {"text": FOUND})
+    wait_ended(lab, "found")
+    lab_api(lab, "POST", "sessions/found/messages", {"text": "\n\n".join(f"Line {i} of a long later message." for i in range(60))})
+    wait_ended(lab, "found", turns=2)
+    seq = next(e["seq"] for e in lab_api(lab, "GET", "sessions/found/events")["events"]
+               if e["type"] == "user_message" and "zeppelin" in e["payload"]["text"])
+
+    panel = open_sidebar(page, lab)
+    panel.get_by_label("Search sessions (titles and messages)").fill("ZEPPELIN")
+    hit = row(panel, "found")
+    snippet = hit.locator(".jp-wb-snippet")
+    snippet.wait_for(timeout=30_000)
+    assert [m.inner_text() for m in snippet.locator("mark").all()] == ["zeppelin"]  # any case, as the search matched
+    assert "<script>top.wbXss='snippet'</script>" in snippet.inner_text() and snippet.locator("script").count() == 0
+    title, box, whole = hit.locator(".jp-wb-session-title").bounding_box(), snippet.bounding_box(), hit.bounding_box()
+    assert box["width"] > 0.8 * whole["width"], (box, whole)  # a line of its own, not the status dot's column
+    assert box["y"] >= title["y"] + title["height"] - 1, (box, title)  # under the title
+    mark = snippet.locator("mark").bounding_box()
+    assert box["y"] <= mark["y"] and mark["y"] + mark["height"] <= box["y"] + box["height"], (mark, box)  # not cut off
+    shot(page, "sidebar-search-snippet")
+
+    hit.click()
+    panel.locator('.jp-wb-session.jp-mod-selected[data-session-id="found"]').wait_for(timeout=30_000)
+    at = panel.locator(f'.jp-wb-log > [data-seq="{seq}"].jp-wb-focused')
+    at.wait_for(timeout=30_000)
+    page.wait_for_function("""s => { const log = document.querySelector('#jp-workbench .jp-wb-log');
+        const el = log.querySelector(`:scope > [data-seq="${s}"]`); if (!el) return false;
+        const a = el.getBoundingClientRect(), b = log.getBoundingClientRect();
+        return a.bottom > b.top && a.top < b.bottom; }""", arg=seq, timeout=30_000)
+    at.filter(has_text="zeppelin").wait_for(timeout=30_000)  # the message, rendered (its Markdown renders after it is added)
+    assert ran(page) is None, f"a planted script ran in the sidebar: {ran(page)}"
+    assert_control_runs(page)
     assert not page.blocked, page.blocked

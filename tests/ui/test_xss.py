@@ -30,7 +30,12 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs the Debian packa
 
 # -- the HTML the Python views make --------------------------------------------------------
 
-OUR_TAGS = {"div", "h3", "h4", "span", "i", "b", "code", "pre", "mark", "small", "table", "tr", "td", "th"}  # render.py's
+OUR_TAGS = {"div", "h3", "h4", "span", "i", "b", "code", "pre", "mark", "small", "table", "tr", "td", "th", "ol", "li"}  # render.py's
+# what a memory's Markdown text becomes (render.markdown_html): CommonMark's elements, raw HTML escaped, no images
+MARKDOWN_TAGS = {"p", "em", "strong", "ul", "ol", "li", "blockquote", "a", "hr", "br", "h1", "h2", "h3", "h4", "h5", "h6",
+                 "code", "pre", "table", "thead", "tbody", "tr", "th", "td"}
+OUR_ATTRIBUTES = {"class", "style", "href", "start", "target", "rel"}
+SAFE_LINK = re.compile(r"(https?:|mailto:|#|/)", re.I)
 
 
 class _Markup(HTMLParser):
@@ -38,29 +43,33 @@ class _Markup(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.tags: list[tuple[str, list[str]]] = []
         self.text: list[str] = []
+        self.links: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.tags.append((tag, [name for name, _ in attrs]))
+        self.links += [v or "" for name, v in attrs if name == "href"]
 
     def handle_data(self, data: str) -> None:
         self.text.append(data)
 
 
-def markup(fragment: str) -> tuple[list[tuple[str, list[str]]], str]:
-    """The elements (tag, attribute names) of an HTML fragment, and its text as a browser shows it."""
+def markup(fragment: str) -> tuple[list[tuple[str, list[str]]], str, list[str]]:
+    """The elements (tag, attribute names) of an HTML fragment, its text as a browser shows it, and its links."""
     p = _Markup()
     p.feed(fragment)
     p.close()
-    return p.tags, "".join(p.text)
+    return p.tags, "".join(p.text), p.links
 
 
 def assert_escaped(fragments: list[str]) -> str:
-    """Every fragment holds only our own elements and attributes; returns their text."""
+    """Every fragment holds only our own elements and attributes (and a memory's Markdown), links only to safe
+    places; returns their text."""
     texts = []
     for f in fragments:
-        tags, text = markup(f)
-        foreign = [(t, a) for t, a in tags if t not in OUR_TAGS or set(a) - {"class", "style"}]
+        tags, text, links = markup(f)
+        foreign = [(t, a) for t, a in tags if t not in OUR_TAGS | MARKDOWN_TAGS or set(a) - OUR_ATTRIBUTES]
         assert not foreign, f"markup from the data reached the HTML: {foreign} in {f[:300]!r}"
+        assert all(SAFE_LINK.match(u) for u in links), f"a link to an unsafe place: {links}"
         texts.append(text)
     return "\n".join(texts)
 
@@ -321,7 +330,7 @@ def test_sidebar_runs_no_planted_script(lab: JupyterProcess, lab_hostile, page, 
 
 
 def test_main_area_review_panel_runs_no_planted_script(lab: JupyterProcess, lab_hostile, page, request):
-    """The memory review in the main area (review.ts): titles, texts, quotes and history as text."""
+    """The memory review in the main area (review.ts): titles, quotes and people as text, texts as sanitized Markdown."""
     request.addfinalizer(lambda: shot(page, "xss-review-panel"))
     page.goto(f"{lab.url}/lab?reset&token={lab.token}")
     page.locator('.jp-SideBar.jp-mod-left [data-id="jp-workbench"]').wait_for(timeout=60_000)  # the plugin is active
@@ -335,14 +344,16 @@ def test_main_area_review_panel_runs_no_planted_script(lab: JupyterProcess, lab_
         card = review.locator(f'.jp-wb-review-card[data-memory-id="{p["id"]}"]')
         card.wait_for(timeout=30_000)
         assert card.locator("h3").inner_text() == memory["title"]
-        assert card.locator(".jp-wb-review-text").first.inner_text() == memory["text"]
+        # the text is Markdown, rendered as JupyterLab renders an untrusted Markdown cell: sanitized, no handler kept
+        text = card.locator(".jp-wb-review-text").first
+        text.locator(".jp-RenderedMarkdown").wait_for()
+        assert text.locator("script, [onerror], [onload]").count() == 0, text.inner_html()
         card.locator("summary").click()
         quotes = [c["quote"] for c in memory["provenance"] if c.get("quote")]
         shown = card.locator(".jp-wb-review-provenance blockquote").all_inner_texts()
         assert [q.strip() for q in shown] == [q.strip() for q in quotes], (shown, quotes)
         card.get_by_role("button", name="History").click()
         card.locator(".jp-wb-review-history li").first.wait_for()
-    review.locator(".jp-wb-review-text").filter(has_text=RAISED).first.wait_for()
     assert ran(page) is None, f"a planted script ran in the review panel: {ran(page)}"
     assert_control_runs(page)
     assert page.blocked == [], page.blocked

@@ -1,16 +1,20 @@
 """HTML pieces both review views share: a memory, a diff, source events in context, a dream's timeline.
 
 Every value here comes from a session, a kernel, a dream or a person, so every
-one goes through `esc` (text and attribute values alike); only the constants of
-this module are markup.
+one goes through `esc` (text and attribute values alike), except a memory's text,
+which is Markdown rendered by `markdown_html` with raw HTML escaped; only the
+constants of this module are markup.
 """
 
 from __future__ import annotations
 
 import difflib
 import html
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any
+
+from markdown_it import MarkdownIt
 
 from ...plugins.text import event_text
 
@@ -26,6 +30,33 @@ def esc(s: Any) -> str:
     return html.escape(str(s), quote=True)
 
 
+# CommonMark with raw HTML escaped (a memory's `<script>` is text) and no images (a memory would fetch
+# whatever URL it names on every view); markdown-it refuses javascript:, vbscript:, file: and data: links.
+_MARKDOWN = MarkdownIt("commonmark", {"html": False}).enable("table").disable("image")
+
+
+def markdown_html(text: str) -> str:
+    """A memory's Markdown text as HTML: raw HTML in it shown as text, links only to safe schemes."""
+    return f'<div class="wb-markdown">{_MARKDOWN.render(str(text))}</div>'
+
+
+def who(actor: Any) -> str:
+    """An actor (docs/memory.md) as a reader names it: a person or an API client by name; a dream or an agent
+    keeps its session's id, which the panel's timeline and sources use."""
+    a = str(actor or "")
+    kind, _, name = a.partition(":")
+    return name if kind in ("person", "api") and name else a
+
+
+def when(ts: Any) -> str:
+    """A stored timestamp as people read it, in this machine's time zone: '2 Dec 2026 13:05' (itself if not a time)."""
+    try:
+        t = datetime.fromisoformat(str(ts)).astimezone()
+    except ValueError:
+        return str(ts)
+    return f"{t.day} {t:%b %Y %H:%M}"
+
+
 def message_html(text: str, kind: str) -> str:
     """A one-line status message (an action's outcome or its error), escaped."""
     color = MESSAGE_COLORS.get(kind, "#444")
@@ -34,7 +65,8 @@ def message_html(text: str, kind: str) -> str:
 
 def badge(status: str) -> str:
     color = STATUS_COLORS.get(status, "#444")
-    style = f"color:#fff;background:{color};padding:1px 6px;border-radius:8px;font-size:0.85em"
+    # one word on one line, however narrow its column ("PROPOSE/D" reads as nothing)
+    style = f"color:#fff;background:{color};padding:1px 6px;border-radius:8px;font-size:0.85em;white-space:nowrap"
     return f'<span class="wb-status" style="{style}">{esc(status)}</span>'
 
 
@@ -42,10 +74,19 @@ def memory_html(m: dict[str, Any]) -> str:
     """A memory's title, status, kind, tags and text."""
     what = str(m["proposal"]) + (f" of {', '.join(map(str, m['targets']))}" if m["targets"] else "")
     tags = " ".join(f"<code>{esc(t)}</code>" for t in m["tags"])
-    by = f"proposed by {esc(m['created_by'])}" + (f", last change by {esc(m['updated_by'])}" if m["updated_by"] != m["created_by"] else "")
+    by = f"proposed by {esc(who(m['created_by']))}" + (
+        f", last change by {esc(who(m['updated_by']))} on {esc(when(m['updated_at']))}" if m["updated_by"] != m["created_by"] else "")
     return (f'<div class="wb-memory"><h3 style="margin:4px 0">{esc(m["title"])}</h3>'
             f"<div>{badge(m['status'])} <i>{esc(what)}</i> · v{esc(m['version'])} · {by} {tags}</div>"
-            f'<pre style="white-space:pre-wrap;background:#f6f8fa;padding:8px">{esc(m["text"])}</pre></div>')
+            f'<div class="wb-memory-text" style="background:#f6f8fa;padding:0 8px;overflow-wrap:anywhere">'
+            f'{markdown_html(m["text"])}</div></div>')
+
+
+def history_html(m: dict[str, Any]) -> str:
+    """A memory's versions, oldest first: number, action, who and when, and each note."""
+    rows = [f"<li>v{esc(v['version'])} · {esc(v['action'])} · {esc(who(v['actor']))} · {esc(when(v['ts']))}"
+            + (f" · <i>{esc(v['note'])}</i>" if v.get("note") else "") + "</li>" for v in m.get("history") or []]
+    return f'<div class="wb-history"><b>history</b><ol style="margin:2px 0">{"".join(rows)}</ol></div>' if rows else ""
 
 
 def chain_html(m: dict[str, Any]) -> str:
@@ -54,7 +95,7 @@ def chain_html(m: dict[str, Any]) -> str:
     for key, says in (("supersedes", "replaced"), ("superseded_by", "replaced by")):
         for link in m.get(key) or []:
             rows.append(f"<div>{esc(says)} <code>{esc(link['id'])}</code> {badge(link['status'] or 'unknown')} "
-                        f"{esc(link['title'] or '')} · {esc(link['kind'])} by {esc(link['actor'])} at {esc(link['ts'][:19])}</div>")
+                        f"{esc(link['title'] or '')} · {esc(link['kind'])} by {esc(who(link['actor']))} on {esc(when(link['ts']))}</div>")
     if m.get("current") and m["current"] != m["id"]:
         rows.append(f"<div>in effect now: <code>{esc(m['current'])}</code></div>")
     return f'<div class="wb-chain"><b>chain</b>{"".join(rows)}</div>' if rows else ""

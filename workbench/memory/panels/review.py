@@ -6,14 +6,20 @@ Use it inline in a notebook (`ReviewApp(source).panel()`, after
 versioned change in the store, made as the reviewer named in the "reviewer" field.
 
 Everything shown comes from sessions, kernels and dreams, so it is hostile:
-HTML panes get only what render.py escaped, and choices are plain-text widgets
-(Panel's MultiChoice renders its labels as HTML, so it is not used).
+HTML panes get only what render.py escaped (a memory's text: Markdown with raw
+HTML escaped), and choices are plain-text widgets (Panel's MultiChoice renders
+its labels as HTML, so it is not used).
+
+A cited event shows in context here; over a server (`RestSource`) it is also a
+link that opens the session at that event in JupyterLab's workbench sidebar.
+A store opened in-process has no server to link to: the context view is all.
 """
 
 from __future__ import annotations
 
 import sys
 import webbrowser
+from collections.abc import Callable
 from typing import Any
 
 import panel as pn
@@ -27,24 +33,30 @@ from .render import (
     conflicts_html,
     context_html,
     esc,
+    history_html,
     memory_html,
     message_html,
     proposal_diffs,
     timeline_html,
+    who,
 )
-from .source import MemorySource
+from .source import MemorySource, RestSource
 
 
 class ReviewApp:
     """A review panel over a MemorySource (the store in-process, or RestSource)."""
 
-    def __init__(self, source: MemorySource, actor: str = "person:reviewer", status: str = "proposed"):
+    def __init__(self, source: MemorySource, actor: str = "person:reviewer", status: str = "proposed",
+                 session_url: Callable[[str, int], str] | None = None):
         self.source = source
+        # where a cited event opens (JupyterLab, at that event): given, or the server a RestSource talks to
+        self.session_url = session_url or (source.session_url if isinstance(source, RestSource) else None)
+        self.reviewer = actor
         self.status = pn.widgets.Select(label="status", options=list(STATUS_OPTIONS), value=status, width=140)
         self.tag = pn.widgets.Select(label="tag", options=["all"], value="all", width=140)
         self.dream = pn.widgets.Select(label="dream", options={"all": ""}, value="", width=220)
         # who reviews is who runs the panel (or whom the server authenticates): shown, not chosen
-        self.actor = pn.widgets.TextInput(label="reviewer", value=actor, width=200, disabled=True)
+        self.actor = pn.widgets.TextInput(label="reviewer", value=who(actor), width=200, disabled=True)
         self.memories = pn.widgets.Select(label="memories", options={}, size=14, width=420, css_classes=["wb-memories"])
         self.detail = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["wb-detail"])
         self.diff = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["wb-diff-pane"])
@@ -119,7 +131,7 @@ class ReviewApp:
             self.diff.object, self.provenance.objects = "", []
             return
         m = self.source.get(mid)
-        self.detail.object = memory_html(m) + chain_html(m) + conflicts_html(m)
+        self.detail.object = memory_html(m) + chain_html(m) + conflicts_html(m) + history_html(m)
         self.diff.object = proposal_diffs(m, self.source.get)
         buttons: list[pn.viewable.Viewable] = []
         for c in m["provenance"]:
@@ -130,7 +142,9 @@ class ReviewApp:
 
             b.on_click(cite)
             quote = f"“{esc(c['quote'])}”" if c.get("quote") else ""
-            buttons.append(pn.Row(b, pn.pane.HTML(f"<small>{quote}</small>", css_classes=["wb-cite-quote"])))
+            link = (f'<a class="wb-open-session" href="{esc(self.session_url(c["session_id"], c["seq"]))}" target="_blank" '
+                    f'rel="noopener">open the session at #{esc(c["seq"])}</a> ' if self.session_url else "")
+            buttons.append(pn.Row(b, pn.pane.HTML(f"{link}<small>{quote}</small>", css_classes=["wb-cite-quote"])))
         self.provenance.objects = buttons or [pn.pane.HTML("<i>no provenance (written by a person)</i>")]
         self.title_input.value, self.text_input.value = m["title"], m["text"]
         self.merge_with.value = []
@@ -167,7 +181,7 @@ class ReviewApp:
         if action in ("accept", "reject", "retire", "edit", "merge", "supersede") and note:
             kw["note"] = note
         try:
-            m = self.source.review(mid, action, (self.actor.value or "").strip(), **kw)
+            m = self.source.review(mid, action, self.reviewer.strip(), **kw)
         except WorkbenchError as e:
             self._say(str(e), "danger")
             return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 # both sources have a method named `list`; below it, their annotations reach the builtin as builtins.list
 import builtins
 from typing import Any, Protocol
+from urllib.parse import urlencode
 
 
 class MemorySource(Protocol):
@@ -52,3 +53,8 @@ class RestSource:
     def session_events(self, session_id: str, after: int | None = None, until: int | None = None) -> builtins.list[dict[str, Any]]:
         limit = None if until is None else max(1, until - (after or 0))
         return self.client.events(session_id, after=after or 0, limit=limit)
+
+    def session_url(self, session_id: str, seq: int) -> str:
+        """JupyterLab on this server, opening `session_id` at event `seq` in the workbench sidebar (no token: the
+        browser that shows the panel is signed in to the server already)."""
+        return f"{self.client.url}/lab?{urlencode({'workbench-session': session_id, 'workbench-seq': seq})}"
