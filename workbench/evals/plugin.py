@@ -94,9 +94,8 @@ class EvalPlugin(Plugin):
         brain, which would spend a model call on a try that no longer counts; their session ids."""
         assert self.host is not None, "attached"
         sql = self.host.log.sql()
-        if sql is None or sql.read_only:
-            return []
-        for run_id, spec in await asyncio.to_thread(unfinished, sql):
+        kept = await asyncio.to_thread(unfinished, sql) if sql is not None and not sql.read_only else []
+        for run_id, spec in kept:
             try:
                 tasks = await asyncio.to_thread(load_tasks, spec["tasks"])
                 self.start(self.make_run(tasks, spec["models"], epochs=spec["epochs"], parallel=spec["parallel"],
