@@ -1,6 +1,7 @@
 """A parent delegating to four children in a real `jupyter server`: one child's kernel is killed, then the
 server itself (SIGKILL). A new server on the same database resumes the parent, which re-attaches to its
-children: every child is answered exactly once, none that had finished runs again, the tree is intact."""
+children: every child is answered exactly once, none that had finished runs again, the tree is intact, and
+every child's check runs on the workspace it kept across the kill."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def ended(c: WorkbenchClient, sid: str) -> bool:
     return c.session(sid)["state"] == "ended" and not c.session(sid)["running"]
 
 
-def test_children_survive_a_killed_kernel_and_a_killed_server(server_process):
+def test_children_survive_a_killed_kernel_and_a_killed_server(server_process, tmp_path):
     first = server_process(env=LOCAL_HANDS)
     c = WorkbenchClient(first.url, first.token)
     tasks = [worker("import time; time.sleep(1); print('quick')")] + [worker("import time; time.sleep(600)")] * 3
@@ -84,8 +85,12 @@ def test_children_survive_a_killed_kernel_and_a_killed_server(server_process):
     assert result["children"][0]["answer"] == "Final answer: quick"
     assert result["children"][1]["kernel_deaths"] == 1
     checks = [ch["check"] for ch in result["children"]]
-    assert [ch["passed"] for ch in checks] == [True, True, False, False]  # a kernel death keeps the workspace
-    assert all("workspace did not survive a restart" in ch["explanation"] for ch in checks[2:])
+    # a kernel death keeps the workspace, and so does a server kill: the children cut off by it wrote their
+    # mark before the kill, and their checks, run by the new server, find it in the workspace each kept
+    assert [ch["passed"] for ch in checks] == [True, True, True, True], checks
+    assert not any("did not survive" in ch["explanation"] for ch in checks)
+    kept = tmp_path / "wb.duckdb.delegate"  # each child's kept workspace is deleted once its check has run
+    assert kept.is_dir() and list(kept.iterdir()) == []
     for k in ids:  # each child was checked once: the verdicts from before the kill were read, not made again
         assert [e["type"] for e in c2.events(k)].count("delegate_checked") == 1
     for k in slow:

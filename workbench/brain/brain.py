@@ -151,8 +151,9 @@ class Brain:
         assert task is not None  # only a message with a key is ever found sent before
         return await self._await_turn(session_id, task, interrupted_by)
 
-    async def start_resume(self, session_id: str) -> bool:
-        """Resume a turn that was cut off, in the background; False when there is none."""
+    async def start_resume(self, session_id: str, *, close_by: str | None = None) -> bool:
+        """Resume a turn that was cut off, in the background; False when there is none. close_by: only close it,
+        as interrupted by `close_by` (an eval run, for which a cut-off try is an error whatever it does next)."""
         await self._made(session_id)
         async with self.turns.lock(session_id):
             if self.turns.running(session_id):
@@ -161,13 +162,13 @@ class Brain:
                     raise TurnBusy(f"a turn is already running in session {session_id}")
             if not (await self.conversation(session_id)).state.open:
                 return False
-            await self._spawn(session_id, None)
+            await self._spawn(session_id, None, close_by=close_by)
             return True
 
-    async def resume(self, session_id: str, *, interrupted_by: str = "user") -> str | None:
+    async def resume(self, session_id: str, *, interrupted_by: str = "user", close_by: str | None = None) -> str | None:
         """Finish a turn that was cut off; the stop reason, or None when there is nothing to finish. Cancelling
-        the caller interrupts the turn, recorded as by `interrupted_by`."""
-        if not await self.start_resume(session_id):
+        the caller interrupts the turn, recorded as by `interrupted_by`. close_by: as for start_resume."""
+        if not await self.start_resume(session_id, close_by=close_by):
             return None
         task = self.turns.task(session_id)
         return await self._await_turn(session_id, task, interrupted_by) if task is not None else None
@@ -245,10 +246,10 @@ class Brain:
         return (await self.log.aevents(session_id, seq - 1, until=seq))[0]
 
     async def _spawn(self, session_id: str, text: str | None, name_untitled: bool = False,
-                     key: str | None = None) -> tuple[Any, asyncio.Task]:
+                     key: str | None = None, close_by: str | None = None) -> tuple[Any, asyncio.Task]:
         """Start the turn's task; wait (not cancellably) until its first event is committed."""
         started: asyncio.Future = asyncio.get_running_loop().create_future()
-        task = self.turns.spawn(session_id, lambda: self.loop.turn(session_id, text, started, name_untitled, key))
+        task = self.turns.spawn(session_id, lambda: self.loop.turn(session_id, text, started, name_untitled, key, close_by))
 
         def never_started(t: asyncio.Task) -> None:
             # cancelled before its first step (a shutdown's cancel landing just after the spawn): the turn wrote

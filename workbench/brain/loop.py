@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..log.manage import auto_title, rename
-from .calls import INTERRUPTED_CALL, Calls
+from .calls import CUT_OFF_CALL, INTERRUPTED_CALL, Calls
 from .models import FatalModelError, MessageBuilder, Model, RetryableError
 from .request import tool_uses
 from .views import Views
@@ -40,9 +40,10 @@ class Loop:
         return lambda: self._listeners.remove(fn) if fn in self._listeners else None
 
     async def turn(self, session_id: str, text: str | None, started: asyncio.Future,
-                   name_untitled: bool = False, key: str | None = None) -> str | None:
-        """A turn of the session: `text` the user's message (None: resume a cut-off turn); `started` hears its
-        first event once committed (or why nothing was written); the stop reason."""
+                   name_untitled: bool = False, key: str | None = None, close_by: str | None = None) -> str | None:
+        """A turn of the session: `text` the user's message (None: resume a cut-off turn; with `close_by`, only close
+        it, as interrupted by `close_by`); `started` hears its first event once committed (or why nothing was
+        written); the stop reason."""
         title = auto_title(text) if name_untitled and text is not None else None
 
         def name(tx: Any) -> None:
@@ -64,6 +65,8 @@ class Loop:
             return None
         started.set_result(first)
         try:
+            if close_by is not None:
+                return await self._close_cut_off(session_id, close_by)
             return await (self._loop(session_id, asked=True) if text is not None else self._resume(session_id))
         except asyncio.CancelledError:
             await _to_the_end(self._close(session_id, "interrupted", self.interrupted_by.pop(session_id, "user")))
@@ -175,6 +178,14 @@ class Loop:
                 await self.calls.run(session_id, [c for c in calls if c["id"] not in st.answered], run=False)
                 return await self._end(session_id, msg.get("stop_reason") or "unknown")
         return await self._loop(session_id)
+
+
+    async def _close_cut_off(self, session_id: str, by: str) -> str:
+        """Close a cut-off turn (its `resumed` is committed) without going on: no model call, no tool re-attached;
+        its cut-off calls are answered "interrupted; state unknown", then the turn ends as interrupted by `by`."""
+        await self.calls.answer_pending(session_id, CUT_OFF_CALL, how="cut off")
+        await _to_the_end(self._close(session_id, "interrupted", by))
+        return "interrupted"
 
 
 async def _to_the_end(closing: Any) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import (
     DatabaseLocked,
     RequestRefused,
+    ServerUnavailable,
     UnknownSession,
     WorkbenchError,
 )
@@ -64,9 +66,25 @@ def find_holder(db: str | Path | None, locked: DatabaseLocked) -> WorkbenchClien
 class Remote:
     """What a command run through a server gets: the client, and the errors of its answers as local ones."""
 
-    def __init__(self, client: WorkbenchClient, plugins: list[Any]):
+    def __init__(self, client: WorkbenchClient, plugins: list[Any], db: str | Path | None = None):
         self.client = client
         self.plugins = plugins
+        self.db = db  # the database the server holds (None: the default one)
+
+    def reattach(self, wait: float, poll: float = 1.0) -> None:
+        """Go on with the server that holds the database now (one started again after a crash: another port and
+        token), waiting up to `wait` seconds for one; ServerUnavailable when none holds it by then."""
+        deadline = time.monotonic() + wait
+        while True:
+            client = find_holder(self.db, DatabaseLocked("held"))
+            if client is not None:
+                self.client.close()
+                self.client = client
+                return
+            if time.monotonic() >= deadline:
+                raise ServerUnavailable(f"no workbench server holds the database again after {wait:.0f} s; start one, "
+                                        "or run the command on the file")
+            time.sleep(poll)
 
     @contextmanager
     def answers(self, unknown: type[WorkbenchError] = UnknownSession) -> Iterator[None]:
@@ -145,10 +163,11 @@ def run_remote(args: argparse.Namespace, plugins: list[Any], command: Any, locke
     if remote is None or client is None:
         raise locked
     print(f"[the database is held by the workbench server at {client.url}: going through its API]", file=sys.stderr)
+    r = Remote(client, plugins, getattr(args, "db", None))
     try:
-        return int(remote(args, Remote(client, plugins)))
+        return int(remote(args, r))
     finally:
-        client.close()
+        r.client.close()
 
 
 __all__ = ["Remote", "event_of", "find_holder", "run_remote"]

@@ -5,6 +5,9 @@ names its parent (`parent_id`) and the call that started it (`origin`). Its id i
 parent, the call and its index, so a call resumed after a crash finds the children it started
 instead of starting them again. Everything the parent learns about a child it reads from the
 child's log: a child's crash (its kernel, its model, the harness) is data, never an exception here.
+A child with a check keeps its workspace next to the log file (`<db>.delegate/CHILD`, as eval attempts
+keep theirs) until its check has run, so that a host killed before then leaves it for the next one's check;
+then it is deleted.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ import hashlib
 import io
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..plugins import PluginHost
 from ..plugins.errors import TurnBusy, WorkbenchError
-from ..plugins.hands import python_verdict, write_file
+from ..plugins.hands import NoWorkspace, discard_kept_workspace, python_verdict, write_file
 from ..plugins.log import Event
 from ..plugins.models import turn_state
 from ..plugins.tools import ToolOutput
@@ -132,7 +136,14 @@ class Delegation:
                 outcome["check"] = await self._check(cid, spec.check, outcome["answer"])
         if not self.brain.running(cid):  # done with: its kernel (and workspace) are freed now, not at the host's close
             await self.brain.close_session(cid)
+            if spec.check is not None and (kept := self._kept(cid)) is not None:  # checked, or never will be
+                await asyncio.to_thread(discard_kept_workspace, kept)
         return outcome
+
+    def _kept(self, cid: str) -> Path | None:
+        """Where a child with a check keeps its workspace until the check has run (None: a log without a file)."""
+        path = getattr(self.host.log, "path", None)
+        return Path(path).with_name(Path(path).name + ".delegate") / cid if path else None
 
     async def _check(self, cid: str, code: str, answer: str) -> dict[str, Any]:
         """The child's verdict: `code` run by the one verifier (evals/verify.py) in fresh hands of its own, against
@@ -146,8 +157,11 @@ class Delegation:
         if done:
             return done[-1]
         try:
-            v = await python_verdict(self.host.hands, await self.brain.hands(cid), code, answer, label=f"{cid}-check",
-                                     limit_bytes=self.max_copy)
+            hands = await self.brain.hands(cid)
+            if self._kept(cid) is not None:
+                with contextlib.suppress(NoWorkspace):  # a gateway's: the verdict says it could not check
+                    await hands.workspace(create=True)  # the kept one, found again by a host that did not run the child
+            v = await python_verdict(self.host.hands, hands, code, answer, label=f"{cid}-check", limit_bytes=self.max_copy)
             verdict = {"passed": v.passed, "score": v.score, "explanation": v.explanation, **v.details}
         except WorkbenchError as e:  # e.g. the host is closing its hands factory: the check did not run
             verdict = {"passed": False, "score": 0.0, "explanation": f"not checked: {e}", "duration_ms": 0.0,
@@ -162,8 +176,10 @@ class Delegation:
         if not await self.host.log.ahas_session(cid):
             origin = {"tool_use_id": self.tool_use_id, "index": i, "depth": self.depth + 1, "prompt": spec.prompt,
                       "limits": spec.limits(), "files": list(spec.files)}
+            kept = self._kept(cid) if spec.check is not None else None
+            config = {"hands": {"keep_dir": str(kept)}} if kept is not None else None
             await asyncio.to_thread(lambda: brain.create_session(
-                cid, title=spec.title, model=spec.model, system=CHILD_SYSTEM, tools=list(spec.tools),
+                cid, title=spec.title, model=spec.model, system=CHILD_SYSTEM, tools=list(spec.tools), config=config,
                 kind="delegate", parent_id=self.parent_id, origin=origin))
         events = await brain.events(cid)
         for e in events:

@@ -177,10 +177,8 @@ class Attempt:
 
     async def _close_cut_off(self) -> None:
         """Close a turn that a process which died left open: its cut-off call is answered as interrupted (never
-        re-run) and the turn is interrupted at once, not gone on with: the attempt is an error whatever it does next."""
-        brain = self.host.brain
-        if await brain.start_resume(self.spec.id):
-            await brain.interrupt(self.spec.id, by="eval")
+        re-run) and the turn ends, not gone on with (no model call): the attempt is an error whatever it does next."""
+        await self.host.brain.resume(self.spec.id, close_by="eval")
 
     def _stop(self, events: list[Any], last: dict[str, Any], turns: int, t0: float) -> tuple[str, str] | None:
         """(outcome, reason) when the attempt ends now, or None to send the verdict back for another turn."""

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from .plugin import EvalPlugin
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+REATTACH_S = 600.0  # how long a remote `workbench eval` waits for a server that went away to hold the database again
+WAKE_S = 120.0  # then how long for that server's start to go on with the run (a run it cannot make stays stopped)
 
 
 def _progress(total_hint: str) -> Any:
@@ -170,7 +172,7 @@ def remote_eval(args: argparse.Namespace, r: Any) -> int:
     import signal
 
     from ..plugins.errors import WorkbenchError
-    from .client import follow_run, start_run
+    from .client import start_run
     from .results import frame
     from .routes import MAX_EVAL_BODY_BYTES
     from .tasks import task_to_json
@@ -213,8 +215,7 @@ def remote_eval(args: argparse.Namespace, r: Any) -> int:
                     seen.add((row["task"], row["model"], row["epoch"]))
                     progress(len(seen), len(order), row)
 
-        with r.answers():
-            st = follow_run(r.client, run_id, advance)  # Ctrl-C interrupts the run in the server
+        st = _follow(r, run_id, advance)  # Ctrl-C interrupts the run in the server
     except KeyboardInterrupt:
         if run_id is None:  # cut off before the server answered: it may have started a run of a new id
             print("\nworkbench: eval interrupted before the server answered; see `workbench evals` for a run it "
@@ -230,8 +231,8 @@ def remote_eval(args: argparse.Namespace, r: Any) -> int:
     if st["state"] == "interrupted":  # by someone else (the notebook, another `workbench eval`)
         _interrupted(args, run_id)
         return EXIT_INTERRUPTED
-    if st["state"] != "done":  # "stopped": the server answering now did not start it (it was restarted)
-        print(f"workbench: eval run {run_id} no longer runs in the server (was it restarted?); finished attempts are "
+    if st["state"] != "done":  # "stopped": the server answering now does not run it (it could not go on with it)
+        print(f"workbench: eval run {run_id} no longer runs in the server (see its log for why); finished attempts are "
               f"kept. Go on with `workbench eval {args.tasks} --run {run_id}` and the same models and epochs",
               file=sys.stderr)
         return EXIT_FAILED
@@ -239,6 +240,33 @@ def remote_eval(args: argparse.Namespace, r: Any) -> int:
                   key=lambda row: order[(row["task"], row["model"], row["epoch"])])
     _print_run(args, frame(rows), run_id)
     return EXIT_OK
+
+
+def _follow(r: Any, run_id: str, advance: Any) -> dict[str, Any]:
+    """Follow the run to its end (its last status). When the server goes away (killed, restarted), wait for the
+    server that holds the database next, whose start goes on with the run, and follow the run there."""
+    import time
+
+    from ..plugins.errors import RequestRefused, ServerUnavailable
+    from .client import POLL_S, follow_run
+
+    back: float | None = None  # when a server answered again after one went away
+    while True:
+        try:
+            with r.answers():
+                st = follow_run(r.client, run_id, advance)
+        except (ServerUnavailable, RequestRefused) as e:
+            if isinstance(e, RequestRefused) and e.status != 503:  # 503: the server is stopping
+                raise
+            print(f"workbench: the server went away; following eval run {run_id} again once a server holds the "
+                  "database (Ctrl-C to stop waiting)", file=sys.stderr)
+            r.reattach(REATTACH_S)
+            back = time.monotonic()
+            continue
+        if st["state"] == "stopped" and back is not None and time.monotonic() - back < WAKE_S:
+            time.sleep(POLL_S)  # the new server's start is about to go on with it
+            continue
+        return st
 
 
 def _configure_eval(p: argparse.ArgumentParser) -> None:

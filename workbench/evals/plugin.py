@@ -3,12 +3,14 @@
 It contributes the `eval_*` event types, the `eval_results` SQL view (in the log's DuckDB
 file), the `scripted:eval` and `scripted:grader` scripts, the `workbench eval` and
 `workbench evals` commands, the eval routes of the API (the notebook's `wb.eval(...)`)
-and the eval settings. docs/evals.md says how to use it.
+and the eval settings; a server start goes on with every run a dead process left unfinished
+(`wake`, runs.py). docs/evals.md says how to use it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,12 +18,15 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..plugins import Command, Plugin
-from ..plugins.errors import ConfigError, TurnBusy
+from ..plugins.errors import ConfigError, TurnBusy, WorkbenchError
 from ..plugins.settings import Prices, from_env
 from .results import VIEW
 from .runner import EvalRun
+from .runs import SCHEMA, unfinished
 from .script import grader, solver
-from .tasks import Task
+from .tasks import Task, load_tasks
+
+log_ = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..plugins import PluginHost as Host
@@ -78,29 +83,49 @@ class EvalPlugin(Plugin):
         super().attach(host)
         sql = host.log.sql()
         if sql is not None and not sql.read_only:  # a log without SQL (the in-memory twin of fast tests) has no view
-            sql.write(lambda tx: tx.execute(VIEW)).result()
+            sql.write(lambda tx: (tx.execute(VIEW), tx.execute(SCHEMA))).result()
 
     def scripts(self) -> Mapping[str, Any]:
         return {"eval": solver(lambda: self.by_prompt), "grader": grader}
 
+    async def wake(self) -> list[str]:
+        """A server start goes on, in the background, with every run a dead process left unfinished (runs.py). Its
+        attempts' cut-off turns are the runs' to close (a try cut off is an error, tried again): never resumed by the
+        brain, which would spend a model call on a try that no longer counts; their session ids."""
+        assert self.host is not None, "attached"
+        sql = self.host.log.sql()
+        kept = await asyncio.to_thread(unfinished, sql) if sql is not None and not sql.read_only else []
+        for run_id, spec in kept:
+            try:
+                tasks = await asyncio.to_thread(load_tasks, spec["tasks"])
+                self.start(self.make_run(tasks, spec["models"], epochs=spec["epochs"], parallel=spec["parallel"],
+                                         run_id=run_id, retries=spec["retries"], grader_model=spec["grader_model"],
+                                         workspace_root=Path(spec["workspace_root"])))
+            except WorkbenchError as e:  # e.g. its model cannot be made here (no key): `workbench eval --run` goes on
+                log_.warning("workbench: eval run %s cannot go on in this server: %s", run_id, e)
+        rows = await asyncio.to_thread(self.host.log.sessions, None, "eval")
+        return [s["id"] for s in rows if s["state"] == "unfinished"]
+
     async def shutdown(self) -> None:
-        for _, task in list(self.running.values()):
+        for run, task in list(self.running.values()):
+            run.stopping = True  # a server that stops goes on with its runs at its next start
             task.cancel()
         await asyncio.gather(*(t for _, t in self.running.values()), return_exceptions=True)
 
     # -- runs ------------------------------------------------------------------------
 
     def make_run(self, tasks: Sequence[Task], models: Sequence[str], *, epochs: int = 1, parallel: int | None = None,
-                 run_id: str | None = None, progress: Any = None) -> EvalRun:
-        """An EvalRun on this plugin's host with the eval settings (prices, grader, workspaces)."""
+                 run_id: str | None = None, progress: Any = None, **kept: Any) -> EvalRun:
+        """An EvalRun on this plugin's host with the eval settings (prices, grader, workspaces, retries); `kept`: the
+        retries, grader_model and workspace_root a run was started with, when it goes on (runs.py)."""
         assert self.host is not None, "the host attaches its plugins before anything runs"
         s = self.settings
         kw: dict[str, Any] = {"run_id": run_id} if run_id else {}
         if s.workspace_root:
             kw["workspace_root"] = Path(s.workspace_root).expanduser()
-        run = EvalRun(self.host, list(tasks), list(models), epochs=epochs, parallel=parallel or s.parallel, retries=s.retries,
-                      grader_model=s.grader_model, prices=Prices.parse(s.prices) if s.prices else self.host.prices,
-                      progress=progress, **kw)
+        kw = {"retries": s.retries, "grader_model": s.grader_model, **kw, **kept}
+        run = EvalRun(self.host, list(tasks), list(models), epochs=epochs, parallel=parallel or s.parallel,
+                      prices=Prices.parse(s.prices) if s.prices else self.host.prices, progress=progress, **kw)
         for t in tasks:
             self.by_prompt.setdefault(t.prompt.strip(), t)
         return run

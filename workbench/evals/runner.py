@@ -12,7 +12,8 @@ new attempt of the same (task, model, epoch), up to `retries` times; its results
 last try's. Cancelling `run()` (Ctrl-C, SIGTERM, an interrupt from the notebook) interrupts
 the running turns, each recorded as interrupted, and stops their kernels; what was finished
 stays finished, and a turn it cut off makes its attempt an error, tried again when the run
-goes on.
+goes on. What the run is, and whether it ended, is kept in the log's file (runs.py): a server start goes
+on with a run that a dead process (or a server's own stop) cut off.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from ..plugins.errors import ConfigError
 from ..plugins.settings import Prices
 from .attempt import Attempt, Spec
 from .results import attempt_row, frame, outcome_of
-from .tasks import TASK_ID, Task
+from .runs import mark, record
+from .tasks import TASK_ID, Task, task_to_json
 
 MAX_EPOCHS = 1000
 MAX_PARALLEL = 256
@@ -59,6 +61,7 @@ class EvalRun:
     progress: Progress | None = None
     finished: int = 0
     active: set[str] = field(default_factory=set)  # the attempts (session ids) this run goes on with now
+    stopping: bool = False  # its host stops: a cancel leaves the run unfinished, for the next server start
 
     def __post_init__(self) -> None:
         if not isinstance(self.run_id, str) or not TASK_ID.fullmatch(self.run_id):
@@ -121,10 +124,27 @@ class EvalRun:
         """Whether a try that finished so is tried again: an error, with retries left."""
         return outcome_of(finished) == "error" and spec.try_n <= self.retries
 
+    def to_json(self) -> dict[str, Any]:
+        """What the run is (kept in `eval_runs`, runs.py): enough to make it again in another process."""
+        return {"tasks": [task_to_json(t) for t in self.tasks], "models": list(self.models), "epochs": self.epochs,
+                "parallel": self.parallel, "retries": self.retries, "grader_model": self.grader_model,
+                "workspace_root": str(self.workspace_root)}
+
+    async def _keep(self, state: str | None) -> None:
+        """Record the run as running (None) or how it ended, in a log with SQL tables (not the in-memory twin)."""
+        sql = self.host.log.sql()
+        if sql is None or sql.read_only:
+            return
+        if state is None:
+            await asyncio.to_thread(record, sql, self.run_id, self.to_json())
+        else:  # also when the run was cancelled: the record is written before the cancel goes on
+            await asyncio.shield(asyncio.to_thread(mark, sql, self.run_id, state))
+
     async def run(self) -> Any:
         """Run what is left of the run; a DataFrame of all its attempts."""
         specs = self.specs()
         todo = await asyncio.to_thread(self.check_resumable, specs)
+        await self._keep(None)
         total = len(specs)
         self.finished = total - len(todo)
         if self.progress:
@@ -150,13 +170,20 @@ class EvalRun:
                 self.progress(self.finished, total, row)
 
         jobs = [asyncio.ensure_future(one(s)) for s in todo]
+        state = "failed"
         try:
             if jobs:
                 await asyncio.gather(*jobs)
+            state = "done"
+        except asyncio.CancelledError:
+            state = "running" if self.stopping else "interrupted"
+            raise
         finally:
             for j in jobs:
                 j.cancel()
             await asyncio.gather(*jobs, return_exceptions=True)
+            if state != "running":
+                await self._keep(state)
         return frame(await asyncio.to_thread(self.rows))
 
     def rows(self) -> list[dict[str, Any]]:

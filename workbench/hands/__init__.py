@@ -9,6 +9,7 @@ start, talk and end) and `isolating` (what keeps them in their place); docs/arch
 from typing import TYPE_CHECKING, Any
 
 from .base import Death, EventSink, Hands, Kernel, Launcher, Place
+from .isolating import discard as discard_kept_workspace
 from .kernel import HandsConfig, KernelHands
 from .observing import Observation, failure
 
@@ -25,5 +26,5 @@ def __getattr__(name: str) -> Any:  # the local launcher at first use, as the la
 
 __all__ = [
     "Death", "EventSink", "Hands", "HandsConfig", "Kernel", "KernelHands", "Launcher", "LocalLauncher", "Observation",
-    "Place", "failure", "kernel_env",
+    "Place", "discard_kept_workspace", "failure", "kernel_env",
 ]  # fmt: skip

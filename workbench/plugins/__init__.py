@@ -85,16 +85,17 @@ class PluginBrain(Protocol):
         """Append the user's message and start the turn in the background; the committed event."""
         ...
 
-    async def start_resume(self, session_id: str) -> bool:
-        """Resume a cut-off turn in the background; False when there is none."""
+    async def start_resume(self, session_id: str, *, close_by: str | None = None) -> bool:
+        """Resume a cut-off turn in the background; False when there is none (close_by: only close it, as
+        interrupted by `close_by`: no model call)."""
         ...
 
     def turn_task(self, session_id: str) -> asyncio.Task | None:
         """The session's running turn (to wait for or watch), None when none runs."""
         ...
 
-    async def resume(self, session_id: str, *, interrupted_by: str = "user") -> str | None:
-        """Finish a turn a crash cut off; its stop reason (None: nothing to finish)."""
+    async def resume(self, session_id: str, *, interrupted_by: str = "user", close_by: str | None = None) -> str | None:
+        """Finish a turn a crash cut off; its stop reason (None: nothing to finish; close_by: as for start_resume)."""
         ...
 
     async def wait_turn(self, session_id: str) -> str | None:

@@ -10,6 +10,7 @@ from ..errors import (
                       MemoryConflict,
                       PluginError,
                       RequestRefused,
+                      ServerUnavailable,
                       TurnBusy,
                       UnknownMemory,
                       UnknownSession,
@@ -17,4 +18,4 @@ from ..errors import (
 )
 
 __all__ = ["BodyTooLarge", "ConfigError", "DatabaseLocked", "MemoryConflict", "PluginError", "RequestRefused",
-           "TurnBusy", "UnknownMemory", "UnknownSession", "WorkbenchError"]
+           "ServerUnavailable", "TurnBusy", "UnknownMemory", "UnknownSession", "WorkbenchError"]

@@ -10,8 +10,8 @@ per host and, when it fails, hands that refuse to run code. Nothing here starts 
 from .bubblewrap import SandboxSettings
 from .limits import Limits
 from .preflight import Preflight, RefusedHands, announce, preflight
-from .quota import WorkspaceSettings
+from .quota import WorkspaceSettings, discard
 from .seccomp import SeccompFilter, SeccompSettings
 
 __all__ = ["Limits", "Preflight", "RefusedHands", "SandboxSettings", "SeccompFilter", "SeccompSettings",
-           "WorkspaceSettings", "announce", "preflight"]
+           "WorkspaceSettings", "announce", "discard", "preflight"]

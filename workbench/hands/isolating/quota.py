@@ -177,6 +177,18 @@ def keep(directory: str | Path, size_mb: int, owner: tuple[int, int] | None, roo
     return ws
 
 
+def discard(directory: str | Path) -> None:
+    """Delete a kept workspace (its image and mount point) once no one needs it, its hands stopped; never through a
+    mount that could not be removed."""
+    kept = Path(directory)
+    path = kept / KEPT_DIR
+    if path.is_symlink():  # not something we made: remove the link, never what it points to
+        path.unlink()
+    _unmount(path)
+    if not _mounted(path):
+        shutil.rmtree(kept, ignore_errors=True)
+
+
 def hand_over(path: Path, owner: tuple[int, int]) -> None:
     """Give every file under `path` to `owner` (a kept workspace's new sandbox uid), never following a link."""
     if os.geteuid() != 0:
