@@ -17,10 +17,16 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 # uv resolves and installs in a fraction of pip's time (pip took about 4 minutes here, mostly resolving); pip
 # remains the way when uv cannot be had or cannot reach the index (it reads no pip configuration)
-if ! { .venv/bin/pip install -q --disable-pip-version-check uv && .venv/bin/uv pip install -q --python .venv/bin/python -e '.[test]'; }; then
+if ! { .venv/bin/pip install -q --disable-pip-version-check uv &&
+       .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python -e '.[test]'; }; then
   echo "scripts/test.sh: installing with uv failed (above); installing with pip instead" >&2
   .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
 fi
+# every module compiled once, now: uv leaves that to the first import unless asked (pip does it), an editable install
+# never does, and where PYTHONDONTWRITEBYTECODE is set no import writes it: each of the suite's hundreds of CLI,
+# server and worker processes then compiled what it imports from source again (a `workbench sessions`: 3 s of CPU
+# instead of 1)
+.venv/bin/python -m compileall -q -j 0 workbench
 # jsonschema builds an Earley grammar for its IRI formats at import when rfc3987-syntax is installed (jupyter-events
 # asks for it): 2 to 5 s of CPU in every Jupyter server, pytest worker and nbformat process the suite starts, and
 # nothing here checks an IRI; without it jsonschema leaves those two formats unchecked

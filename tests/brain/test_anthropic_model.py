@@ -112,3 +112,23 @@ def test_without_a_models_api_names_are_not_checked(api):
     assert catalog.available() is None
     catalog.check("claude-opus-5")
     assert api.model_lists == 0
+
+
+def test_a_malformed_base_url_is_refused_when_the_model_is_made(monkeypatch):
+    """The SDK's client is made at the first request, but a base URL it would refuse still fails the model's making
+    (so a session is not created for a model that cannot be asked), with the reason."""
+    from workbench.checks import check_model
+    from workbench.errors import ConfigError
+    from workbench.host import Host, HostSettings
+    from workbench.log import MemoryLog
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-real-key")
+    for bad in ("http://[::1", "http://\x01/"):
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", bad)
+        host = Host.build(settings=HostSettings(), hands=False, plugins=[], log=MemoryLog())
+        try:
+            for name in ("claude-opus-5-5", "anthropic:local"):
+                with pytest.raises(ConfigError, match=f"cannot make model '{name}' \\(InvalidURL\\)"):
+                    check_model(host, name)
+        finally:
+            asyncio.run(host.close())

@@ -1,8 +1,10 @@
 """A host imports what its first request needs when it needs it: starting one, and resuming a cut-off turn of the
-scripted model, imports neither the Anthropic SDK nor detect-secrets (each takes seconds of a loaded machine)."""
+scripted model, imports neither the Anthropic SDK nor detect-secrets (each takes seconds of a loaded machine); nor
+does making a Claude model that is sent nothing (the CLI's resume of a session with nothing to finish)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -29,5 +31,34 @@ asyncio.run(main())
 def test_starting_a_host_and_resuming_a_scripted_turn_imports_no_sdk_nor_secret_scanner(tmp_path):
     p = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "wb.duckdb")], capture_output=True, text=True,
                        timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "[]"
+
+
+CLAUDE = """
+import asyncio, sys
+from workbench.host import Host
+from workbench.log import DuckDBLog
+
+db = sys.argv[1]
+with DuckDBLog(db) as log:
+    log.create_session("done", title=None, model="claude-opus-5-5",
+                       payload={"model": "claude-opus-5-5", "system": "", "tools": [], "max_tokens": 100})
+
+async def main():
+    async with Host.open(db, hands=False) as host:
+        assert await host.brain.resume("done") is None  # its model is made (a missing key is said), never asked
+        host.models.make("anthropic:local")
+    print(sorted(m for m in ("anthropic",) if m in sys.modules))
+
+asyncio.run(main())
+"""
+
+
+def test_a_claude_model_that_is_sent_nothing_imports_no_sdk(tmp_path):
+    # an address where nothing listens: no request may leave this test
+    env = {**os.environ, "ANTHROPIC_API_KEY": "sk-test-not-a-real-key", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}
+    p = subprocess.run([sys.executable, "-c", CLAUDE, str(tmp_path / "wb.duckdb")], capture_output=True, text=True,
+                       timeout=300, env=env)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().splitlines()[-1] == "[]"

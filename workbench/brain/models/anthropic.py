@@ -34,30 +34,33 @@ class AnthropicModel:
         base_url: str | None = None,
         timeout: float = 600.0,
     ):
-        import anthropic
-
         self.name = name
         key = api_key or os.environ.get("ANTHROPIC_API_KEY")
         if not key:
             raise MissingAPIKey(
                 f"model {name!r} needs ANTHROPIC_API_KEY; set it, or use --model scripted for the offline model"
             )
-        self._anthropic = anthropic
-        self.client = anthropic.AsyncAnthropic(
-            api_key=key,
-            base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL") or None,
-            max_retries=0,
-            timeout=timeout,
-        )
+        base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
+        if base_url is not None:
+            import httpx
+
+            httpx.URL(base_url)  # a malformed one is refused when the model is made, as the SDK's client would
+        self._options: dict[str, Any] = {"api_key": key, "base_url": base_url, "max_retries": 0, "timeout": timeout}
+        self._client: Any = None  # the SDK's client, made at the first request
 
     async def stream(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        a = self._anthropic
+        # the SDK is imported here, not when the model is made: it costs seconds of a loaded machine, which a process
+        # that makes a model and sends it nothing (a resume with nothing to finish, a cassette replayed) need not pay
+        import anthropic as a
+
+        if self._client is None:
+            self._client = a.AsyncAnthropic(**self._options)
         request = {**request, "model": self.name}  # `anthropic:NAME` is the catalog's name; the API knows NAME
         try:
             if request.get("betas"):  # e.g. server-side compaction: the beta endpoint takes the header
-                stream = await self.client.beta.messages.create(**request, stream=True)
+                stream = await self._client.beta.messages.create(**request, stream=True)
             else:
-                stream = await self.client.messages.create(**request, stream=True)
+                stream = await self._client.messages.create(**request, stream=True)
             async for event in stream:
                 yield event.to_dict(mode="json")
         except a.APIStatusError as e:
@@ -74,7 +77,8 @@ class AnthropicModel:
             raise RetryableError(f"connection failed: {e}") from None
 
     async def aclose(self) -> None:
-        await self.client.close()
+        if self._client is not None:
+            await self._client.close()
 
 
 def list_models(timeout: float = 10.0) -> list[str] | None:
