@@ -31,6 +31,9 @@ PROBE = r"""
 import json, os
 from ipykernel import get_connection_file
 own = [os.getcwd(), os.environ.get("HOME", ""), os.path.dirname(get_connection_file()), os.environ.get("IPYTHONDIR", "")]
+history = str(get_ipython().history_manager.hist_file)  # the session's state directory, beside its workspace
+if history != ":memory:":
+    own.append(os.path.dirname(history))
 fds = {}
 for fd in sorted(os.listdir("/proc/self/fd"), key=int):
     path = f"/proc/self/fd/{fd}"
@@ -50,7 +53,7 @@ for fd in sorted(os.listdir("/proc/self/fd"), key=int):
     except OSError as e:
         seen = "open: " + type(e).__name__
     # what it read stays here (it may be megabytes of someone's log): only which telltales were in it,
-    # built here so that this cell's source (in the kernel's own history file) does not hold them
+    # built here so that this cell's source (in the session's history file) does not hold them
     telltales = ["tok" + "en=", " ".join(["typed", "by", "the", "user"])]
     fds[fd] = [target, len(seen), [m for m in telltales if m in seen]]
 print(json.dumps({"own": [p for p in own if p], "fds": fds}))
