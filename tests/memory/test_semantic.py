@@ -161,6 +161,9 @@ def test_one_proposal_that_covers_two_memories_merges_them(fresh):
     ("The API rate limit is 100 requests per minute.", "The API timeout is 30 seconds."),
     ("Use black for formatting Python code.", "Use ruff for linting Python code."),
     ("Never print secrets in notebooks.", "Print the secrets' names in notebooks."),
+    # the same planted markup quoted in a preference and in an error (tests/ui/hostile.py): its tag is not a fact
+    ("""Always keep <img src=x onerror="top.wbXss='pref'"> as text.""",
+     """Fix for ValueError: "'></pre><img src=x onerror="top.wbXss='error'">"""),
 ])
 def test_facts_about_different_things_stay_apart(fresh, first, other):
     host = fresh(models)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -78,13 +79,20 @@ def _markers() -> frozenset[str]:
     return MARKERS | frozenset(stemmer().stemWords(sorted(MARKERS | STANCE)))
 
 
+# An HTML or XML tag in a memory's words: markup, not what it states. Two memories that quote the same tag (a
+# planted <img onerror=...> in an error and in a preference) share its words and most of their embedding, and are
+# still two facts.
+TAG = re.compile(r"</?[A-Za-z][^<>]*>")
+
+
 def statement_text(m: dict[str, Any]) -> str:
-    """What a memory states: its title without a short "Label:" head, and the first line of its text."""
+    """What a memory states: its title without a short "Label:" head, and the first line of its text, without
+    markup tags."""
     title = str(m.get("title") or "")
     if ":" in title[:12]:
         title = title.split(":", 1)[1]
     first = str(m.get("text") or "").strip().splitlines()[:1]
-    return f"{title.strip()}\n{first[0] if first else ''}".strip()
+    return TAG.sub(" ", f"{title.strip()}\n{first[0] if first else ''}").strip()
 
 
 @dataclass(frozen=True)
