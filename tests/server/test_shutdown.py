@@ -18,7 +18,9 @@ API = "/workbench/api"
 def judge_stopping(req: Request, resp, error: str) -> str | None:
     """During a shutdown: any 4xx/2xx as usual, a 503 with a JSON error, or no answer at all; never another 5xx."""
     if resp is None:
-        return None  # the connection was refused or closed: the server is gone
+        if error.startswith("WebSocketClosed") and "with code 1001:" not in error:
+            return f"a stream closed otherwise than as going away (1001): {error}"
+        return None  # the connection was refused or closed (a stream: as going away): the server is gone
     if resp.status >= 500 and resp.status != 503:
         return f"HTTP {resp.status}: {resp.body[:300]!r}"
     if resp.status == 101 or req.method == "HEAD" or (resp.status == 204):

@@ -84,6 +84,14 @@ class Response:
         return json.loads(self.body)
 
 
+class WebSocketClosed(ConnectionResetError):
+    """The server closed a websocket before its first message (a close frame: its code and reason)."""
+
+    def __init__(self, code: int | None, reason: str):
+        super().__init__(f"websocket closed by the server with code {code}: {reason}")
+        self.code = code
+
+
 class RawClient:
     """One keep-alive HTTP/1.1 connection that sends bytes as given; reconnects when the server closes it."""
 
@@ -145,6 +153,10 @@ class RawClient:
         """One whole websocket message from the server (unmasked, as RFC 6455 says a server's are)."""
         assert self.reader is not None
         b0, b1 = await self.reader.readexactly(2)
+        if b0 == 0x88 and not b1 & 0x80 and (b1 & 0x7F) < 126:  # a whole close frame: the server ended the stream
+            payload = await self.reader.readexactly(b1 & 0x7F)
+            code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else None
+            raise WebSocketClosed(code, payload[2:].decode("utf-8", "replace"))
         if b1 & 0x80 or not b0 & 0x80 or b0 & 0x0F not in (1, 2):
             raise ValueError(f"not a whole, unmasked data frame: {b0:#x} {b1:#x}")
         n = b1 & 0x7F
