@@ -142,8 +142,8 @@ class Delegation:
 
     def _kept(self, cid: str) -> Path | None:
         """Where a child with a check keeps its workspace until the check has run (None: a log without a file)."""
-        path = getattr(self.host.log, "path", None)
-        return Path(path).with_name(Path(path).name + ".delegate") / cid if path else None
+        sql = self.host.log.sql()  # a log with a file offers SQL, and names its file
+        return sql.path.with_name(sql.path.name + ".delegate") / cid if sql is not None else None
 
     async def _check(self, cid: str, code: str, answer: str) -> dict[str, Any]:
         """The child's verdict: `code` run by the one verifier (evals/verify.py) in fresh hands of its own, against

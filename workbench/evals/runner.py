@@ -85,10 +85,10 @@ class EvalRun:
         if self.host.hands is None:
             raise ConfigError("an eval runs code: this host was opened without hands")
         if self.workspace_root is None:
-            path = getattr(self.host.log, "path", None)
-            if not path:
+            sql = self.host.log.sql()  # a log with a file offers SQL, and names its file
+            if sql is None:
                 raise ConfigError("give the run a workspace_root: this log has no file to put workspaces next to")
-            self.workspace_root = Path(path).with_name(Path(path).name + ".evals")
+            self.workspace_root = sql.path.with_name(sql.path.name + ".evals")
 
     def specs(self) -> list[Spec]:
         """Every attempt of the run (its first try), in order: task, then model, then epoch."""
