@@ -182,9 +182,8 @@ def _duplicate(store: MemoryStore, pending: list[dict[str, Any]], title: str, te
                 and not other_facts({"title": t, "text": x}, {"title": title, "text": text})):  # "use pandas"/"use polars"
             return _says_it(mid, status, t)
     staged_ones = [{"id": p["memory_id"], "version": 0, **p} for p in pending if p["proposal"] != "retire"]
-    for o in overlaps(title, text, staged_ones, store.embeddings):
-        return _says_it(o.memory["id"], "staged in this dream", o.memory["title"])
-    return None
+    found = overlaps(title, text, staged_ones, store.embeddings)  # the most similar first
+    return _says_it(found[0].memory["id"], "staged in this dream", found[0].memory["title"]) if found else None
 
 
 def _absorb(store: MemoryStore, inp: dict[str, Any], title: str, text: str, provenance: list[dict[str, Any]],
