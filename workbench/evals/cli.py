@@ -270,7 +270,7 @@ def _follow(r: Any, run_id: str, advance: Any) -> dict[str, Any]:
 
 
 def _configure_eval(p: argparse.ArgumentParser) -> None:
-    p.add_argument("tasks", help="a task set: a .jsonl file (docs/evals.md)")
+    p.add_argument("tasks", help="a task set: a .jsonl or .yaml file (docs/evals.md)")
     p.add_argument("--model", action="append", help="a model to evaluate (repeat for several; default: the host's)")
     p.add_argument("--epochs", type=argument(int), default=1, help="attempts per task and model (default 1)")
     p.add_argument("--parallel", type=argument(int), default=None, help="attempts at a time (default: the eval parallel setting)")
