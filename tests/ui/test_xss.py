@@ -332,7 +332,10 @@ def test_sidebar_runs_no_planted_script(lab: JupyterProcess, lab_hostile, page, 
         card = panel.locator(f'.jp-wb-memory[data-memory-id="{p["id"]}"]')
         card.wait_for()
         assert card.locator(".jp-wb-memory-title").inner_text() == lab_api(lab, "GET", f"memories/{p['id']}")["title"]
-    panel.locator(".jp-wb-memory-text").filter(has_text=RAISED).first.wait_for()
+        # the text is Markdown, rendered as the review panel renders it (untrusted): sanitized, no handler kept
+        text = card.locator(".jp-wb-memory-text").first
+        text.locator(".jp-RenderedMarkdown").wait_for()
+        assert text.locator("script, [onerror], [onload]").count() == 0, text.inner_html()
     assert ran(page) is None, f"a planted script ran in the sidebar: {ran(page)}"
     assert_control_runs(page)
     assert page.blocked == [], page.blocked
