@@ -197,8 +197,11 @@ class WorkbenchSandboxEnvironment(SandboxEnvironment):
                                                              "is_error": obs.error is not None,
                                                              "observation": obs.to_json()})
         err = obs.error
-        if err is not None and (err.get("ename") == "TimeoutExpired" or "timed out" in str(err.get("evalue", ""))
-                                or err.get("ename") in ("Timeout", "TimeoutError") and not python):
+        # past its timeout: the subprocess's own (TimeoutExpired), or the hands interrupted the cell (or replaced a
+        # kernel that ignored the interrupt); a KeyboardInterrupt the code raised itself sooner is its own error
+        late = (obs.duration_ms or 0) >= limit * 1000 * 0.99
+        if err is not None and (err.get("ename") == "TimeoutExpired" and not python
+                                or err.get("ename") in ("KeyboardInterrupt", "KernelTimeout") and late):
             raise TimeoutError(f"the command ran past its timeout of {limit:g} s")
         stdout, stderr = obs.stdout, obs.stderr
         if python:

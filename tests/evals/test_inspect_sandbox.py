@@ -78,6 +78,11 @@ async def test_the_sandboxs_verbs_stay_in_the_workspace_and_fail_as_inspect_expe
         assert not r.success and "FileNotFoundError" in r.stderr
         with pytest.raises(TimeoutError):
             await env.exec(["sleep", "30"], timeout=1)
+        with pytest.raises(TimeoutError):
+            await env.exec(["python3", "-"], input="import time\ntime.sleep(60)", timeout=1)
+        r = await env.exec(["python3", "-"], input="raise KeyboardInterrupt")  # its own, at once: not a timeout
+        assert not r.success and "KeyboardInterrupt" in r.stderr
+        assert (await env.exec(["python3", "-"], input="print(x)")).stdout == "42\n"  # interrupted, not replaced
         with pytest.raises(SandboxUserUnsupportedError):
             await env.exec(["id"], user="root")
 
@@ -103,7 +108,7 @@ async def test_the_sandboxs_verbs_stay_in_the_workspace_and_fail_as_inspect_expe
             await env.write_file("../escape.txt", "x")
         assert not (tmp_path / "escape.txt").exists()
         events = env.host.log.events(env.session_id)
-        assert sum(e.type == "tool_started" for e in events) == sum(e.type == "tool_result" for e in events) == 7
+        assert sum(e.type == "tool_started" for e in events) == sum(e.type == "tool_result" for e in events) == 10
     finally:
         await cls.sample_cleanup("t", cfg, envs, False)
     assert cls.hosts == {}  # the host closed with its last sample
