@@ -306,8 +306,7 @@ def remote_eval_export(args: argparse.Namespace, r: Any) -> int:
     from .inspect_log import write_logs
 
     try:
-        with r.answers():
-            rows = r.client.call("GET", run_path(args.run_id))["results"]
+        rows = r.client.call("GET", run_path(args.run_id))["results"]
     except RequestRefused as e:
         if e.status != 404:
             raise
