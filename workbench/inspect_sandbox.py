@@ -62,14 +62,6 @@ def _config(config: SandboxEnvironmentConfigType | None) -> WorkbenchSandboxConf
     return WorkbenchSandboxConfig.model_validate(config)
 
 
-def _db(cfg: WorkbenchSandboxConfig) -> Path:
-    if cfg.db:
-        return Path(cfg.db).expanduser().resolve()
-    if os.environ.get("WORKBENCH_DB"):
-        return Path(os.environ["WORKBENCH_DB"]).expanduser().resolve()
-    return Path(tempfile.mkdtemp(prefix="workbench-inspect-")) / "workbench.duckdb"
-
-
 def bash_cell(cmd: list[str], input: str | bytes | None, cwd: str | None, env: dict[str, str] | None,
               timeout: float) -> str:
     """A cell (one expression: nothing is left in the kernel's namespace) that runs `cmd` as a subprocess of the
@@ -96,7 +88,8 @@ class WorkbenchSandboxEnvironment(SandboxEnvironment):
     # Inspect's lifecycle is class-level (task_init, sample_init, task_cleanup are classmethods): the hosts
     # shared by this process's samples, one per log file, with how many samples use each
     hosts: ClassVar[dict[Path, tuple[Host, int]]] = {}
-    lock: ClassVar[asyncio.Lock | None] = None
+    lock: ClassVar[tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None] = None
+    default_db: ClassVar[Path | None] = None
 
     def __init__(self, host: Host, session_id: str, db: Path) -> None:
         super().__init__()
@@ -109,13 +102,27 @@ class WorkbenchSandboxEnvironment(SandboxEnvironment):
 
     @classmethod
     def _lock(cls) -> asyncio.Lock:
-        if cls.lock is None:
-            cls.lock = asyncio.Lock()
-        return cls.lock
+        """The lock of the hosts, made in the running loop (a second `inspect_ai.eval` in the process runs another)."""
+        loop = asyncio.get_running_loop()
+        if cls.lock is None or cls.lock[0] is not loop:
+            cls.lock = (loop, asyncio.Lock())
+        return cls.lock[1]
+
+    @classmethod
+    def _db(cls, cfg: WorkbenchSandboxConfig) -> Path:
+        """The log file: the config's, else WORKBENCH_DB, else one in a temporary directory made once per process
+        (so that every sample of the process is in the same log)."""
+        if cfg.db:
+            return Path(cfg.db).expanduser().resolve()
+        if os.environ.get("WORKBENCH_DB"):
+            return Path(os.environ["WORKBENCH_DB"]).expanduser().resolve()
+        if cls.default_db is None:
+            cls.default_db = Path(tempfile.mkdtemp(prefix="workbench-inspect-")) / "workbench.duckdb"
+        return cls.default_db
 
     @classmethod
     async def _acquire(cls, cfg: WorkbenchSandboxConfig) -> tuple[Host, Path]:
-        db = _db(cfg)
+        db = cls._db(cfg)
         async with cls._lock():
             if db in cls.hosts:
                 host, n = cls.hosts[db]

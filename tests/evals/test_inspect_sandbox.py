@@ -7,6 +7,7 @@ out of the workspace, a link out of it, a timeout, a user, binary files. Real ke
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -112,3 +113,34 @@ async def test_the_sandboxs_verbs_stay_in_the_workspace_and_fail_as_inspect_expe
     finally:
         await cls.sample_cleanup("t", cfg, envs, False)
     assert cls.hosts == {}  # the host closed with its last sample
+
+
+@pytest.mark.asyncio
+async def test_samples_without_a_configured_log_share_one_in_a_temporary_directory(tmp_path, monkeypatch):
+    import types
+
+    from workbench import inspect_sandbox
+    from workbench.inspect_sandbox import WorkbenchSandboxEnvironment as cls
+
+    made = []
+
+    def mkdtemp(prefix: str) -> str:  # the temporary directory under the test's, not the machine's (nor the kernels')
+        made.append(tmp_path / f"{prefix}{len(made)}")
+        made[-1].mkdir()
+        return str(made[-1])
+
+    monkeypatch.delenv("WORKBENCH_DB", raising=False)
+    monkeypatch.setattr(inspect_sandbox, "tempfile", types.SimpleNamespace(mkdtemp=mkdtemp))
+    monkeypatch.setattr(cls, "default_db", None)
+    samples = [await cls.sample_init("t", {"backend": "local"}, {}) for _ in range(2)]
+    try:
+        a, b = (s["default"] for s in samples)
+        assert a.host is b.host and a.db == b.db == made[0] / "workbench.duckdb" and len(made) == 1
+        assert a.session_id != b.session_id
+        assert len(cls.hosts) == 1
+        ra, rb = await asyncio.gather(a.exec(["sh", "-c", "pwd"]), b.exec(["sh", "-c", "pwd"]))
+        assert ra.stdout != rb.stdout  # a workspace each
+    finally:
+        for s in samples:
+            await cls.sample_cleanup("t", None, s, False)
+    assert cls.hosts == {}
