@@ -79,6 +79,13 @@ async def test_a_run_read_back_with_inspects_reader_has_every_attempt_and_transc
         assert [(c.id, c.function, c.arguments) for c in calls] == [(p["tool_use_id"], p["name"], p["input"]) for p in started]
         tool_ids = [m.tool_call_id for m in s.messages if m.role == "tool"]
         assert tool_ids == [c.id for c in calls]
+        # the transcript as Inspect's events: a model call per assistant turn (its input the messages before it),
+        # a tool event per result, the verdicts
+        models = [e for e in s.events if e.event == "model"]
+        assert len(models) == kinds.count("assistant") and [e.id for e in s.events if e.event == "tool"] == tool_ids
+        assert [m.role for m in models[-1].input][-1] in ("user", "tool") and models[0].input[0].role == "system"
+        assert sum(e.event == "info" and e.source == "workbench verifier" for e in s.events) == \
+            sum(e.type == "eval_verdict" for e in evs)
         assert s.uuid == row["session_id"] and s.metadata["workbench"]["outcome"] == row["outcome"]
         if row["outcome"] == "error":
             assert s.scores is None and s.error is not None and s.error.message == row["reason"]
@@ -180,6 +187,7 @@ def test_hostile_events_make_a_log_that_inspect_writes_and_reads_back(tmp_path):
     assert [c.arguments for c in assistant.tool_calls] == [{"code": want}, {}]
     assert tool.error is not None and tool.error.message == want and tool.text == want
     assert s.scores["verifier"].value == "I" and s.total_time is None
+    assert [e.event for e in s.events] == ["model", "tool", "info"] and s.events[0].output.choices[0].stop_reason == "tool_calls"
     assert s.model_usage[f"workbench/{clean(row['model'])}"].input_tokens == 5
     assert s.metadata["workbench"]["cost"] is None and s.metadata["workbench"]["failures"][0]["how"] == "signal SIGKILL \ufffd"
     assert path.parent.samefile(tmp_path) and sorted(p.name for p in tmp_path.iterdir()) == ["hostile.json"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
@@ -28,6 +28,7 @@ from .attempt import attempt_id
 
 EventsOf = Callable[[str], Iterable[Any]]  # session id -> its events (Event objects or their JSON form)
 SCORER = "verifier"
+UNKNOWN_TIME = datetime.fromtimestamp(0, UTC)  # an event's time when its form holds none (malformed JSON)
 SUFFIXES = (".eval", ".json")
 SURROGATE = re.compile("[\ud800-\udfff]")
 # our budgets as Inspect's limit types
@@ -63,6 +64,27 @@ def _ts(event: Any) -> str | None:
     return ts if isinstance(ts, str) else None
 
 
+def _when(event: Any) -> datetime | None:
+    ts = event.get("ts") if isinstance(event, Mapping) else getattr(event, "ts", None)
+    if isinstance(ts, str):
+        try:
+            return datetime.fromisoformat(ts)
+        except ValueError:
+            return None
+    return ts if isinstance(ts, datetime) else None
+
+
+StopReason = Literal["stop", "max_tokens", "tool_calls", "content_filter", "unknown"]
+STOPS: Mapping[str | None, StopReason] = MappingProxyType({
+    None: "stop", "end_turn": "stop", "stop_sequence": "stop", "max_tokens": "max_tokens", "tool_use": "tool_calls",
+    "refusal": "content_filter"})
+
+
+def stop_reason(stop: Any) -> StopReason:
+    """A Messages API stop reason as Inspect's."""
+    return STOPS.get(stop, "unknown") if isinstance(stop, str) or stop is None else "unknown"
+
+
 def _content(blocks: Sequence[Any]) -> list[Any]:
     """Anthropic content blocks (an assistant's text and thinking, a tool result's text and images) as Inspect's."""
     from inspect_ai._util.content import ContentImage, ContentReasoning, ContentText
@@ -87,16 +109,29 @@ def _content(blocks: Sequence[Any]) -> list[Any]:
 def transcript(events: Iterable[Any]) -> tuple[list[Any], dict[str, Any]]:
     """An attempt's events as Inspect chat messages, and what else they say: the final answer, the model's usage,
     the verdicts, the first and last times, the last stop reason and the harness's failures."""
-    from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageTool, ChatMessageUser
+    from inspect_ai.event import InfoEvent, ModelEvent, ToolEvent
+    from inspect_ai.model import (
+        ChatCompletionChoice,
+        ChatMessageAssistant,
+        ChatMessageSystem,
+        ChatMessageTool,
+        ChatMessageUser,
+        GenerateConfig,
+        ModelOutput,
+    )
     from inspect_ai.tool import ToolCall, ToolCallError
 
     messages: list[Any] = []
+    timeline: list[Any] = []  # the sample's events: a model call per assistant turn, a tool event per result
+    calls: dict[str, Any] = {}  # tool_use id -> its ToolCall, for the tool event of its result
     seen: dict[str, Any] = {"answer": "", "usage": {}, "verdicts": [], "started": None, "finished": None, "model": None,
-                            "stop": None, "failures": [], "prompt": None, "started_payload": {}, "finished_payload": {}}
+                            "stop": None, "failures": [], "prompt": None, "started_payload": {}, "finished_payload": {},
+                            "events": timeline}
     for ev in events:
         _, kind, p = parts(ev)
         seen["started"] = seen["started"] or _ts(ev)
         seen["finished"] = _ts(ev) or seen["finished"]
+        at = _when(ev) or UNKNOWN_TIME
         if kind == "session_created" and isinstance(p.get("system"), str) and p["system"]:
             messages.append(ChatMessageSystem(content=clean(p["system"])))
         elif kind == "user_message" and isinstance(p.get("text"), str):
@@ -106,23 +141,30 @@ def transcript(events: Iterable[Any]) -> tuple[list[Any], dict[str, Any]]:
         elif kind == "assistant_turn" and isinstance(p.get("message"), Mapping):
             m = p["message"]
             blocks = m.get("content") if isinstance(m.get("content"), list) else []
-            calls = [ToolCall(id=str(b.get("id")), function=str(b.get("name")),
-                              arguments=clean(b["input"]) if isinstance(b.get("input"), Mapping) else {})
-                     for b in blocks if isinstance(b, Mapping) and b.get("type") == "tool_use"]
+            tool_calls = [ToolCall(id=clean(str(b.get("id"))), function=clean(str(b.get("name"))),
+                                   arguments=clean(b["input"]) if isinstance(b.get("input"), Mapping) else {})
+                          for b in blocks if isinstance(b, Mapping) and b.get("type") == "tool_use"]
             content = _content(blocks)
             texts = [str(b.get("text")) for b in blocks if isinstance(b, Mapping) and b.get("type") == "text"]
             if texts:
                 seen["answer"] = clean("\n".join(texts))
             seen["model"] = m.get("model") or seen["model"]
             seen["stop"] = m.get("stop_reason") or seen["stop"]
-            messages.append(ChatMessageAssistant(content=content or "", tool_calls=calls or None,
-                                                 model=clean(m.get("model")) if isinstance(m.get("model"), str) else None,
-                                                 source="generate"))
+            name = clean(m.get("model")) if isinstance(m.get("model"), str) else None
+            reply = ChatMessageAssistant(content=content or "", tool_calls=tool_calls or None, model=name, source="generate")
             u = p.get("usage") if isinstance(p.get("usage"), Mapping) else m.get("usage")
+            turn: dict[str, int] = {}
             for key in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
-                v = (u or {}).get(key)
+                v = (u if isinstance(u, Mapping) else {}).get(key)
                 if isinstance(v, int) and not isinstance(v, bool):
+                    turn[key] = v
                     seen["usage"][key] = seen["usage"].get(key, 0) + v
+            timeline.append(ModelEvent(
+                model=name or "unknown", input=list(messages), tools=[], tool_choice="auto", config=GenerateConfig(),
+                output=ModelOutput(model=name or "", choices=[ChatCompletionChoice(message=reply, stop_reason=stop_reason(
+                    m.get("stop_reason")))], usage=_usage(turn) if turn else None), timestamp=at))
+            messages.append(reply)
+            calls.update({c.id: c for c in tool_calls})
         elif kind == "tool_result":
             blocks = result_blocks(p)
             content = _content(blocks)
@@ -130,17 +172,26 @@ def transcript(events: Iterable[Any]) -> tuple[list[Any], dict[str, Any]]:
             if p.get("is_error"):
                 text = "\n".join(c.text for c in content if getattr(c, "type", None) == "text")
                 error = ToolCallError("unknown", text[:2000] or "the call failed")
-            messages.append(ChatMessageTool(content=content or "", tool_call_id=clean(str(p.get("tool_use_id"))),
+            call_id = clean(str(p.get("tool_use_id")))
+            messages.append(ChatMessageTool(content=content or "", tool_call_id=call_id,
                                             function=clean(str(p.get("name"))), error=error))
+            call = calls.get(call_id)
+            timeline.append(ToolEvent(id=call_id, function=clean(str(p.get("name"))),
+                                      arguments=call.arguments if call is not None else {},
+                                      result=content or "", error=error, timestamp=at))
         elif kind == "eval_verdict":
-            seen["verdicts"].append(clean({k: p.get(k) for k in ("turn", "passed", "score", "explanation", "kind")}
-                                          | {"error": (p.get("details") or {}).get("error")}))
+            verdict = clean({k: p.get(k) for k in ("turn", "passed", "score", "explanation", "kind")}
+                            | {"error": (p.get("details") or {}).get("error")})
+            seen["verdicts"].append(verdict)
+            timeline.append(InfoEvent(source="workbench verifier", data=verdict, timestamp=at))
         elif kind == "eval_started":
             seen["started_payload"] = p
         elif kind == "eval_finished":
             seen["finished_payload"] = p
         elif kind in ("hands_died", "interrupted", "model_error", "turn_failed", "resumed"):
-            seen["failures"].append(clean({"type": kind, **{k: v for k, v in p.items() if isinstance(v, (str, int, bool))}}))
+            failure = clean({"type": kind, **{k: v for k, v in p.items() if isinstance(v, (str, int, bool))}})
+            seen["failures"].append(failure)
+            timeline.append(InfoEvent(source=f"workbench {kind}", data=failure, timestamp=at))
     return messages, seen
 
 
@@ -162,7 +213,7 @@ def _target(task: Mapping[str, Any] | None) -> str:
 def sample(row: Mapping[str, Any], events_of: EventsOf, task: Mapping[str, Any] | None) -> Any:
     """One attempt (its latest try; the earlier ones as error retries) as an Inspect EvalSample."""
     from inspect_ai._util.error import EvalError
-    from inspect_ai.log import EvalSample, EvalSampleLimit
+    from inspect_ai.log import EvalSample, EvalSampleLimit, condense_sample
     from inspect_ai.log._log import EvalRetryError
     from inspect_ai.model import ModelOutput
     from inspect_ai.scorer import Score
@@ -191,17 +242,17 @@ def sample(row: Mapping[str, Any], events_of: EventsOf, task: Mapping[str, Any] 
     metadata = clean({"workbench": {k: row[k] for k in ("run", "model", "session_id", "outcome", "reason", "tries", "turns",
                                                          "tool_calls", "cost", "wall_s")}
                       | {"verdicts": seen["verdicts"], "failures": seen["failures"]}})
-    return EvalSample(
+    return condense_sample(EvalSample(
         id=clean(str(row["task"])), epoch=int(row["epoch"]), input=seen["prompt"] or (task or {}).get("prompt") or "",
         target=_target(task), messages=messages,
-        output=ModelOutput.from_content(model, seen["answer"], stop_reason="stop" if seen["stop"] in (None, "end_turn")
-                                        else "max_tokens" if seen["stop"] == "max_tokens" else "unknown"),
+        output=ModelOutput.from_content(model, seen["answer"], stop_reason=stop_reason(seen["stop"])),
         scores=scores, metadata=metadata,
         model_usage={model: _usage(seen["usage"])} if seen["usage"] else {},
         started_at=seen["started"], completed_at=seen["finished"] if outcome is not None else None,
         total_time=row["wall_s"] if isinstance(row["wall_s"], (int, float)) and math.isfinite(row["wall_s"]) else None,
         uuid=clean(str(row["session_id"])), limit=limit, error_retries=retries or None,
-        error=EvalError(message=clean(str(row["reason"])), traceback="", traceback_ansi="") if outcome == "error" else None)
+        events=seen["events"],
+        error=EvalError(message=clean(str(row["reason"])), traceback="", traceback_ansi="") if outcome == "error" else None))
 
 
 def eval_logs(rows: Sequence[Mapping[str, Any]], events_of: EventsOf, spec: Mapping[str, Any] | None = None) -> list[Any]:
