@@ -191,3 +191,45 @@ def test_hostile_events_make_a_log_that_inspect_writes_and_reads_back(tmp_path):
     assert s.model_usage[f"workbench/{clean(row['model'])}"].input_tokens == 5
     assert s.metadata["workbench"]["cost"] is None and s.metadata["workbench"]["failures"][0]["how"] == "signal SIGKILL \ufffd"
     assert path.parent.samefile(tmp_path) and sorted(p.name for p in tmp_path.iterdir()) == ["hostile.json"]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_inspect_view_serves_an_exported_log_with_its_samples(tmp_path):
+    """`inspect view` (Inspect's own viewer server) lists the exported log and serves it whole to its browser app."""
+    import time
+    from urllib.parse import quote
+
+    import httpx
+
+    text = "a transcript line"
+    row = {"run": "r", "task": "t", "model": "m", "epoch": 1, "outcome": "pass", "passed": True, "score": 1.0,
+           "turns": 1, "tool_calls": 2, "input_tokens": 5, "output_tokens": 7, "cost": 0.0, "wall_s": 6.0,
+           "session_id": "ev1", "reason": "passed", "tries": 1}
+    (path,) = write_logs([row], lambda sid: synthetic(sid, text), tmp_path / "logs" / "run.eval")
+    port = free_port()
+    view = subprocess.Popen([sys.executable, "-m", "inspect_ai", "view", "--log-dir", str(path.parent), "--port", str(port),
+                             "--host", "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline, files = time.monotonic() + 120, []
+        while time.monotonic() < deadline and not files:
+            try:
+                files = httpx.get(f"http://127.0.0.1:{port}/api/log-files", timeout=5).json()["files"]
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        assert [f["name"].rsplit("/", 1)[-1] for f in files] == ["run.eval"], files
+        body = httpx.get(f"http://127.0.0.1:{port}/api/logs/{quote(files[0]['name'], safe='')}", timeout=30).json()
+        assert body["status"] == "success" and body["eval"]["model"] == "workbench/m"
+        (sample,) = body["samples"]
+        assert sample["id"] == "t" and sample["scores"]["verifier"]["value"] == "C"
+        assert [m["role"] for m in sample["messages"]] == ["system", "user", "assistant", "tool"]
+    finally:
+        view.terminate()
+        view.wait(timeout=30)
