@@ -684,3 +684,42 @@ def test_the_running_owner_check_catches_a_second_one():
         "workbench.host:2: p.driving(sid) asks a plugin whether a session runs: ask brain.turns (at_work, driven)",
         "workbench.host:3: Turns() is a second turn registry: ask brain.turns",
     ]
+
+
+# -- Inspect AI: an optional extra ---------------------------------------------------------------------------------
+
+# inspect_ai is installed only with the `inspect` extra: the modules that use it are its own, and nothing else
+# imports them (the sandbox environment is loaded by Inspect through its entry point; the exporter by the command)
+INSPECT_MODULES = ("workbench.inspect_sandbox", "workbench.evals.inspect_log")
+
+
+def inspect_imports(mods: dict[str, tuple[Path, ast.Module]]) -> list[str]:
+    """Modules other than INSPECT_MODULES that import inspect_ai, or import one of them at their top level."""
+    problems = []
+    for name, (path, tree) in sorted(mods.items()):
+        if name in INSPECT_MODULES:
+            continue
+        top = {id(n) for n in tree.body}
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for mod, _, line in import_statements(name, path, ast.Module(body=[node], type_ignores=[])):
+                if mod == "inspect_ai" or mod.startswith("inspect_ai."):
+                    problems.append(f"{name}:{line}: imports {mod}: only {', '.join(INSPECT_MODULES)} may (an extra)")
+                elif mod in INSPECT_MODULES and id(node) in top:
+                    problems.append(f"{name}:{line}: imports {mod} at its top: import it where it is used (an extra)")
+    return problems
+
+
+def test_only_the_inspect_modules_import_inspect_ai_and_nothing_imports_them_eagerly():
+    assert inspect_imports(modules()) == []
+
+
+def test_the_inspect_import_check_catches_one():
+    source = "import inspect_ai.log\nfrom .inspect_log import write_logs\ndef f():\n    from .inspect_log import eval_logs\n"
+    mods = {"workbench.evals.cli": (PKG / "evals" / "cli.py", ast.parse(source))}
+    assert inspect_imports(mods) == [
+        "workbench.evals.cli:1: imports inspect_ai.log: only workbench.inspect_sandbox, workbench.evals.inspect_log may "
+        "(an extra)",
+        "workbench.evals.cli:2: imports workbench.evals.inspect_log at its top: import it where it is used (an extra)",
+    ]
