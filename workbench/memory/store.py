@@ -30,6 +30,7 @@ from .index import Indexes, MountIndex
 from .relevance import contradictions, contradictions_among
 from .secretscan import SecretScanner
 from .semantic import Embeddings
+from .sources import cited_sentences, fragments
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memory_items (
@@ -105,6 +106,7 @@ PROPOSALS = ("create", "edit", "merge", "retire")
 REVIEW_ACTIONS = ("accept", "reject", "edit", "merge", "retire", "redact", "supersede")
 REDACTED = "[redacted]"
 MIN_SCRUB = 8  # shorter texts (a title like "pandas") are not scrubbed from the log: they are everywhere
+MAX_SOURCE_SESSIONS = 50  # sessions whose memories a redaction searches for parts of its source sentences
 MIN_SCRUB_LINE = 16  # each line of a text this long is scrubbed too (renderings indent or split a text)
 LIVE = ("accepted", "proposed")  # the statuses of memories that are, or may become, what sessions are told
 # A name in an actor: words of letters and digits (of any script), `_ . @ + -`, one space between words.
@@ -616,6 +618,8 @@ class MemoryStore:
             raise ConfigError(f"unknown fields for {action}: {', '.join(sorted(unknown))}")
         if not kw.pop("allow_secret", False):
             self.refuse_secrets(kw.get("title"), kw.get("text"))
+        if action == "redact":  # the source sentences are read from committed events, before the write
+            kw["sources"] = self.source_sentences(memory_id)
         result_id = self.log.write(lambda tx: getattr(self, "_" + action)(tx, memory_id, actor, **kw)).result()
         if action == "redact":
             self.log.compact()  # the old bytes of what was scrubbed must not stay in the file's free blocks
@@ -730,15 +734,32 @@ class MemoryStore:
         self._link(tx, memory_id, by, actor, "supersede")
         return memory_id
 
+    def source_sentences(self, memory_id: str) -> builtins.list[str]:
+        """The sentences of the events a memory's versions cite that its quotes come from (sources.py): what a
+        redaction removes from the log besides the memory's own words, however the memory reworded them."""
+        cited = []
+        for (prov,) in self._rows("SELECT provenance FROM memory_versions WHERE memory_id = ?", [memory_id]):
+            cited += [c for c in json.loads(prov) if isinstance(c, dict)]
+        found = cited_sentences(cited, lambda sid, seq: [e.payload for e in self.log.events(sid, after=seq - 1, until=seq)])
+        sessions = sorted({c["session_id"] for c in cited if isinstance(c.get("session_id"), str)})[:MAX_SOURCE_SESSIONS]
+        if not found or not sessions:
+            return found
+        # other memories from the same sessions may copy part of a source sentence (a title cut short)
+        where = " OR ".join(["contains(provenance::VARCHAR, ?)"] * len(sessions))
+        texts = [t for title, text in self._rows(f"SELECT title, text FROM memory_versions WHERE {where}",
+                                                 [json.dumps(s) for s in sessions]) for t in (title, text)]
+        return found + fragments(texts, found)
+
     def _redact(self, tx: Any, memory_id: str, actor: str, reason: str | None = None, note: str | None = None,
-                title: str | None = None, **_: Any) -> str:
+                title: str | None = None, sources: Sequence[str] = (), **_: Any) -> str:
         m = self._current(tx, memory_id)
         reason = _text(reason or note, "reason")
         new_title = _text(title, "title") if title is not None else REDACTED
         rows = tx.execute("SELECT version, title, text, provenance, note FROM memory_versions WHERE memory_id = ? ORDER BY version",
                           [memory_id]).fetchall()
         versions = [r[0] for r in rows]
-        targets = self._scrub_targets(rows)
+        targets = sorted({*self._scrub_targets(rows), *(t for t in sources if len(t) >= MIN_SCRUB and t != REDACTED)},
+                         key=lambda t: (-len(t), t))
         # the memory itself: no version keeps its title, text or the quotes copied from the source events
         tx.execute("UPDATE memory_versions SET text = ?, title = ? WHERE memory_id = ?", [REDACTED, new_title, memory_id])
         for version, prov in tx.execute("SELECT version, provenance FROM memory_versions WHERE memory_id = ?", [memory_id]).fetchall():
