@@ -11,7 +11,7 @@ redactions. Versions are only ever appended, so when the mark moved the index re
 newest time on (`ts >= newest`), re-reads just those memories and updates its entries one by one. It
 rebuilds from a full listing only when the count does not add up (a clock that went back) or a memory was
 redacted (a redaction scrubs other memories' texts in place, with no new version). A write by another
-store object, another connection or the CLI is seen the same way as this one's.
+store object or connection on the same file is seen the same way as this one's.
 
 BM25 here is bm25s's Lucene variant (relevance.scores), kept incrementally: bm25s builds an index once
 and cannot add to it; tests/memory/test_index.py checks the scores agree with bm25s's.
@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import hashlib
+import heapq
 import math
 import threading
 from collections import Counter
@@ -218,8 +219,6 @@ class MountIndex:
 
     def _first_partners(self, e: Entry) -> list[str]:
         """The first MAX_CONFLICTS entries, in order, that e contradicts (the candidates merged in order)."""
-        import heapq
-
         out: list[str] = []
         seen: set[str] = set()
         merged: Iterator[tuple[tuple[str, str], str]] = heapq.merge(*self._lists(e))
@@ -318,7 +317,7 @@ class MountIndex:
         """semantic.recall_rank over the entries, the matches (score > 0) only, at most `limit`."""
         import numpy as np
 
-        if not query.strip():
+        if not query.strip() or limit < 1:
             return []
         with self._lock:
             v = self._arrays()
@@ -329,6 +328,9 @@ class MountIndex:
             best = float(lexical.max()) or 1.0
             score = lexical / best + np.where(meaning >= RELATED, meaning, 0.0)
             hits = np.nonzero(score > 0)[0]
+            if len(hits) > limit:  # only those that can be among the first `limit` are sorted: ties at the cut stay in
+                cut = np.partition(score[hits], len(hits) - limit)[len(hits) - limit]
+                hits = hits[score[hits] >= cut]
             hits = hits[np.lexsort((v["newness"][hits], -score[hits]))][:limit]
             return [(dict(v["entries"][i].memory), float(score[i])) for i in hits]
 
