@@ -287,10 +287,11 @@ class MountIndex:
         with self._lock:
             if "held" not in self._views:
                 out: dict[str, dict[str, Any]] = {}
-                for e in sorted((x for x in self._entries.values() if x.partners), key=lambda x: x.order):
+                for e in self._arrays()["entries"]:  # in the listing's order, as held_back scans them
                     for oid in e.partners:
                         o = self._entries[oid]
-                        older, newer = sorted((e.memory, o.memory), key=lambda x: (str(x["updated_at"]), x["id"]))
+                        a, b = e.memory, o.memory
+                        older, newer = (a, b) if (a["updated_at"], a["id"]) <= (b["updated_at"], b["id"]) else (b, a)
                         if older["id"] not in out:
                             why = contradiction(e.memory, o.memory, {e.memory["id"]: e.facts, oid: o.facts})
                             out[older["id"]] = {"id": older["id"], "version": older["version"], "title": older["title"],
