@@ -325,7 +325,9 @@ class MountIndex:
             if not v["ids"]:
                 return []
             lexical = self.bm25(query)
-            meaning = v["vectors"] @ embed([query])[0]
+            # einsum, not `@`: a matrix-vector product through a threaded BLAS took 11 ms instead of 0.5 ms on a
+            # loaded machine (its threads wait for cores); einsum's single-threaded loop takes about 0.4 ms
+            meaning = np.einsum("ij,j->i", v["vectors"], embed([query])[0])
             best = float(lexical.max()) or 1.0
             score = lexical / best + np.where(meaning >= RELATED, meaning, 0.0)
             hits = np.nonzero(score > 0)[0]
