@@ -120,3 +120,35 @@ def test_memory_evaluation_sees_stale_memories_when_the_reviewer_keeps_the_old_o
     assert r["reviews"]["rejected_stale"] >= 4  # the edit, the merge, the retire and the supersede
     assert r["stale_injected"] >= 3 and r["stale_answers"] >= 1, (r["stale_injected"], r["answers"])
     assert r["duplicates"] == 0 and r["secrets_proposed"] == 0  # the dream proposed the same; only the review differs
+
+
+def test_the_held_out_fixture_is_well_formed_and_never_written_into_the_docs_section():
+    """bench/fixtures/memory_eval_heldout.json (issue 26, item 3): every fact's evidence and every batch's session
+    exist, the redacted fact is one of its facts; `--write-docs` refuses it (its first run is recorded by hand)."""
+    from bench.memory_eval import HELD_OUT, load
+
+    samples = load(False, HELD_OUT)
+    assert len(samples) >= 2
+    for s in samples:
+        conv = s["conversation"]
+        turns = {t["dia_id"] for n in (n for b in s["batches"] for n in b) for t in conv[f"session_{n}"]}
+        ids = {f["id"] for f in s["facts"]}
+        assert s["redact"] in ids
+        for f in s["facts"]:
+            assert set(f["evidence"]) <= turns, f["id"]
+            assert f.get("secret") or f["keys"], f["id"]
+            assert set(f.get("replaces", [])) <= ids
+        assert all(set(q["facts"]) <= ids for q in s["qa"])
+    proc = subprocess.run([sys.executable, "-m", "bench.memory_eval", "--write-docs", "--fixture", str(HELD_OUT)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "held-out" in proc.stderr
+
+
+def test_the_store_index_section_of_bench_semantic_reports_its_figures():
+    """`python -m bench.semantic --store N`: a real store and host, the index's build, session creation, recall."""
+    proc = subprocess.run([sys.executable, "-m", "bench.semantic", "--memories", "20", "--queries", "3", "--store", "200"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| 200 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert len(cells) == 7 and all(c.endswith(" ms") and float(c[:-3].replace(",", "")) >= 0 for c in cells[1:]), row

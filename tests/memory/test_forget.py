@@ -152,3 +152,38 @@ def test_a_redacted_memory_cannot_come_back(db_path):
         assert again["status"] == "redacted" and [r["actor"] for r in again["redactions"]] == ["person:ann", "person:bob"]
     finally:
         asyncio.run(host.close())
+
+
+SOURCE = "The quarterly payroll export lands in the finance bucket every Friday at noon."
+
+
+@pytest.mark.parametrize("quote", [SOURCE, "payroll export lands in finance bucket on Fridays"],
+                         ids=["quoted word for word", "quote reworded too"])
+def test_redacting_a_reworded_memory_removes_its_source_sentence_from_the_log_and_the_file(db_path, quote):
+    host = make_host(db_path)
+    store = host.plugin("memory").store
+    try:
+        source = chat(host, "capture", f"Remember: {SOURCE} Thanks, that is all.")
+        seq = next(e.seq for e in host.log.events(source) if SOURCE in repr(e.payload))
+        m = store.create(title="Salary extract", text="Friday midday: the salary extract goes to accounting storage.",
+                         actor="person:ann", status="accepted",
+                         provenance=[{"session_id": source, "seq": seq, "quote": quote},
+                                     {"session_id": "nosuchsession", "seq": 1, "quote": SOURCE},  # hostile citations
+                                     {"session_id": source, "seq": 10**9, "quote": SOURCE},
+                                     {"session_id": source, "seq": True, "quote": SOURCE}])
+        dream_id, _ = dream(host, [source])  # its chunk copies the source sentence into the dream's events
+        checkpoint(host)
+        assert copies(db_path, SOURCE) > 0  # the test can fail
+
+        store.review(m, "redact", "person:bob", reason="payroll details")
+
+        checkpoint(host)
+        assert copies(db_path, SOURCE) == 0 and copies(db_path, "quarterly payroll export") == 0
+        everything = repr([e.payload for s in host.log.sessions() for e in host.log.events(s["id"])])
+        assert "payroll export" not in everything and "Thanks, that is all." in everything  # only the sentence went
+        (tomb,) = host.log.events(source, types=["redacted"])
+        assert tomb.payload["memory_id"] == m and seq in tomb.payload["seqs"]
+        assert host.log.events(dream_id)  # the log still reads
+    finally:
+        asyncio.run(host.close())
+    assert copies(db_path, SOURCE) == 0

@@ -38,7 +38,6 @@ from ..plugins.web import (
     within,
 )
 from . import store as memory_store, tools as memory_tools, transfer as memory_transfer
-from .semantic import recall_rank
 from .store import REVIEW_ACTIONS, STATUSES, person
 
 # limits of what a person or a client may write into a memory (docs/api.md, "Limits")
@@ -278,8 +277,8 @@ class RecallHandler(MemoryHandlerBase):
 
         def find() -> list[dict[str, Any]]:
             limit = q.limit or self.store.settings.recall_results
-            accepted = self.store.list(status="accepted", store=q.store, annotate=False)
-            return [dict(m, score=round(s, 4)) for m, s in recall_rank(accepted, q.q, self.store.embeddings) if s > 0][:limit]
+            stores = [q.store] if q.store is not None else self.store.store_names()
+            return [dict(m, score=round(s, 4)) for m, s in self.store.recall(q.q, stores, limit)]
 
         self.reply({"memories": await asyncio.to_thread(find)})
 

@@ -26,9 +26,11 @@ from typing import Any
 
 from ..plugins.errors import ConfigError, MemoryConflict, UnknownMemory
 from ..plugins.log import SESSION_ID, SqlLog, one_row, scrub_text
-from .relevance import contradictions, contradictions_among, rank
+from .index import Indexes, MountIndex
+from .relevance import contradictions, contradictions_among
 from .secretscan import SecretScanner
 from .semantic import Embeddings
+from .sources import cited_sentences, fragments
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memory_items (
@@ -104,6 +106,7 @@ PROPOSALS = ("create", "edit", "merge", "retire")
 REVIEW_ACTIONS = ("accept", "reject", "edit", "merge", "retire", "redact", "supersede")
 REDACTED = "[redacted]"
 MIN_SCRUB = 8  # shorter texts (a title like "pandas") are not scrubbed from the log: they are everywhere
+MAX_SOURCE_SESSIONS = 50  # sessions whose memories a redaction searches for parts of its source sentences
 MIN_SCRUB_LINE = 16  # each line of a text this long is scrubbed too (renderings indent or split a text)
 LIVE = ("accepted", "proposed")  # the statuses of memories that are, or may become, what sessions are told
 # A name in an actor: words of letters and digits (of any script), `_ . @ + -`, one space between words.
@@ -182,6 +185,11 @@ def held_back(accepted: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                     out[older["id"]] = {"id": older["id"], "version": older["version"], "title": older["title"],
                                         "by": newer["id"], "why": c["why"]}
     return out
+
+
+def block(m: dict[str, Any]) -> str:
+    """How a memory is shown in a session's system prompt (the injection)."""
+    return f"\n## {m['title']} ({m['id']}, {stamp(m)})\n{m['text']}\n"
 
 
 def stamp(m: dict[str, Any]) -> str:
@@ -314,6 +322,9 @@ class MemoryStore:
         self.settings = settings or MemorySettings()
         self.scanner = scanner or SecretScanner()  # what a memory may not hold: vault values, likely secrets
         self.embeddings = Embeddings()  # each memory's embedding, once per version (semantic.py)
+        # the accepted memories of each mount set, indexed and kept current (index.py): injection and recall
+        self.indexes = Indexes(lambda stores: MountIndex(stores, self._accepted_rows(stores), self._change_mark,
+                                                         self._versions_since, self.embeddings, block))
         if not log.read_only:
             log.write(lambda tx: tx.execute(SCHEMA)).result()
         self._legacy: bool | None = None  # a read-only file from before stores (no `store` column): all in "default"
@@ -329,7 +340,8 @@ class MemoryStore:
     def _rows(self, sql: str, params: list[Any] | None = None) -> list[tuple]:
         cur = self.log.cursor()
         try:
-            if not one_row(cur, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'memory_items'")[0]:
+            # a writable log has the tables from the start (SCHEMA); a read-only one may never have held a memory
+            if self.log.read_only and not one_row(cur, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'memory_items'")[0]:
                 return []  # a read-only log that never held a memory
             if self._legacy_file(cur):  # read as if migrated: every memory and every dream's read in "default"
                 if "memory_imports" in sql:
@@ -339,6 +351,39 @@ class MemoryStore:
             return cur.execute(sql, params or []).fetchall()
         finally:
             cur.close()
+
+    def _change_mark(self) -> tuple[int, Any, int] | None:
+        """(versions, the newest version's time, redactions): what moves with every change of a memory."""
+        rows = self._rows("SELECT (SELECT count(*) FROM memory_versions), (SELECT max(ts) FROM memory_versions), "
+                          "(SELECT count(*) FROM memory_redactions)")
+        return (rows[0][0], rows[0][1], rows[0][2]) if rows else None
+
+    def _versions_since(self, ts: Any) -> tuple[builtins.list[tuple[str, Any]], int, int]:
+        """The (memory id, ts) of the versions from `ts` on, with the version and redaction counts read with them."""
+        rows = self._rows("SELECT memory_id, ts, (SELECT count(*) FROM memory_versions), (SELECT count(*) FROM "
+                          "memory_redactions) FROM memory_versions WHERE ts >= ?", [ts])
+        if not rows:
+            return [], -1, -1  # the newest known version is gone (another file in place): the index rebuilds
+        return [(r[0], r[1]) for r in rows], rows[0][2], rows[0][3]
+
+    def _accepted_rows(self, stores: Sequence[str]) -> Any:
+        def load(ids: builtins.list[str] | None) -> builtins.list[dict[str, Any]]:
+            if ids is None:
+                return self.list(status="accepted", store=builtins.list(stores), annotate=False)
+            return [_memory_row(r) for r in self._rows(
+                f"SELECT {MEMORY_COLS} FROM memories WHERE id IN ({', '.join('?' * len(ids))})", ids)] if ids else []
+        return load
+
+    def store_names(self) -> builtins.list[str]:
+        """The stores that hold a memory, by name."""
+        return [r[0] for r in self._rows("SELECT DISTINCT store FROM memory_items ORDER BY store")]
+
+    def recall(self, query: str, stores: Sequence[str], limit: int) -> builtins.list[tuple[dict[str, Any], float]]:
+        """The accepted memories of `stores` that match `query` (semantic.recall_rank; score > 0), the best first,
+        at most `limit`, from the mount set's index."""
+        index = self.indexes.of(stores)
+        with index.fresh():
+            return index.recall(query, limit)
 
     def list(self, *, status: str | None = None, tag: str | None = None, dream: str | None = None,
              search: str | None = None, store: str | Sequence[str] | None = None,
@@ -473,22 +518,27 @@ class MemoryStore:
         only the newer (last accepted or changed) is told: the later decision stands until a person
         supersedes or retires one of them.
         """
-        accepted = self.list(status="accepted", store=builtins.list(stores), annotate=False)
-        if not accepted or not self.settings.inject:
-            return "", [], 0, []
-        held = held_back(accepted)
-        accepted = [m for m in accepted if m["id"] not in held]
+        index = self.indexes.of(stores)
+        with index.fresh():
+            if not self.settings.inject or not len(index):
+                return "", [], 0, []
+            held = index.held_back()
+            ranked = index.ranked(query)
+            shortest = index.shortest_block()
         head = ("# Memories\n\nAccepted memories from earlier sessions, reviewed by a person, most relevant first; "
                 "each says when it was last accepted or changed and which sessions it came from. They may be out "
                 "of date: check them against what you see.\n")
         parts, used, size, left = [head], [], len(head), 0
-        for m, score in rank(accepted, query):
-            block = f"\n## {m['title']} ({m['id']}, {stamp(m)})\n{m['text']}\n"
-            if size + len(block) > self.settings.inject_chars:
+        for n, (e, score) in enumerate(ranked):
+            if size + len(e.block) > self.settings.inject_chars:
                 left += 1
+                if self.settings.inject_chars - size < shortest:  # nothing else fits: the rest are counted, not tried
+                    left += len(ranked) - n - 1
+                    break
                 continue  # the rest still fit if they are short; what was left out is counted in the event
-            parts.append(block)
-            size += len(block)
+            m = e.memory
+            parts.append(e.block)
+            size += len(e.block)
             used.append({"id": m["id"], "version": m["version"], "title": m["title"], "updated_at": m["updated_at"],
                          "sessions": sessions_of(m), "score": round(score, 4), "why": "relevant" if score > 0 else "recent"})
         if not used:
@@ -568,6 +618,8 @@ class MemoryStore:
             raise ConfigError(f"unknown fields for {action}: {', '.join(sorted(unknown))}")
         if not kw.pop("allow_secret", False):
             self.refuse_secrets(kw.get("title"), kw.get("text"))
+        if action == "redact":  # the source sentences are read from committed events, before the write
+            kw["sources"] = self.source_sentences(memory_id)
         result_id = self.log.write(lambda tx: getattr(self, "_" + action)(tx, memory_id, actor, **kw)).result()
         if action == "redact":
             self.log.compact()  # the old bytes of what was scrubbed must not stay in the file's free blocks
@@ -682,15 +734,32 @@ class MemoryStore:
         self._link(tx, memory_id, by, actor, "supersede")
         return memory_id
 
+    def source_sentences(self, memory_id: str) -> builtins.list[str]:
+        """The sentences of the events a memory's versions cite that its quotes come from (sources.py): what a
+        redaction removes from the log besides the memory's own words, however the memory reworded them."""
+        cited = []
+        for (prov,) in self._rows("SELECT provenance FROM memory_versions WHERE memory_id = ?", [memory_id]):
+            cited += [c for c in json.loads(prov) if isinstance(c, dict)]
+        found = cited_sentences(cited, lambda sid, seq: [e.payload for e in self.log.events(sid, after=seq - 1, until=seq)])
+        sessions = sorted({c["session_id"] for c in cited if isinstance(c.get("session_id"), str)})[:MAX_SOURCE_SESSIONS]
+        if not found or not sessions:
+            return found
+        # other memories from the same sessions may copy part of a source sentence (a title cut short)
+        where = " OR ".join(["contains(provenance::VARCHAR, ?)"] * len(sessions))
+        texts = [t for title, text in self._rows(f"SELECT title, text FROM memory_versions WHERE {where}",
+                                                 [json.dumps(s) for s in sessions]) for t in (title, text)]
+        return found + fragments(texts, found)
+
     def _redact(self, tx: Any, memory_id: str, actor: str, reason: str | None = None, note: str | None = None,
-                title: str | None = None, **_: Any) -> str:
+                title: str | None = None, sources: Sequence[str] = (), **_: Any) -> str:
         m = self._current(tx, memory_id)
         reason = _text(reason or note, "reason")
         new_title = _text(title, "title") if title is not None else REDACTED
         rows = tx.execute("SELECT version, title, text, provenance, note FROM memory_versions WHERE memory_id = ? ORDER BY version",
                           [memory_id]).fetchall()
         versions = [r[0] for r in rows]
-        targets = self._scrub_targets(rows)
+        targets = sorted({*self._scrub_targets(rows), *(t for t in sources if len(t) >= MIN_SCRUB and t != REDACTED)},
+                         key=lambda t: (-len(t), t))
         # the memory itself: no version keeps its title, text or the quotes copied from the source events
         tx.execute("UPDATE memory_versions SET text = ?, title = ? WHERE memory_id = ?", [REDACTED, new_title, memory_id])
         for version, prov in tx.execute("SELECT version, provenance FROM memory_versions WHERE memory_id = ?", [memory_id]).fetchall():

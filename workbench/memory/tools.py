@@ -24,7 +24,7 @@ from ..plugins.tools import Tool, ToolContext, ToolOutput
 from .events import check_citations, normalize, render_event
 from .mounts import Mount, dream_target, session_mounts, stores_of
 from .relevance import contradictions
-from .semantic import absorbed, other_facts, overlaps, recall_rank
+from .semantic import absorbed, other_facts, overlaps
 from .store import LIVE, MemoryStore, field_problems, stamp
 
 MAX_EVENTS = 200
@@ -318,8 +318,7 @@ def recall(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext | None) -> 
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RECALL_RESULTS:
         return _out(f"limit must be an integer from 1 to {MAX_RECALL_RESULTS}", True)
     mounted = stores_of(stores(ctx)[1])  # only what the session mounts, read-only or read-write
-    accepted = store.list(status="accepted", store=mounted, annotate=False)
-    found = [(m, s) for m, s in recall_rank(accepted, query, store.embeddings) if s > 0][:limit]
+    found = store.recall(query, mounted, limit)
     if not found:
         return _out("no accepted memory matches; try other words (memories are searched by title, text and tags)",
                     recalled=[])
