@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.hands.observing import TIMED_OUT
 from workbench.hands.observing.render import blocks
 from workbench.hands.observing.widgets import model_of, tree
 
@@ -257,7 +258,11 @@ async def hands_run(sources: list[str], resources: Path | None, backend: str) ->
 
 
 def intended(obs: dict[str, Any], reference: str, model: str) -> str:
-    """Why a difference is one docs/fidelity.md lists as intended, or ""."""
+    """Why a difference is one docs/fidelity.md lists as intended, or "". A call that timed out is never one, even
+    when its output was also cut: the difference may be the timeout's."""
+    notes = obs.get("truncated") or []
+    if any(str(n).startswith(TIMED_OUT.split("{", 1)[0]) for n in notes):
+        return ""
     if any("truncated" in n or "dropped" in n for n in obs.get("truncated") or []) or "characters cut here: " in model:
         return "output cap"
     return ""
