@@ -1,8 +1,17 @@
 // The workbench sidebar: sessions, the selected session's chat and hands, and the Memories tab.
 import { Widget } from '@lumino/widgets';
 
-import { ApiError, IEvent, IHands, ISession, StreamMessage, WorkbenchApi } from './api';
+import {
+  ApiError,
+  IAttachment,
+  IEvent,
+  IHands,
+  ISession,
+  StreamMessage,
+  WorkbenchApi
+} from './api';
 import { ChatLog } from './chat';
+import { PendingContext } from './context';
 import { ago, h, marked } from './dom';
 import { FilesView, IAttached } from './files';
 import { MemoriesView } from './memories';
@@ -118,6 +127,8 @@ export class WorkbenchPanel extends Widget {
     },
     'Send'
   );
+  /** Notebook context waiting to go with the next message (context.ts). */
+  private context = new PendingContext();
   private error = h('div', { class: 'jp-wb-banner', hidden: true });
   private chatTab = h('section', { class: 'jp-wb-tab' });
   private tabButtons: HTMLButtonElement[] = [];
@@ -125,7 +136,10 @@ export class WorkbenchPanel extends Widget {
   constructor(api: WorkbenchApi, openReview: () => void, ctx: IRenderContext = {}) {
     super();
     this.api = api;
-    this.log = new ChatLog(new ChatRenderer(ctx), text => void this.retry(text));
+    this.log = new ChatLog(
+      new ChatRenderer(ctx),
+      (text, attachments) => void this.retry(text, attachments)
+    );
     this.id = 'jp-workbench';
     this.addClass('jp-wb-panel');
     this.memories = new MemoriesView(api, openReview);
@@ -186,6 +200,7 @@ export class WorkbenchPanel extends Widget {
         )
       ),
       this.log.node,
+      this.context.node,
       h('div', { class: 'jp-wb-composer' }, this.input, this.sendButton)
     );
     const tabs = h('nav', { class: 'jp-wb-tabs', role: 'tablist' });
@@ -679,8 +694,22 @@ export class WorkbenchPanel extends Widget {
     this.handsLabel.dataset.state = String(hands.state ?? '');
   }
 
-  /** Send the composer's text as the next user message (nothing while a turn runs). */
-  async send(text = this.input.value.trim(), fromComposer = true): Promise<void> {
+  /** Take notebook context into the composer (sent with the next message); `text` fills an empty composer. */
+  addContext(att: IAttachment, text?: string): void {
+    this.context.add(att);
+    if (text && !this.input.value.trim()) {
+      this.input.value = text;
+    }
+    this.focusInput();
+  }
+
+  /** Send the composer's text as the next user message (nothing while a turn runs), with the composer's
+   * notebook context, or with `attachments` when given. */
+  async send(
+    text = this.input.value.trim(),
+    fromComposer = true,
+    attachments?: IAttachment[]
+  ): Promise<void> {
     if (!text) {
       return;
     }
@@ -697,9 +726,11 @@ export class WorkbenchPanel extends Widget {
     this.updateButtons();
     // Live deltas are not stored: subscribe before the turn starts, or its streaming is missed.
     await this.streamOpen;
-    if (await this.guard(() => this.api.send(id, text))) {
+    const context = attachments ?? (fromComposer ? this.context.attachments : []);
+    if (await this.guard(() => this.api.send(id, text, context))) {
       if (fromComposer) {
         this.input.value = '';
+        this.context.clear();
       }
     } else {
       // Refused (e.g. 409: a turn started elsewhere is running): what runs is the server's to say,
@@ -708,11 +739,12 @@ export class WorkbenchPanel extends Widget {
     }
   }
 
-  /** Retry a failed turn: send its user message again, as a new message (the log is append-only). */
-  async retry(text?: string): Promise<void> {
+  /** Retry a failed turn: send its user message again, with its notebook context, as a new message (the log
+   * is append-only). */
+  async retry(text?: string, attachments?: IAttachment[]): Promise<void> {
     const again = text ?? this.log.lastUserText;
     if (again && !this.running) {
-      await this.send(again, false);
+      await this.send(again, false, attachments ?? (text ? [] : this.log.lastUserAttachments));
     }
   }
 
