@@ -229,7 +229,7 @@ class Brain:
             # under the lock: a retry racing its first send finds the first's message committed (or commits its own)
             sent = (await self.conversation(session_id)).keys.get(key) if key is not None else None
             if sent is not None:
-                return await self._sent_before(session_id, key, text, *sent), None
+                return await self._sent_before(session_id, key, text, attachments, *sent), None
             if self.turns.running(session_id):
                 if (await self.conversation(session_id)).state.open:
                     raise TurnBusy(busy)
@@ -240,12 +240,15 @@ class Brain:
                 raise TurnBusy(f"session {session_id} has an unfinished turn; resume it or interrupt it first")
             return await self._spawn(session_id, text, name_untitled, key, attachments=attachments)
 
-    async def _sent_before(self, session_id: str, key: Any, text: str, seq: int, first: str) -> Event:
-        """The user_message a key was first sent with, when this is the same message again; else KeyReused."""
-        if text != first:
+    async def _sent_before(self, session_id: str, key: Any, text: str, attachments: list[dict[str, Any]] | None,
+                           seq: int, first: str) -> Event:
+        """The user_message a key was first sent with, when this is the same message again (its text and its
+        attachments); else KeyReused."""
+        event = (await self.log.aevents(session_id, seq - 1, until=seq))[0] if text == first else None
+        if event is None or (event.payload.get("attachments") or None) != (attachments or None):
             raise KeyReused(f"idempotency key {key!r} was sent before with another message (seq {seq} of session "
                             f"{session_id}); send a new message with a new key")
-        return (await self.log.aevents(session_id, seq - 1, until=seq))[0]
+        return event
 
     async def _spawn(self, session_id: str, text: str | None, name_untitled: bool = False,
                      key: str | None = None, close_by: str | None = None,
