@@ -81,3 +81,13 @@ def test_labels_name_the_cells_as_the_notebook_numbers_them():
     assert label(cells(cell(0), kind="notebook", omitted=4)) == "the notebook analysis.ipynb"
     assert "4 more cells" in context_text(check_attachments([cells(cell(0), kind="notebook", omitted=4)])[0])
     assert context_blocks(None) == [] and context_blocks("junk") == []
+
+
+def test_a_message_shown_as_text_names_its_attachments_without_repeating_them():
+    from workbench.log import Event
+    from workbench.render import event_text
+
+    [att] = check_attachments([cells(cell(2), cell(3))])
+    e = Event("s", 2, None, "user_message", {"text": "why?", "attachments": [att, "junk"]})
+    assert event_text(e) == "[attached: cells 3-4 of analysis.ipynb]\nwhy?"
+    assert event_text(Event("s", 3, None, "user_message", {"text": "plain"})) == "plain"
