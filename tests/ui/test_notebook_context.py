@@ -191,6 +191,8 @@ def test_replace_puts_the_replys_code_into_the_cell_and_undo_takes_it_back(page,
     assert panel.locator(".jp-wb-user .jp-wb-replace").count() == 0
     replace.click()
     reply.locator(".jp-wb-code-status").filter(has_text="Replaced cell 3").wait_for()
+    reply.locator(".jp-wb-replace").scroll_into_view_if_needed()
+    shot(page, "context-replace")
     source = "(i) => window.jupyterapp.shell.currentWidget.content.model.cells.get(i).sharedModel.getSource()"
     assert page.evaluate(source, 2) == "rates['eur'] / 1"
     assert page.evaluate(source, 1).startswith("rates = ")  # no other cell changed
@@ -204,7 +206,6 @@ def test_replace_puts_the_replys_code_into_the_cell_and_undo_takes_it_back(page,
     second.locator(".jp-wb-insert").first.wait_for(timeout=60_000)
     wait_idle(page)
     assert second.locator(".jp-wb-replace").count() == 0
-    shot(page, "context-replace")
     close_all(page)
     assert page.blocked == []
 
