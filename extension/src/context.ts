@@ -11,6 +11,8 @@ import { h, stripAnsi } from './dom';
 
 /** Characters of sources and outputs one attachment takes at most; the cells after it are left out (said so). */
 export const BUDGET = 200000;
+/** Attachments the composer holds at most (the oldest goes): within the server's 1,000,000 characters a message. */
+const PENDING = 4;
 /** Characters of one output's text kept (its end: where an error or a result is). */
 const OUTPUT_CHARS = 20000;
 /** Characters of one cell's source kept (the server takes 200,000). */
@@ -174,7 +176,11 @@ export function chip(att: IAttachment, remove?: () => void): HTMLElement {
       ? h('div', { class: 'jp-wb-note' }, `${att.omitted} more cells left out (over the budget)`)
       : null
   );
-  const summary = h('summary', { title: 'What was sent with the message' }, label(att));
+  const summary = h(
+    'summary',
+    { title: 'What was sent with the message' },
+    h('span', { class: 'jp-wb-attachment-label' }, label(att))
+  );
   const node = h('details', { class: 'jp-wb-attachment' }, summary, body);
   if (remove) {
     summary.append(
@@ -209,6 +215,7 @@ export class PendingContext {
     // the same cells of the same notebook again take the place of the earlier ones
     this.items = this.items.filter(a => label(a) !== label(att) || a.path !== att.path);
     this.items.push(att);
+    this.items = this.items.slice(-PENDING);
     this.draw();
   }
 

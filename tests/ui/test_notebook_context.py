@@ -90,7 +90,7 @@ def test_ask_about_selection_sends_the_cells_and_shows_them_escaped(page, lab: J
     send(panel, "What do these cells do?")
     chip = panel.locator(".jp-wb-user .jp-wb-attachment").filter(has_text="cells 2-3 of ctx.ipynb")
     chip.wait_for(timeout=60_000)
-    assert pending.count() == 0  # sent: the composer holds no context any more
+    pending.first.wait_for(state="detached")  # sent: the composer holds no context any more
     chip.locator("summary").click()
     shown = chip.locator(".jp-wb-attachment-cells").inner_text()
     assert SCRIPT in shown and FAILED_SOURCE in shown and "ZeroDivisionError: division by zero" in shown, shown
@@ -107,6 +107,15 @@ def test_ask_about_selection_sends_the_cells_and_shows_them_escaped(page, lab: J
                                            "traceback": ["ZeroDivisionError: division by zero"]}]
     assert att["cells"][0]["id"] == "cell-1" and att["cells"][0]["source"].endswith(SCRIPT)
     shot(page, "context-ask-selection")
+    # at most four wait in the composer (the oldest goes); the same cells again take their own chip's place
+    for first, last in ((0, None), (1, None), (2, None), (3, None), (0, 1), (3, None)):
+        select(page, first, last)
+        command(page, "workbench:ask-selection")
+    page.wait_for_function("() => document.querySelectorAll('#jp-workbench .jp-wb-pending .jp-wb-attachment')"
+                           ".length === 4 && !document.querySelector('#jp-workbench .jp-wb-pending')"
+                           ".textContent.includes('cell 1 of')")
+    assert pending.locator(".jp-wb-attachment-label").all_inner_texts() == [
+        "cell 2 of ctx.ipynb", "cell 3 of ctx.ipynb", "cells 1-2 of ctx.ipynb", "cell 4 of ctx.ipynb"]
     close_all(page)
 
 
