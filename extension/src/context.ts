@@ -219,8 +219,9 @@ export class PendingContext {
     this.draw();
   }
 
-  clear(): void {
-    this.items = [];
+  /** Take these off (they were sent); any added since stay. */
+  remove(sent: IAttachment[]): void {
+    this.items = this.items.filter(a => !sent.includes(a));
     this.draw();
   }
 

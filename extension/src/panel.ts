@@ -728,10 +728,12 @@ export class WorkbenchPanel extends Widget {
     await this.streamOpen;
     const context = attachments ?? (fromComposer ? this.context.attachments : []);
     if (await this.guard(() => this.api.send(id, text, context))) {
-      if (fromComposer) {
+      // The answer may come after the turn's events, when a draft is being typed or more context taken:
+      // only what was sent leaves the composer.
+      if (fromComposer && this.input.value.trim() === text) {
         this.input.value = '';
-        this.context.clear();
       }
+      this.context.remove(context);
     } else {
       // Refused (e.g. 409: a turn started elsewhere is running): what runs is the server's to say,
       // so Stop stays available while a turn still runs.
