@@ -296,40 +296,83 @@ def test_the_face_check_catches_a_reach_inside_a_room():
     ]
 
 
-HANDS_IMPLEMENTATIONS = ("KernelHands", "RefusedHands")
+# each protocol's package, the implementations nobody outside it may test for, and the name its values go by
+PROTOCOLS = {
+    "hands": (HANDS, ("KernelHands", "RefusedHands")),
+    "log": ("workbench.log", ("DuckDBLog", "MemoryLog", "WriterLog")),
+}
 
 
-def hands_probes(mods: dict[str, tuple[Path, ast.Module]]) -> list[str]:
-    """Where a package outside the hands asks what a session's hands are instead of using the `Hands` protocol: an
-    isinstance on an implementation, or a getattr/hasattr probe of hands for a feature they may lack."""
+def _typed_any(node: ast.AST) -> tuple[str, str] | None:
+    """(its kind, what it says) for a parameter or attribute called `hands` or `log` (or ending so) typed Any."""
+    if isinstance(node, ast.arg) and node.annotation is not None:
+        name, annotation = node.arg, node.annotation
+    elif isinstance(node, ast.AnnAssign):
+        name, annotation = ast.unparse(node.target).rpartition(".")[2], node.annotation
+    else:
+        return None
+    typed = ast.unparse(annotation)
+    for kind in PROTOCOLS:
+        if (name == kind or name.endswith("_" + kind)) and "Any" in typed.replace("'", "").split(" | "):
+            return kind, f"{name}: {typed}"
+    return None
+
+
+def protocol_probes(mods: dict[str, tuple[Path, ast.Module]]) -> list[str]:
+    """Where a package outside the hands or the log asks what a session's hands or log are instead of using their
+    protocols (`Hands`; `SessionLog`, `ManagedLog`, `SqlLog`): an isinstance on an implementation, a getattr/hasattr
+    probe for a feature they may lack, or a value of either typed `Any`."""
+    def theirs(module: str, kind: str) -> bool:
+        return module == PROTOCOLS[kind][0] or module.startswith(PROTOCOLS[kind][0] + ".")
+
     problems = []
     for name, (_, tree) in sorted(mods.items()):
-        if name == HANDS or name.startswith(HANDS + "."):
-            continue
-        for call in ast.walk(tree):
-            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.args):
+        for node in ast.walk(tree):
+            if (typed := _typed_any(node)) is not None and not theirs(name, typed[0]):
+                problems.append(f"{name}:{node.lineno}: {typed[1]}")
+        for kind, (_package, implementations) in PROTOCOLS.items():
+            if theirs(name, kind):
                 continue
-            probe = call.func.id in ("getattr", "hasattr") and "hands" in ast.unparse(call.args[0])
-            downcast = call.func.id == "isinstance" and len(call.args) > 1 and any(
-                impl in ast.unparse(call.args[1]) for impl in HANDS_IMPLEMENTATIONS)
-            if probe or downcast:
-                problems.append(f"{name}:{call.lineno}: {ast.unparse(call)}")
-    return problems
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+                    probed = ast.unparse(node.args[0]).rpartition(".")[2]
+                    probe = node.func.id in ("getattr", "hasattr") and (probed == kind or probed.endswith("_" + kind))
+                    downcast = node.func.id == "isinstance" and len(node.args) > 1 and any(
+                        impl in ast.unparse(node.args[1]) for impl in implementations)
+                    if probe or downcast:
+                        problems.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    return sorted(problems, key=lambda p: (p.split(":")[0], int(p.split(":")[1])))
 
 
-def test_hands_are_used_through_their_protocol():
-    """The workspace, its owner and freezing are in the `Hands` protocol, which every implementation subclasses."""
-    assert hands_probes(modules()) == []
+def test_hands_and_logs_are_used_through_their_protocols():
+    """The workspace, its owner and freezing are in the `Hands` protocol, which every implementation subclasses; what
+    a log offers is in its protocols (its file through `sql()`)."""
+    assert protocol_probes(modules()) == []
 
 
-def test_the_protocol_check_catches_a_probe_and_a_downcast():
+def test_the_protocol_check_catches_a_probe_a_downcast_and_an_any():
     source = ("if isinstance(hands, KernelHands):\n    pass\n"
               "vault = getattr(host.hands, 'vault', None)\n"
-              "ok = isinstance(hands, Hands) and getattr(log, 'path', None)\n")
+              "ok = isinstance(hands, Hands) and getattr(self.host.log, 'path', None)\n"
+              "def f(log: Any, hands: Hands, session_log: 'Any | None' = None) -> None:\n    pass\n"
+              "duck = isinstance(lg, DuckDBLog)\n"
+              "class C:\n    hands: Any\n    logger: Any\n")
     mods = {"workbench.delegate.intruder": (PKG / "delegate" / "intruder.py", ast.parse(source)),
-            "workbench.hands.factory": (PKG / "hands" / "factory.py", ast.parse(source))}  # the hands' own: theirs
-    assert hands_probes(mods) == ["workbench.delegate.intruder:1: isinstance(hands, KernelHands)",
-                                  "workbench.delegate.intruder:3: getattr(host.hands, 'vault', None)"]
+            "workbench.hands.factory": (PKG / "hands" / "factory.py", ast.parse(source)),  # theirs, but for the log
+            "workbench.log.writer": (PKG / "log" / "writer.py", ast.parse("x = isinstance(lg, DuckDBLog)\n"))}
+    assert protocol_probes(mods) == [
+        "workbench.delegate.intruder:1: isinstance(hands, KernelHands)",
+        "workbench.delegate.intruder:3: getattr(host.hands, 'vault', None)",
+        "workbench.delegate.intruder:4: getattr(self.host.log, 'path', None)",
+        "workbench.delegate.intruder:5: log: Any",
+        "workbench.delegate.intruder:5: session_log: 'Any | None'",
+        "workbench.delegate.intruder:7: isinstance(lg, DuckDBLog)",
+        "workbench.delegate.intruder:9: hands: Any",
+        "workbench.hands.factory:4: getattr(self.host.log, 'path', None)",
+        "workbench.hands.factory:5: log: Any",
+        "workbench.hands.factory:5: session_log: 'Any | None'",
+        "workbench.hands.factory:7: isinstance(lg, DuckDBLog)",
+    ]
 
 
 # -- one service, two transports ----------------------------------------------------------------------------------
@@ -640,4 +683,43 @@ def test_the_running_owner_check_catches_a_second_one():
     assert second_running_owners(mods) == [
         "workbench.host:2: p.driving(sid) asks a plugin whether a session runs: ask brain.turns (at_work, driven)",
         "workbench.host:3: Turns() is a second turn registry: ask brain.turns",
+    ]
+
+
+# -- Inspect AI: an optional extra ---------------------------------------------------------------------------------
+
+# inspect_ai is installed only with the `inspect` extra: the modules that use it are its own, and nothing else
+# imports them (the sandbox environment is loaded by Inspect through its entry point; the exporter by the command)
+INSPECT_MODULES = ("workbench.inspect_sandbox", "workbench.evals.inspect_log")
+
+
+def inspect_imports(mods: dict[str, tuple[Path, ast.Module]]) -> list[str]:
+    """Modules other than INSPECT_MODULES that import inspect_ai, or import one of them at their top level."""
+    problems = []
+    for name, (path, tree) in sorted(mods.items()):
+        if name in INSPECT_MODULES:
+            continue
+        top = {id(n) for n in tree.body}
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for mod, _, line in import_statements(name, path, ast.Module(body=[node], type_ignores=[])):
+                if mod == "inspect_ai" or mod.startswith("inspect_ai."):
+                    problems.append(f"{name}:{line}: imports {mod}: only {', '.join(INSPECT_MODULES)} may (an extra)")
+                elif mod in INSPECT_MODULES and id(node) in top:
+                    problems.append(f"{name}:{line}: imports {mod} at its top: import it where it is used (an extra)")
+    return problems
+
+
+def test_only_the_inspect_modules_import_inspect_ai_and_nothing_imports_them_eagerly():
+    assert inspect_imports(modules()) == []
+
+
+def test_the_inspect_import_check_catches_one():
+    source = "import inspect_ai.log\nfrom .inspect_log import write_logs\ndef f():\n    from .inspect_log import eval_logs\n"
+    mods = {"workbench.evals.cli": (PKG / "evals" / "cli.py", ast.parse(source))}
+    assert inspect_imports(mods) == [
+        "workbench.evals.cli:1: imports inspect_ai.log: only workbench.inspect_sandbox, workbench.evals.inspect_log may "
+        "(an extra)",
+        "workbench.evals.cli:2: imports workbench.evals.inspect_log at its top: import it where it is used (an extra)",
     ]

@@ -1,17 +1,21 @@
-// The Memories tab: proposals from dreams waiting for a person's accept or reject.
+// The Memories tab: proposals from dreams waiting for a person's accept or reject. A memory's text is Markdown,
+// rendered as the review panel renders it; each source is a link that opens its session at the cited event.
 import { ApiError, IConflict, IMemory, WorkbenchApi } from './api';
 import { h } from './dom';
-import { MEMORIES_CHANGED, memoriesChanged } from './review';
+import { IReviewContext, MEMORIES_CHANGED, MemoryParts, memoriesChanged } from './review';
 
 export class MemoriesView {
   readonly node = h('section', { class: 'jp-wb-tab jp-wb-memories' });
   private list = h('div', { class: 'jp-wb-memory-list' });
   private status = h('div', { class: 'jp-wb-empty' });
+  private parts: MemoryParts;
 
   constructor(
     private api: WorkbenchApi,
-    openReview: () => void
+    openReview: () => void,
+    ctx: IReviewContext = {}
   ) {
+    this.parts = new MemoryParts(api, ctx);
     // a review in the main-area panel (or elsewhere on this page): look again
     window.addEventListener(MEMORIES_CHANGED, () => !this.node.hidden && void this.refresh());
     this.node.append(
@@ -59,7 +63,7 @@ export class MemoriesView {
   }
 
   private card(m: IMemory): HTMLElement {
-    const sources = (m.provenance || []).map(p => `${p.session_id}#${p.seq}`).join(', ');
+    const sources = (m.provenance || []).map(p => this.parts.source(p));
     const buttons = h('div', { class: 'jp-wb-memory-actions' });
     const card = h(
       'article',
@@ -68,8 +72,14 @@ export class MemoriesView {
       m.proposal &&
         m.proposal !== 'create' &&
         h('div', { class: 'jp-wb-meta' }, `proposed: ${m.proposal}`),
-      h('div', { class: 'jp-wb-memory-text' }, m.text || ''),
-      sources && h('div', { class: 'jp-wb-meta' }, `from ${sources}`),
+      h('div', { class: 'jp-wb-memory-text' }, this.parts.text(m.text || '')),
+      sources.length > 0 &&
+        h(
+          'div',
+          { class: 'jp-wb-meta jp-wb-memory-sources' },
+          'from ',
+          ...sources.flatMap((link, i) => (i ? [', ', link] : [link]))
+        ),
       ...(m.conflicts || []).map(c => this.conflict(m, c)),
       buttons
     );
@@ -105,7 +115,7 @@ export class MemoriesView {
         { class: 'jp-wb-conflict-side' },
         h('div', { class: 'jp-wb-meta' }, `${id} · ${status} · ${(date || '').slice(0, 10)}`),
         h('div', { class: 'jp-wb-memory-title' }, title),
-        h('div', { class: 'jp-wb-memory-text' }, text)
+        h('div', { class: 'jp-wb-memory-text' }, this.parts.text(text))
       );
     return h(
       'div',

@@ -136,13 +136,14 @@ export class WorkbenchPanel extends Widget {
   constructor(api: WorkbenchApi, openReview: () => void, ctx: IRenderContext = {}) {
     super();
     this.api = api;
-    this.log = new ChatLog(
-      new ChatRenderer(ctx),
-      (text, attachments) => void this.retry(text, attachments)
-    );
+    const renderer = new ChatRenderer(ctx);
+    this.log = new ChatLog(renderer, (text, attachments) => void this.retry(text, attachments));
     this.id = 'jp-workbench';
     this.addClass('jp-wb-panel');
-    this.memories = new MemoriesView(api, openReview);
+    this.memories = new MemoriesView(api, openReview, {
+      render: renderer,
+      open: (id, seq) => void this.openSession(id, seq)
+    });
     this.files = new FilesView(api, rec => this.attached(rec));
     this.controls = new SessionControls(
       api,

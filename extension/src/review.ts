@@ -63,6 +63,67 @@ export function who(actor: string | null | undefined, me?: User.IIdentity | null
   return a;
 }
 
+/** A memory's parts as both the review panel and the sidebar's Memories tab draw them: its text as Markdown, and
+ * each cited event as a link that opens its session there. */
+export class MemoryParts {
+  private titles = new Map<string, Promise<string>>(); // session id -> its title, asked once
+
+  constructor(
+    private api: WorkbenchApi,
+    private ctx: IReviewContext = {}
+  ) {}
+
+  /** A memory's text: Markdown, rendered and sanitized (plain text with code blocks without a renderer). */
+  text(text: string): HTMLElement {
+    return h(
+      'div',
+      { class: 'jp-wb-review-text' },
+      this.ctx.render ? this.ctx.render.markdown(text) : richText(text)
+    );
+  }
+
+  /** A cited event: a link that opens its session there (named by its title once known), the ids as its tooltip. */
+  source(p: { session_id: string; seq: number }): HTMLElement {
+    const id = String(p.session_id);
+    const seq = Number(p.seq) || 0;
+    const label = h('span', {}, `session ${id}`);
+    const link = h(
+      'a',
+      {
+        class: 'jp-wb-review-source',
+        href: '#',
+        title: `Open session ${id} at event #${seq} in the Workbench sidebar`,
+        'data-session-id': id,
+        'data-seq': String(seq),
+        onclick: (e: Event) => {
+          e.preventDefault();
+          this.ctx.open?.(id, seq);
+        }
+      },
+      label,
+      ` · event #${seq}`
+    );
+    if (!this.ctx.open) {
+      link.removeAttribute('href'); // nothing to open it with: the ids, as text
+    }
+    void this.sessionTitle(id).then(t => t && (label.textContent = `“${t}”`));
+    return link;
+  }
+
+  /** A session's title (asked of the server once per session; '' when it has none or is gone). */
+  sessionTitle(id: string): Promise<string> {
+    let known = this.titles.get(id);
+    if (!known) {
+      known = this.api
+        .request<{ title?: string }>(`sessions/${encodeURIComponent(id)}`)
+        .then(s => String(s.title || ''))
+        .catch(() => '');
+      this.titles.set(id, known);
+    }
+    return known;
+  }
+}
+
 export class ReviewPanel extends Widget {
   private status: (typeof STATUSES)[number] = 'proposed';
   private search = '';
@@ -85,13 +146,14 @@ export class ReviewPanel extends Widget {
   private info = h('div', { class: 'jp-wb-review-info', role: 'status', 'aria-live': 'polite' });
   private onChanged = () => void this.refresh();
 
-  private titles = new Map<string, Promise<string>>(); // session id -> its title, asked once
+  private parts: MemoryParts;
 
   constructor(
     private api: WorkbenchApi,
     private ctx: IReviewContext = {}
   ) {
     super();
+    this.parts = new MemoryParts(api, ctx);
     this.id = 'jp-workbench-review';
     this.addClass('jp-wb-review');
     this.title.label = 'Memory review';
@@ -271,7 +333,7 @@ export class ReviewPanel extends Widget {
           { class: 'jp-wb-meta' },
           `proposed: ${m.proposal}${m.targets?.length ? ` of ${m.targets.join(', ')}` : ''}`
         ),
-      this.text(m.text || ''),
+      this.parts.text(m.text || ''),
       (m.tags || []).length > 0 &&
         h(
           'div',
@@ -287,7 +349,7 @@ export class ReviewPanel extends Widget {
             'ul',
             {},
             ...(m.provenance || []).map((p: any) =>
-              h('li', {}, this.source(p), p.quote ? h('blockquote', {}, String(p.quote)) : null)
+              h('li', {}, this.parts.source(p), p.quote ? h('blockquote', {}, String(p.quote)) : null)
             )
           )
         ),
@@ -323,56 +385,6 @@ export class ReviewPanel extends Widget {
 
   private get me(): User.IIdentity | null {
     return this.ctx.user?.identity ?? null;
-  }
-
-  /** A memory's text: Markdown, rendered and sanitized (plain text with code blocks without a renderer). */
-  private text(text: string): HTMLElement {
-    return h(
-      'div',
-      { class: 'jp-wb-review-text' },
-      this.ctx.render ? this.ctx.render.markdown(text) : richText(text)
-    );
-  }
-
-  /** A cited event: a link that opens its session there (named by its title once known), the ids as its tooltip. */
-  private source(p: { session_id: string; seq: number }): HTMLElement {
-    const id = String(p.session_id);
-    const seq = Number(p.seq) || 0;
-    const label = h('span', {}, `session ${id}`);
-    const link = h(
-      'a',
-      {
-        class: 'jp-wb-review-source',
-        href: '#',
-        title: `Open session ${id} at event #${seq} in the Workbench sidebar`,
-        'data-session-id': id,
-        'data-seq': String(seq),
-        onclick: (e: Event) => {
-          e.preventDefault();
-          this.ctx.open?.(id, seq);
-        }
-      },
-      label,
-      ` · event #${seq}`
-    );
-    if (!this.ctx.open) {
-      link.removeAttribute('href'); // nothing to open it with: the ids, as text
-    }
-    void this.sessionTitle(id).then(t => t && (label.textContent = `“${t}”`));
-    return link;
-  }
-
-  /** A session's title (asked of the server once per session; '' when it has none or is gone). */
-  private sessionTitle(id: string): Promise<string> {
-    let known = this.titles.get(id);
-    if (!known) {
-      known = this.api
-        .request<{ title?: string }>(`sessions/${encodeURIComponent(id)}`)
-        .then(s => String(s.title || ''))
-        .catch(() => '');
-      this.titles.set(id, known);
-    }
-    return known;
   }
 
   private async act(
@@ -458,7 +470,7 @@ export class ReviewPanel extends Widget {
                 { class: 'jp-wb-meta', title: String(v.actor || '') },
                 `v${v.version} · ${v.action || v.status || ''} · ${who(v.actor, this.me)} · ${when(v.ts || v.at || '')}`
               ),
-              v.text ? this.text(String(v.text)) : null
+              v.text ? this.parts.text(String(v.text)) : null
             )
           )
         )

@@ -8,6 +8,15 @@ import { Widget } from '@lumino/widgets';
 import { IEvent, ISession, ISessionsPage, WorkbenchApi } from './api';
 import { h } from './dom';
 
+// A box with a lid (archive) and the same box with an arrow out of it (unarchive): JupyterLab has no archive
+// icon, and the arrows used before (⇣ ⇡) read as Download and Upload. `jp-icon3` follows the theme.
+const box = (inner: string) =>
+  '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">' +
+  '<g class="jp-icon3" fill="#616161"><path d="M3 3h18v4H3z"/>' +
+  `<path fill-rule="evenodd" d="M4 8h16v13H4z${inner}"/></g></svg>`;
+export const archiveIcon = new LabIcon({ name: 'workbench:archive', svgstr: box('M9 11v2h6v-2z') });
+export const unarchiveIcon = new LabIcon({ name: 'workbench:unarchive', svgstr: box('M12 10l-4 4h3v4h2v-4h3z') });
+
 const SELECTED_KEY = 'jupyter-workbench:selected-session';
 
 export interface IModelChoice {
@@ -233,7 +242,7 @@ export class SessionControls {
   /** Rename, archive (or unarchive) and delete buttons for a session (shown beside the selected one's title). */
   rowActions(s: ISession, after: (deleted: boolean) => void): HTMLElement {
     // JupyterLab's own icons where it has one (an emoji such as a wastebasket is an empty box without a
-    // colour-emoji font), an arrow every font has where it has none
+    // colour-emoji font), an icon of ours where it has none
     const act = (label: string | LabIcon, title: string, fn: () => Promise<boolean | void>) =>
       h(
         'button',
@@ -261,7 +270,7 @@ export class SessionControls {
           after(false);
         }
       }),
-      act(archived ? '⇡' : '⇣', archived ? 'Unarchive' : 'Archive', async () => {
+      act(archived ? unarchiveIcon : archiveIcon, archived ? 'Unarchive' : 'Archive', async () => {
         await this.sapi.archive(s.id, !archived);
         after(false);
       }),

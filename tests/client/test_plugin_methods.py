@@ -27,7 +27,7 @@ def test_the_built_in_plugins_methods_are_the_clients():
     c = WorkbenchClient("http://127.0.0.1:9")  # nothing listens: no method here calls the server
     try:
         names = dir(c)
-        for name in ("eval", "eval_runs", "eval_results", "eval_report", "memories", "review", "recall", "dream",
+        for name in ("eval", "eval_runs", "eval_results", "eval_report", "eval_export", "memories", "review", "recall", "dream",
                      "dreams", "dream_status", "cancel_dream", "import_memories", "export_memories", "memory"):
             assert name in names, name
         assert c.eval.__doc__.startswith("Run every task")

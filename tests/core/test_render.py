@@ -50,5 +50,6 @@ def test_the_chat_view_shows_a_result_stored_once():
         {"type": "tool_use", "id": "t1", "name": "python", "input": {"code": "print(5)"}}]}}}})
     chat.feed({"kind": "event", "event": {"seq": 3, "type": "tool_result", "payload": stored_once(OBS)}})
     assert chat.transcript().endswith("[output] sum is 5\nx\n[a note]")
-    shown = chat._calls["t1"].children
-    assert [type(w).__name__ for w in shown] == ["HTML", "Image", "HTML"]
+    texts, images = chat._calls["t1"].children, chat._shown["t1"].children  # text in the call's fold, images below it
+    assert [type(w).__name__ for w in texts] == ["HTML", "HTML"] and [type(w).__name__ for w in images] == ["Image"]
+    assert "sum is 5" in texts[0].value and "x" in texts[1].value

@@ -255,3 +255,22 @@ async def test_concurrent_delegate_calls_never_start_more_children_than_max_runn
         assert plugin.running == set()  # every reservation was given back
     finally:
         await h.close()
+
+
+@pytest.mark.asyncio
+async def test_outcome_mode_with_a_python_check_passes_on_the_turn_that_fixed_the_work(host):
+    """The child writes a wrong answer first and the right one when it tries again (its code counts its runs in a
+    file): the check, run in fresh hands each turn, fails once and passes once; the workspace carries over."""
+    code = ("import os\nn = int(open('runs').read()) + 1 if os.path.exists('runs') else 1\nopen('runs', 'w').write(str(n))\n"
+            "open('answer.txt', 'w').write('42' if n >= 2 else '41')\nprint('run', n)")
+    check = "assert open('answer.txt').read() == '42', 'answer.txt says ' + open('answer.txt').read()"
+    _, (result,) = await parent(host, ask({"tasks": [{**worker(code), "check": check, "rounds": 3}]}))
+    (child,) = result["children"]
+    assert (child["rounds"], child["check"]["passed"], child["answer"]) == (2, True, "Final answer: run 2")
+    cid = child["session_id"]
+    verdicts = [e.payload for e in host.log.events(cid, types=["delegate_checked"])]
+    assert [v["passed"] for v in verdicts] == [False, True] and "answer.txt says 41" in verdicts[0]["explanation"]
+    told = [e.payload["text"] for e in host.log.events(cid, types=["user_message"])]
+    assert told[1].startswith("A check of your work failed (turn 1 of 3)") and "answer.txt says 41" in told[1]
+    assert "check: passed" in result["content"][0]["text"] and "(after 2 turns)" in result["content"][0]["text"]
+    answered_once(host.log, cid)

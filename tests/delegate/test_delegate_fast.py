@@ -207,6 +207,19 @@ async def test_a_child_whose_model_fails_is_an_observation_for_the_parent():
     ({"tasks": [{"prompt": "x", "check": 42}]}, "check must be Python source"),
     ({"tasks": [{"prompt": "x", "check": " "}]}, "check must be Python source"),
     ({"tasks": [{"prompt": "x", "check": "x" * 100_001}]}, "check must be Python source"),
+    ({"tasks": [{"prompt": "x", "check": {}}]}, "check must be Python source"),
+    ({"tasks": [{"prompt": "x", "check": {"rubric": ""}}]}, "check must be Python source"),
+    ({"tasks": [{"prompt": "x", "check": {"rubric": "r" * 100_001}}]}, "check must be Python source"),
+    ({"tasks": [{"prompt": "x", "check": {"rubric": ["nested", {"list": 1}]}}]}, "check must be Python source"),
+    ({"tasks": [{"prompt": "x", "check": {"rubric": "r", "python": "1"}}]}, "check must be Python source"),
+    ({"tasks": [{"prompt": "x", "check": {"rubric": "r", "grader": "m"}}]}, "check must be Python source"),
+    ({"tasks": [{"prompt": "x", "check": {"rubric": "r", "model": 7}}]}, "the check's model must be a model name"),
+    ({"tasks": [{"prompt": "x", "check": {"python": "1", "model": "m"}}]}, "a python check runs no model"),
+    ({"tasks": [{"prompt": "x", "rounds": 2}]}, "rounds needs a check"),
+    ({"tasks": [{"prompt": "x", "check": "1", "rounds": 11}]}, "at most 10"),
+    ({"tasks": [{"prompt": "x", "check": "1", "rounds": 0}]}, "positive whole number"),
+    ({"tasks": [{"prompt": "x", "check": "1", "rounds": math.nan}]}, "positive whole number"),
+    ({"tasks": [{"prompt": "x", "check": "1", "rounds": True}]}, "positive whole number"),
 ])
 def test_bad_input_is_refused_with_a_reason(inp, says):
     with pytest.raises(BadInput, match=says):
@@ -354,3 +367,130 @@ def test_calls_are_batched_only_while_consecutive_calls_are_concurrent():
     batches = _batches(calls, lambda call: call["c"])
     assert [[c["id"] for c in b] for b in batches] == [[0, 1], [2], [3], [4], [5], [6, 7, 8]]
     assert _batches([], lambda call: True) == []
+
+
+# -- checks graded by a model, and outcome mode (no hands needed: a rubric reads the answer and a file listing) ----
+
+
+def checks_of(log, cid) -> list[dict]:
+    return [e.payload for e in log.events(cid, types=["delegate_checked"])]
+
+
+@pytest.mark.asyncio
+async def test_a_rubric_check_is_graded_by_a_model_and_recorded():
+    h = host()
+    await h.start()
+    try:
+        sid = h.brain.create_session(model="scripted:delegate", tools=["delegate"])["id"]
+        rubric = {"rubric": 'The answer says "42".'}
+        text = ask({"tasks": [worker("say 42", check=rubric), worker("say 41", check=rubric),
+                              worker("say 42 <script>x</script>", check={"rubric": rubric["rubric"], "model": "scripted:delegate"})]})
+        assert await h.brain.run_turn(sid, text) == "end_turn"
+        (result,) = [e.payload for e in h.log.events(sid, types=["tool_result"])]
+        good, bad, unparsed = result["children"]
+        assert good["check"]["passed"] and good["check"]["kind"] == "rubric" and good["check"]["explanation"] == "the answer has 42"
+        assert not bad["check"]["passed"] and bad["check"]["explanation"] == "the answer lacks 42"
+        # a grader that does not answer with the JSON asked for: no verdict (an error), never a pass
+        assert not unparsed["check"]["passed"] and "did not answer with the JSON asked for" in unparsed["check"]["error"]
+        grader = good["check"]["grader"]
+        assert grader["model"] == "scripted:worker"  # the child's model, as the rubric names none
+        asked = grader["request"]["messages"][0]["content"][0]["text"]
+        assert "<task>\nsay 42\n</task>" in asked and "<files>\n(no files)\n</files>" in asked
+        assert "check: passed: the answer has 42" in result["content"][0]["text"]
+        assert "check: FAILED: the answer lacks 42" in result["content"][1]["text"]
+        for child in (good, bad, unparsed):
+            assert checks_of(h.log, child["session_id"]) == [child["check"]]
+        answered_once(h.log, sid)
+    finally:
+        await h.close()
+
+
+@pytest.mark.asyncio
+async def test_outcome_mode_sends_a_failed_verdict_back_until_the_rounds_are_spent():
+    h = host()
+    await h.start()
+    try:
+        sid = h.brain.create_session(model="scripted:delegate", tools=["delegate"])["id"]
+        text = ask({"tasks": [worker("say 41", check={"rubric": 'says "42"'}, rounds=3),
+                              worker("say 42", check={"rubric": 'says "42"'}, rounds=3),
+                              worker("say 7", check={"rubric": 'says "42"', "model": "scripted:delegate"}, rounds=3)]})
+        assert await h.brain.run_turn(sid, text) == "end_turn"
+        (result,) = [e.payload for e in h.log.events(sid, types=["tool_result"])]
+        spent, passed, ungraded = result["children"]
+        assert (spent["rounds"], spent["check"]["passed"], spent["status"]) == (3, False, "done")
+        assert "check: FAILED: the answer lacks 42 (after 3 turns)" in result["content"][0]["text"]
+        events = h.log.events(spent["session_id"])
+        told = [e.payload["text"] for e in events if e.type == "user_message"]
+        assert told[0] == "say 41" and len(told) == 3
+        assert told[1].startswith("A check of your work failed (turn 1 of 3): the answer lacks 42")
+        assert told[2].startswith("A check of your work failed (turn 2 of 3)")
+        assert [c["passed"] for c in checks_of(h.log, spent["session_id"])] == [False] * 3
+        types = [e.type for e in events if e.type in ("user_message", "turn_ended", "delegate_checked")]
+        assert types == ["user_message", "turn_ended", "delegate_checked"] * 3  # checked after each turn, told after
+        # passed at once: one turn, one check
+        assert passed["rounds"] == 1 and passed["check"]["passed"] and len(checks_of(h.log, passed["session_id"])) == 1
+        # a grader that could not grade ends the rounds: another turn would not tell more
+        assert ungraded["rounds"] == 1 and ungraded["check"]["error"]
+        answered_once(h.log, sid)
+    finally:
+        await h.close()
+
+
+@pytest.mark.asyncio
+async def test_a_rubric_naming_an_unknown_grader_is_refused_before_anything_starts():
+    h = host()
+    await h.start()
+    try:
+        sid = h.brain.create_session(model="scripted:delegate", tools=["delegate"])["id"]
+        text = ask({"tasks": [worker("x", check={"rubric": 'says "x"', "model": "no-such-model"})]})
+        assert await h.brain.run_turn(sid, text) == "end_turn"
+        (result,) = [e.payload for e in h.log.events(sid, types=["tool_result"])]
+        assert result["is_error"] and "cannot delegate" in result["content"][0]["text"]
+        assert [s["id"] for s in h.log.sessions()] == [sid]
+    finally:
+        await h.close()
+
+
+@pytest.mark.asyncio
+async def test_outcome_mode_goes_on_after_a_crash_from_the_round_each_child_was_in():
+    """A dead process left: child 1 checked (failed) but not yet told; child 2 told, cut off before its model
+    answered; child 3 answered, not yet checked. The resumed call checks, tells and runs each exactly once more."""
+    h = host()
+    await h.start()
+    try:
+        brain, log = h.brain, h.log
+        check = {"rubric": 'says "42"'}
+        tasks = [worker(f"say {w}", check=check, rounds=3) for w in ("one", "two", "three")]
+        sid = brain.create_session(model="scripted:delegate", tools=["delegate"])["id"]
+        text = ask({"tasks": tasks})
+        log.append(sid, "user_message", {"text": text})
+        from workbench.brain.request import build_request
+        from workbench.delegate.run import feedback
+        from workbench.delegate.script import delegate_script
+
+        message = delegate_script(build_request(log.events(sid))).message(build_request(log.events(sid)))
+        (call,) = [b for b in message["content"] if b["type"] == "tool_use"]
+        log.append(sid, "assistant_turn", {"message": message, "usage": message["usage"]})
+        log.append(sid, "tool_started", {"tool_use_id": call["id"], "name": "delegate", "input": call["input"]})
+        ids = [child_id(sid, call["id"], i) for i in range(3)]
+        origin = {"tool_use_id": call["id"], "depth": 1}
+        failed = {"passed": False, "score": 0.0, "explanation": "the answer lacks 42", "kind": "rubric"}
+        for i, w in enumerate(("one", "two", "three")):
+            brain.create_session(ids[i], model="scripted:worker", kind="delegate", parent_id=sid, origin={**origin, "index": i})
+            assert await brain.run_turn(ids[i], f"say {w}") == "end_turn"
+        log.append(ids[0], "delegate_checked", failed)
+        log.append(ids[1], "delegate_checked", failed)
+        log.append(ids[1], "user_message", {"text": feedback(failed, 1, 3)})  # told, cut off before its model answered
+
+        assert await brain.resume(sid) == "end_turn"
+        (result,) = [e.payload for e in log.events(sid, types=["tool_result"])]
+        assert [c["rounds"] for c in result["children"]] == [3, 3, 3]
+        for cid in ids:
+            events = log.events(cid)
+            told = [e.payload["text"] for e in events if e.type == "user_message"]
+            assert len(told) == 3 and [t[:40] for t in told[1:]] == [feedback(failed, n, 3)[:40] for n in (1, 2)]
+            assert len(checks_of(log, cid)) == 3  # one verdict per turn: none checked twice, none skipped
+            answered_once(log, cid)
+        answered_once(log, sid)
+    finally:
+        await h.close()

@@ -17,6 +17,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import inspect_ai.log as inspect_log  # the test extra installs it: `eval-export` is checked through the server too
 import pytest
 from wbsrv import ServerProcess
 
@@ -259,6 +260,13 @@ def test_eval_and_evals_go_through_the_server_and_print_what_they_print_locally(
         r = wb(env, "evals")
         assert r.returncode == 0 and [line.split()[0] for line in r.stdout.splitlines()[1:]] == ["r1"], r.stdout
         assert "2/2" in r.stdout  # r1 alone, as it was
+        # the Inspect export: the rows and events from the API, the file written here
+        r = wb(env, "eval-export", "r1", "-o", str(tmp_path / "remote.eval"))
+        assert r.returncode == 0 and via in r.stderr and r.stdout.strip() == str(tmp_path / "remote.eval"), r.stderr
+        r = wb(env, "eval-export", "r1", "-o", str(tmp_path / "remote.eval"))
+        assert r.returncode == 2 and "exists already" in r.stderr
+        assert wb(env, "eval-export", "nope", "-o", str(tmp_path / "nope.eval")).returncode == 1
+        WorkbenchClient(server.url, server.token).eval_export("r1", tmp_path / "notebook.json")
     finally:
         server.stop()
     server = ServerProcess(tmp_path / "home2", db, env={"WORKBENCH_MODEL": "scripted", "ANTHROPIC_API_KEY": ""})
@@ -277,6 +285,14 @@ def test_eval_and_evals_go_through_the_server_and_print_what_they_print_locally(
         assert (here.returncode, here.stdout) == (r.returncode, r.stdout), args
         assert here.stderr == r.stderr.replace(r.stderr.splitlines()[0] + "\n", "", 1), args
     assert remote[("evals", "nope")].returncode == 1 and "r1" in remote[("evals",)].stdout
+    # on the file: the same samples and transcripts (the target is the kept task's)
+    assert wb(local_env, "eval-export", "r1", "-o", str(tmp_path / "local.eval")).returncode == 0
+    logs = [inspect_log.read_eval_log(str(tmp_path / name)) for name in ("remote.eval", "notebook.json", "local.eval")]
+    assert [[(s.id, s.epoch, s.scores["verifier"].value) for s in log.samples] for log in logs] == \
+        [[("square", 1, "C"), ("square", 2, "C")]] * 3
+    assert [[[m.model_dump(exclude={"id"}) for m in s.messages] for s in log.samples] for log in logs[1:]] == \
+        [[[m.model_dump(exclude={"id"}) for m in s.messages] for s in logs[0].samples]] * 2
+    assert [s.target for s in logs[0].samples] == [""] * 2 and all(s.target for s in logs[2].samples)
     # the run itself, gone on with on the file (nothing left to run): the same summary and rows
     assert wb(local_env, *run, timeout=600).stdout == remote_eval["table"]
     assert wb(local_env, *run, "--json", timeout=600).stdout == remote_eval["json"].stdout

@@ -126,7 +126,17 @@ def test_sidebar_session_chat_hands_memories(page, lab: JupyterProcess):
     panel.get_by_role("tab", name="Memories").click()
     card = memories.locator(f'.jp-wb-memory[data-memory-id="{memory_id}"]')
     card.filter(has_text="Always report temperatures in Celsius").wait_for()
+    # its text rendered as Markdown (as the review panel renders it); its source a link, named by the session's
+    # title once known, that opens the session at the cited event
+    card.locator(".jp-wb-memory-text .jp-wb-markdown").wait_for()
+    source = card.locator("a.jp-wb-review-source").first
+    source.filter(has_text="“").wait_for(timeout=30_000)  # the title replaced the hex id
+    cited = source.get_attribute("data-session-id")
+    assert cited and "#" not in source.inner_text().split("·")[0], source.inner_text()
     shot(page, "4-memories")
+    source.click()
+    panel.locator(f".jp-wb-session[data-session-id='{cited}'][aria-selected='true']").wait_for(timeout=30_000)
+    panel.get_by_role("tab", name="Memories").click()
     card.get_by_role("button", name="Accept").click()
     card.wait_for(state="detached")
     assert lab_api(lab, "GET", f"memories/{memory_id}")["status"] == "accepted"

@@ -64,8 +64,13 @@ def test_the_memories_tab_shows_a_contradiction_side_by_side(seeded_lab, page: A
     pair.wait_for()
     sides = pair.locator(".jp-wb-conflict-side")
     assert sides.count() == 2
-    assert sides.nth(0).locator(".jp-wb-memory-text").inner_text() == NEW_TEXT  # the markup is there, as text
-    assert sides.nth(1).locator(".jp-wb-memory-text").inner_text() == OLD_TEXT
+    # each text rendered as Markdown, untrusted, as the review panel renders it: the planted image has no handler left
+    new_text = sides.nth(0).locator(".jp-wb-memory-text .jp-wb-markdown")
+    new_text.filter(has_text="Never use pandas: the project moved to polars.").wait_for()
+    assert new_text.locator("img[onerror]").count() == 0
+    old_text = sides.nth(1).locator(".jp-wb-memory-text .jp-wb-markdown")
+    old_text.filter(has_text="Prefer pandas for data frames.").wait_for()
+    assert old_text.locator("img[onerror]").count() == 0
     assert "Never use pandas" in sides.nth(0).inner_text() and "Prefer pandas" in sides.nth(1).inner_text()
     assert "'never'" in pair.inner_text()
     assert ran(page) is None, f"a planted script ran in the Memories tab: {ran(page)}"

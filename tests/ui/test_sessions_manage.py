@@ -87,7 +87,14 @@ def test_manage_sessions_in_the_sidebar(page, lab: JupyterProcess):
     search.fill("")
     row(panel, sid).wait_for(timeout=30_000)
 
-    # archive hides it; the archived filter shows it; unarchive brings it back
+    # archive hides it; the archived filter shows it; unarchive brings it back. Its button is an archive box, not
+    # the arrow (⇣) that read as Download
+    act(panel, "older", "Rename")  # selects it; the dialog, which opens with the title to edit, is dismissed
+    title = lab_api(lab, "GET", "sessions/older")["title"]
+    assert title and page.get_by_role("dialog").locator("input").input_value() == title
+    page.get_by_role("dialog").get_by_role("button", name="Cancel").click()
+    archive = panel.locator(".jp-wb-session-actions").get_by_role("button", name="Archive:", exact=False)
+    assert archive.locator("svg").count() == 1 and archive.inner_text().strip() == "", archive.inner_html()
     act(panel, "older", "Archive:")
     row(panel, "older").wait_for(state="detached", timeout=30_000)
     assert lab_api(lab, "GET", "sessions/older")["archived"] is True

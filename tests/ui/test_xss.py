@@ -92,7 +92,7 @@ def _widget_html(widget: Any) -> list[str]:
     """The value of every HTML widget in an ipywidgets tree."""
     import ipywidgets as w
 
-    if isinstance(widget, w.HTML):
+    if isinstance(widget, (w.HTML, w.HTMLMath)):  # an answer is HTMLMath (its $math$ typeset)
         return [widget.value]
     return [v for child in getattr(widget, "children", ()) for v in _widget_html(child)]
 
@@ -148,7 +148,8 @@ def test_every_html_the_python_views_make_is_escaped(hostile_copy):
     shown = assert_escaped(widget_html)
     assert all(s in shown for s in (SHOWN[0], SHOWN[2], TITLE)), shown[:2000]
     shown = assert_escaped(chat_html)
-    assert all(s in shown for s in (SHOWN[0], SHOWN[1], PREFERENCE, "<b>" * 100)), shown[:2000]
+    # the prompt (PREFERENCE is in it) is the cell above the view, not repeated in it; the rest is shown as text
+    assert all(s in shown for s in (SHOWN[0], SHOWN[1], "<b>" * 100)), shown[:2000]
 
 
 # -- the served review app ------------------------------------------------------------------
@@ -284,6 +285,14 @@ def test_notebook_views_run_no_planted_script(lab: JupyterProcess, lab_hostile, 
     visit_widget_review(page, memories)
     visit_panel_review(page, memories)
 
+    # the agent cell shows the answer; each call's code and output sit in a fold, closed once its result is in:
+    # open them (as a person would, to read what ran), so what they hold is on the page to be found
+    agent = page.locator(".jp-NotebookPanel .jp-Cell").nth(1)
+    closed = agent.locator(".jupyter-widget-Collapse:not(.jupyter-widget-Collapse-open) > .jupyter-widget-Collapse-header")
+    for _ in range(20):  # each click opens one, and the locator finds the next
+        if closed.count() == 0:
+            break
+        closed.first.click()
     for text in SHOWN:
         out.get_by_text(text).first.wait_for()
     assert ran(page) is None, f"a planted script ran in the notebook: {ran(page)}"
@@ -323,7 +332,10 @@ def test_sidebar_runs_no_planted_script(lab: JupyterProcess, lab_hostile, page, 
         card = panel.locator(f'.jp-wb-memory[data-memory-id="{p["id"]}"]')
         card.wait_for()
         assert card.locator(".jp-wb-memory-title").inner_text() == lab_api(lab, "GET", f"memories/{p['id']}")["title"]
-    panel.locator(".jp-wb-memory-text").filter(has_text=RAISED).first.wait_for()
+        # the text is Markdown, rendered as the review panel renders it (untrusted): sanitized, no handler kept
+        text = card.locator(".jp-wb-memory-text").first
+        text.locator(".jp-RenderedMarkdown").wait_for()
+        assert text.locator("script, [onerror], [onload]").count() == 0, text.inner_html()
     assert ran(page) is None, f"a planted script ran in the sidebar: {ran(page)}"
     assert_control_runs(page)
     assert page.blocked == [], page.blocked

@@ -10,11 +10,14 @@ import asyncio
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..host import Host
 from ..plugins import Plugin
 from ..render import one_line, result_text, table, tool_input
+
+if TYPE_CHECKING:
+    from ..hands.factory import HandsFactory, HandsSettings
 
 EXIT_OK, EXIT_STOPPED, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -112,11 +115,13 @@ class Console:
     def __init__(self, plugins: Sequence[Plugin]):
         self.plugins = list(plugins)
 
-    def build_host(self, args: argparse.Namespace, *, read_only: bool = False, hands: Any = True) -> Host:
+    def build_host(self, args: argparse.Namespace, *, read_only: bool = False,
+                   hands: HandsFactory | HandsSettings | bool = True) -> Host:
         """A Host for the command's --db with this command's plugins, built but not started."""
         return Host.build(getattr(args, "db", None), read_only=read_only, hands=hands, plugins=self.plugins)
 
-    def open_host(self, args: argparse.Namespace, *, read_only: bool = False, hands: Any = True) -> Any:
+    def open_host(self, args: argparse.Namespace, *, read_only: bool = False,
+                  hands: HandsFactory | HandsSettings | bool = True) -> Any:
         """A Host for the command's --db, started, closed when the block ends (an async context manager)."""
         return Host.open(getattr(args, "db", None), read_only=read_only, hands=hands, plugins=self.plugins)
 

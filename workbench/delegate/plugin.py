@@ -34,6 +34,7 @@ class DelegateSettings:
     max_tokens: int = 5_000_000  # the most a call may give a child
     default_timeout: float = 900.0  # seconds a child may run, when the call does not say
     max_timeout: float = 7200.0  # the most a call may give a child
+    max_rounds: int = 10  # turns a child with a check may be given (outcome mode: a failed verdict is its next message)
     max_files: int = 100  # files one child may be passed
     max_file_mb: float = 16.0  # bytes of the files passed to one child, in all
     max_answer_chars: int = 20_000  # of each child's final answer in the tool result (the rest stays in its log)
@@ -67,9 +68,17 @@ SCHEMA: Mapping[str, Any] = MappingProxyType({
                     "max_turns": {"type": "integer", "description": "model responses it may make"},
                     "max_tokens": {"type": "integer", "description": "tokens (input + output) it may use"},
                     "timeout": {"type": "number", "description": "seconds it may run"},
-                    "check": {"type": "string",
-                              "description": "Python run after the child ends, in fresh hands, on a copy of its workspace: "
-                                             "it passes unless it raises (e.g. an assert)"},
+                    "check": {"anyOf": [
+                        {"type": "string", "description": "Python run after the child ends, in fresh hands, on a copy "
+                                                          "of its workspace: it passes unless it raises (e.g. an assert)"},
+                        {"type": "object", "properties": {"python": {"type": "string"}}, "required": ["python"]},
+                        {"type": "object", "description": "a model grades the child's answer and files against the rubric",
+                         "properties": {"rubric": {"type": "string"},
+                                        "model": {"type": "string", "description": "the grading model (default: the child's)"}},
+                         "required": ["rubric"]}]},
+                    "rounds": {"type": "integer",
+                               "description": "turns the child may take (default 1): while its check fails, the verdict "
+                                              "is sent to it as its next message"},
                 },
                 "required": ["prompt"],
             },
@@ -120,7 +129,8 @@ class DelegatePlugin(Plugin):
         parent_model = str((created.payload if created else {}).get("model") or host.models.default_name())
         try:
             specs = parse(inp, parent_model=parent_model, settings=s, known_tools=set(host.tools))
-            for model in dict.fromkeys(sp.model for sp in specs):
+            graders = (sp.check.model for sp in specs if sp.check is not None and sp.check.model)
+            for model in dict.fromkeys([*(sp.model for sp in specs), *graders]):
                 await asyncio.to_thread(host.models.check, model)
         except BadInput as e:
             return _error(str(e))

@@ -23,9 +23,9 @@ from typing import Any
 
 from ..plugins import PluginHost
 from ..plugins.errors import TurnBusy, WorkbenchError
-from ..plugins.hands import NoWorkspace, discard_kept_workspace, python_verdict, write_file
+from ..plugins.hands import NoWorkspace, discard_kept_workspace, listing, python_verdict, write_file
 from ..plugins.log import Event
-from ..plugins.models import turn_state
+from ..plugins.models import rubric_verdict, turn_state
 from ..plugins.tools import ToolOutput
 from .spec import ChildSpec
 
@@ -129,11 +129,7 @@ class Delegation:
         except (WorkbenchError, PlacingFailed) as e:  # e.g. its model cannot be made: an observation, not the parent's failure
             outcome = {**await self._outcome(cid, spec), "status": "failed", "error": f"did not start: {e}"}
         else:
-            if task is not None:
-                await self._wait(cid, task)
-            outcome = await self._outcome(cid, spec)
-            if spec.check is not None:
-                outcome["check"] = await self._check(cid, spec.check, outcome["answer"])
+            outcome = await self._rounds(cid, spec, task)
         if not self.brain.running(cid):  # done with: its kernel (and workspace) are freed now, not at the host's close
             await self.brain.close_session(cid)
             if spec.check is not None and (kept := self._kept(cid)) is not None:  # checked, or never will be
@@ -145,29 +141,66 @@ class Delegation:
         sql = self.host.log.sql()  # a log with a file offers SQL, and names its file
         return sql.path.with_name(sql.path.name + ".delegate") / cid if sql is not None else None
 
-    async def _check(self, cid: str, code: str, answer: str) -> dict[str, Any]:
-        """The child's verdict: `code` run by the one verifier (evals/verify.py) in fresh hands of its own, against
-        a copy of the child's workspace taken while the child's processes are stopped.
+    async def _rounds(self, cid: str, spec: ChildSpec, task: asyncio.Task | None) -> dict[str, Any]:
+        """Wait for the child's turn and check it; in outcome mode (`rounds` > 1) a failed verdict is the child's
+        next message, until its check passes or its rounds are spent. Where it is (which turn, checked or not,
+        the verdict sent or not) is read from its log each round, so a call resumed after a crash goes on from there."""
+        while True:
+            if task is not None:
+                await self._wait(cid, task)
+            outcome = await self._outcome(cid, spec)
+            if spec.check is None:
+                return outcome
+            verdict = outcome["check"] = await self._check(cid, spec, outcome["answer"])
+            outcome["rounds"] = rounds = sum(1 for e in await self.brain.events(cid) if e.type == "user_message")
+            if (verdict["passed"] or rounds >= spec.rounds or outcome["status"] != "done"
+                    or verdict.get("error") or verdict["explanation"].startswith("not checked:")):
+                return outcome  # passed, out of rounds, cut off by a limit, or not graded: no second try would tell
+            await self.brain.start_turn(cid, feedback(verdict, rounds, spec.rounds))
+            task = self.brain.turn_task(cid)
+
+    async def _check(self, cid: str, spec: ChildSpec, answer: str) -> dict[str, Any]:
+        """The verdict on the child's latest turn: its Python check run in fresh hands of its own against a copy of
+        the child's workspace taken while the child's processes are stopped (`python_verdict`, as an eval verifier
+        is), or its rubric graded by a model on the answer and the workspace's files (`rubric_verdict`).
 
         The child never sees the check and cannot reach its kernel; the verdict is recorded in the
         child's log (`delegate_checked`), so a call resumed after a crash reads it instead of checking again."""
+        check = spec.check
+        assert check is not None, "a child with a check"
         events = await self.brain.events(cid)
         last_user = max((k for k, e in enumerate(events) if e.type == "user_message"), default=0)
         done = [e.payload for e in events[last_user:] if e.type == "delegate_checked"]
         if done:
             return done[-1]
         try:
-            hands = await self.brain.hands(cid)
-            if self._kept(cid) is not None:
-                with contextlib.suppress(NoWorkspace):  # a gateway's: the verdict says it could not check
-                    await hands.workspace(create=True)  # the kept one, found again by a host that did not run the child
-            v = await python_verdict(self.host.hands, hands, code, answer, label=f"{cid}-check", limit_bytes=self.max_copy)
-            verdict = {"passed": v.passed, "score": v.score, "explanation": v.explanation, **v.details}
+            if check.code is not None:
+                hands = await self.brain.hands(cid)
+                if self._kept(cid) is not None:
+                    with contextlib.suppress(NoWorkspace):  # a gateway's: the verdict says it could not check
+                        await hands.workspace(create=True)  # the kept one, found again by a host that did not run it
+                v = await python_verdict(self.host.hands, hands, check.code, answer, label=f"{cid}-check",
+                                         limit_bytes=self.max_copy)
+            else:  # a model grades the answer and the names of the files: no hands needed (a host without any grades)
+                files = await asyncio.to_thread(listing, await self._workspace_of(cid))
+                v = await rubric_verdict(self.brain.model(check.model or spec.model), rubric=check.rubric or "",
+                                         task=spec.prompt, answer=answer, files=files)
+            verdict = {"passed": v.passed, "score": v.score, "explanation": v.explanation, "kind": v.kind, **v.details}
         except WorkbenchError as e:  # e.g. the host is closing its hands factory: the check did not run
-            verdict = {"passed": False, "score": 0.0, "explanation": f"not checked: {e}", "duration_ms": 0.0,
-                       "copy_notes": []}
+            verdict = {"passed": False, "score": 0.0, "explanation": f"not checked: {e}", "kind": check.kind,
+                       "duration_ms": 0.0, "copy_notes": []}
         await self.host.log.aappend(cid, "delegate_checked", verdict)
         return verdict
+
+    async def _workspace_of(self, cid: str) -> Path | None:
+        """The child's workspace on this machine, kept or live; None where it has none (no code ran, no hands here,
+        a gateway's)."""
+        kept = self._kept(cid)
+        if kept is not None and kept.is_dir():
+            return kept
+        with contextlib.suppress(WorkbenchError, NoWorkspace):
+            return await (await self.brain.hands(cid)).workspace()
+        return None
 
     async def _start(self, i: int) -> asyncio.Task | None:
         """Create the child if it is not there, place its files, start (or resume) its turn; its task, if one runs."""
@@ -265,6 +298,8 @@ class Delegation:
             if "check" in o:
                 c = o["check"]
                 head += f"\ncheck: {'passed' if c['passed'] else 'FAILED'}: {c['explanation'][-500:]}"
+                if o.get("rounds", 1) > 1:
+                    head += f" (after {o['rounds']} turns)"
             if o["kernel_deaths"]:
                 head += f"; its kernel died {o['kernel_deaths']} time(s)"
             if o.get("error"):
@@ -274,6 +309,12 @@ class Delegation:
                 answer = answer[: self.max_answer] + f"\n[... {len(answer) - self.max_answer} more characters in session {o['session_id']}]"
             blocks.append({"type": "text", "text": head + ("\n\n" + answer if answer else "\n\n(no final answer)")})
         return ToolOutput(blocks, is_error=False, details={"children": outcomes})
+
+
+def feedback(verdict: dict[str, Any], round_: int, rounds: int) -> str:
+    """The message a child gets when its check failed and it has turns left (outcome mode)."""
+    return (f"A check of your work failed (turn {round_} of {rounds}): {verdict['explanation'][-2000:]}\n\n"
+            "Fix what it says, then give your final answer again.")
 
 
 class PlacingFailed(Exception):

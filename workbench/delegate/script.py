@@ -5,7 +5,9 @@ pass), then makes one `delegate` call per ```json block (several blocks: several
 response, which run concurrently), then reports what the children answered.
 
 `scripted:worker` runs the ```python blocks of its task one model response at a time (so turn
-limits bite), then answers with the last output. A task that says MODEL_ERROR gets a model error.
+limits bite), then answers with the last output. A task that says MODEL_ERROR gets a model error. Told that
+its check failed (a later turn, outcome mode), it runs its task's blocks again; asked to grade a rubric (the
+grader's request), it answers as the scripted grader.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 import re
 from typing import Any
 
-from ..plugins.models import FatalModelError, Reply, last_tool_output, position
+from ..plugins.models import FatalModelError, Reply, is_grading, last_tool_output, position, scripted_grader, user_text
 
 # the closing fence starts a line: a prompt inside the JSON may hold fences of its own (JSON escapes its newlines)
 CODE_BLOCK = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.S)  # named: a ```json block is not code
@@ -44,9 +46,13 @@ def delegate_script(request: dict[str, Any]) -> Reply:
 
 def worker_script(request: dict[str, Any]) -> Reply:
     """Run the task's ```python blocks one response at a time, then answer with the last output."""
-    _, step, text = position(request)
+    if is_grading(request):
+        return scripted_grader(request)
+    turn, step, text = position(request)
     if "MODEL_ERROR" in text:
         raise FatalModelError("the scripted worker fails on purpose (its task said MODEL_ERROR)", status=500)
+    if turn > 0:  # a check's verdict came back: try the task again
+        text = next((user_text(m) for m in request.get("messages", []) if m.get("role") == "user"), text)
     blocks = [b.strip() for b in CODE_BLOCK.findall(text)]
     if step < len(blocks):
         return Reply(text=f"Step {step + 1} of {len(blocks)}.", code=[blocks[step]])

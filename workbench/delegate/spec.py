@@ -17,6 +17,20 @@ class BadInput(ValueError):
 
 
 @dataclass(frozen=True)
+class Check:
+    """How a child's work is checked once it has answered: Python run in fresh hands on a copy of its workspace
+    (`code`), or a model grading its answer and files against a rubric (`rubric`, by `model`: empty, the child's)."""
+
+    code: str | None = None
+    rubric: str | None = None
+    model: str = ""
+
+    @property
+    def kind(self) -> str:
+        return "python" if self.code is not None else "rubric"
+
+
+@dataclass(frozen=True)
 class ChildSpec:
     """One child: its task, model, tools, files and limits (all checked)."""
 
@@ -28,7 +42,8 @@ class ChildSpec:
     max_turns: int = 20
     max_tokens: int = 200_000
     timeout: float = 600.0
-    check: str | None = None  # Python run in fresh hands against a copy of the child's workspace
+    check: Check | None = None  # run after each of its turns, as an eval verifier is
+    rounds: int = 1  # its turns: while its check fails and rounds are left, the verdict is its next message
 
 
     def limits(self) -> dict[str, Any]:
@@ -65,7 +80,8 @@ def parse(inp: Any, *, parent_model: str, settings: Any, known_tools: set[str]) 
         where = f"task {i + 1}"
         if not isinstance(task, dict):
             raise BadInput(f'{where} must be an object like {{"prompt": "..."}}')
-        extra = set(task) - {"prompt", "title", "model", "tools", "files", "max_turns", "max_tokens", "timeout", "check"}
+        extra = set(task) - {"prompt", "title", "model", "tools", "files", "max_turns", "max_tokens", "timeout", "check",
+                             "rounds"}
         if extra:
             raise BadInput(f"{where}: unknown fields {', '.join(sorted(map(str, extra)))[:200]}")
         prompt = task.get("prompt")
@@ -93,14 +109,36 @@ def parse(inp: Any, *, parent_model: str, settings: Any, known_tools: set[str]) 
             paths = tuple(dict.fromkeys(check_path(f) for f in files))
         except FileRefused as e:
             raise BadInput(f"{where}: {e}") from None
-        check = task.get("check")
-        if check is not None and (not isinstance(check, str) or not check.strip() or len(check) > MAX_PROMPT):
-            raise BadInput(f"{where}: check must be Python source (at most {MAX_PROMPT} characters) that raises when the work is wrong")
+        check = _check(task.get("check"), where)
+        rounds = _number(task, "rounds", 1, settings.max_rounds, True, where)
+        if rounds > 1 and check is None:
+            raise BadInput(f"{where}: rounds needs a check: the check's failed verdict is what the child's next turn is told")
         specs.append(ChildSpec(
             prompt=prompt, model=model.strip(), title=title[:MAX_TITLE], tools=tuple(dict.fromkeys(tools)), files=paths,
             max_turns=_number(task, "max_turns", settings.default_turns, settings.max_turns, True, where),
             max_tokens=_number(task, "max_tokens", settings.default_tokens, settings.max_tokens, True, where),
             timeout=_number(task, "timeout", settings.default_timeout, settings.max_timeout, False, where),
-            check=check,
+            check=check, rounds=rounds,
         ))
     return specs
+
+
+def _check(value: Any, where: str) -> Check | None:
+    """A check as the model wrote it: Python source, {"python": source}, or {"rubric": text, "model": name}."""
+    if value is None:
+        return None
+    how = (f'{where}: check must be Python source that raises when the work is wrong, or {{"rubric": "what a good '
+           f'answer does", "model": "a grading model (default: the child\'s)"}}, at most {MAX_PROMPT} characters')
+    if isinstance(value, str):
+        value = {"python": value}
+    if not isinstance(value, dict) or len(set(value) & {"python", "rubric"}) != 1 or set(value) - {"python", "rubric", "model"}:
+        raise BadInput(how)
+    text = value.get("python", value.get("rubric"))
+    if not isinstance(text, str) or not text.strip() or len(text) > MAX_PROMPT:
+        raise BadInput(how)
+    model = value.get("model", "")
+    if "python" in value and "model" in value:
+        raise BadInput(f"{where}: a python check runs no model; model goes with a rubric")
+    if not isinstance(model, str) or len(model) > 200:
+        raise BadInput(f"{where}: the check's model must be a model name")
+    return Check(code=text) if "python" in value else Check(rubric=text, model=model.strip())

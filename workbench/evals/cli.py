@@ -1,4 +1,5 @@
-"""`workbench eval TASKS` (run or resume a run) and `workbench evals` (list runs, show one's results)."""
+"""`workbench eval TASKS` (run or resume a run), `workbench evals` (list runs, show one's results) and
+`workbench eval-export RUN` (a run as Inspect AI eval logs)."""
 
 from __future__ import annotations
 
@@ -269,8 +270,56 @@ def _follow(r: Any, run_id: str, advance: Any) -> dict[str, Any]:
         return st
 
 
+def _exported(paths: list[Any]) -> int:
+    for p in paths:
+        print(p)
+    print(f"open with `inspect view --log-dir {paths[0].parent}`", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_eval_export(args: argparse.Namespace, ctx: CommandContext) -> int:
+    from pathlib import Path
+
+    from .inspect_log import write_logs
+    from .runs import spec_of
+
+    host = ctx.build_host(args, read_only=True, hands=False)
+    try:
+        rows = results(host.log, args.run_id).to_dict("records")
+        if not rows:
+            print(f"no eval run {args.run_id!r} in this log", file=sys.stderr)
+            return EXIT_FAILED
+        sql = host.log.sql()
+        paths = write_logs(rows, host.log.events, Path(args.output), spec_of(sql, args.run_id) if sql is not None else None)
+    finally:
+        ctx.run(host.close)
+    return _exported(paths)
+
+
+def remote_eval_export(args: argparse.Namespace, r: Any) -> int:
+    """The rows and each attempt's events come from the server's API; the logs are written here (the run's kept
+    spec is not served, so the samples' targets are empty)."""
+    from pathlib import Path
+
+    from ..plugins.errors import RequestRefused
+    from .client import run_path
+    from .inspect_log import write_logs
+
+    try:
+        rows = r.client.call("GET", run_path(args.run_id))["results"]
+    except RequestRefused as e:
+        if e.status != 404:
+            raise
+        rows = []
+    if not rows:
+        print(f"no eval run {args.run_id!r} in this log", file=sys.stderr)
+        return EXIT_FAILED
+    with r.answers():
+        return _exported(write_logs(rows, r.events, Path(args.output)))
+
+
 def _configure_eval(p: argparse.ArgumentParser) -> None:
-    p.add_argument("tasks", help="a task set: a .jsonl file (docs/evals.md)")
+    p.add_argument("tasks", help="a task set: a .jsonl or .yaml file (docs/evals.md)")
     p.add_argument("--model", action="append", help="a model to evaluate (repeat for several; default: the host's)")
     p.add_argument("--epochs", type=argument(int), default=1, help="attempts per task and model (default 1)")
     p.add_argument("--parallel", type=argument(int), default=None, help="attempts at a time (default: the eval parallel setting)")
@@ -284,8 +333,18 @@ def _configure_evals(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print each attempt's row as JSON")
 
 
+def _configure_eval_export(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_id", metavar="RUN", help="the run's id (`workbench evals` lists them)")
+    p.add_argument("-o", "--output", required=True,
+                   help="an .eval or .json file (a run of one model), or a directory: an .eval log per model in it")
+    p.add_argument("--format", choices=("inspect",), default="inspect",
+                   help="the log format: inspect (Inspect AI's eval log; needs the inspect extra)")
+
+
 COMMANDS = (
     Command("eval", "run every task × model × epoch of a task set as eval attempts (or go on with a run)",
             _configure_eval, cmd_eval, remote=remote_eval),
     Command("evals", "list eval runs, or show one run's results", _configure_evals, cmd_evals, remote=remote_evals),
+    Command("eval-export", "write an eval run as Inspect AI eval logs (inspect view, inspect_ai's reader)",
+            _configure_eval_export, cmd_eval_export, remote=remote_eval_export),
 )

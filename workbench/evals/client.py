@@ -103,4 +103,16 @@ def eval_report(client: WorkbenchClient, df: Any, other: Any = None) -> Any:
     return report_panel(df, lambda sid: client.events(sid), other)
 
 
-METHODS: Mapping[str, Callable[..., Any]] = MappingProxyType({f.__name__: f for f in (eval, eval_runs, eval_results, eval_report)})
+def eval_export(client: WorkbenchClient, run: str, path: Any) -> list[Any]:
+    """Write a run as Inspect AI eval logs (an .eval or .json file for a run of one model, else a directory: a log per
+    model); the paths written (docs/evals.md, "Inspect AI")."""
+    from pathlib import Path
+
+    from .inspect_log import write_logs
+
+    rows = client.call("GET", run_path(run))["results"]
+    return write_logs(rows, lambda sid: client.events(sid), Path(path))
+
+
+METHODS: Mapping[str, Callable[..., Any]] = MappingProxyType(
+    {f.__name__: f for f in (eval, eval_runs, eval_results, eval_report, eval_export)})

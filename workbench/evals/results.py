@@ -10,7 +10,10 @@ tries (an attempt that ended as an error is tried again, as a session of its own
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..plugins.log import SessionLog
 
 COLUMNS = ("run", "task", "model", "epoch", "outcome", "passed", "score", "turns", "tool_calls", "input_tokens",
            "output_tokens", "cost", "wall_s", "session_id", "reason", "tries")
@@ -103,7 +106,7 @@ def latest_tries(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [latest[k] for k in sorted(latest)]
 
 
-def result_rows(log: Any, run: str | None = None) -> list[dict[str, Any]]:
+def result_rows(log: SessionLog, run: str | None = None) -> list[dict[str, Any]]:
     """The rows of every attempt (of `run`, when given), each its latest try's, ordered by task, model and epoch."""
     rows = []
     for s in log.sessions(kind="eval"):
@@ -115,7 +118,7 @@ def result_rows(log: Any, run: str | None = None) -> list[dict[str, Any]]:
     return latest_tries(rows)
 
 
-def _of_run(log: Any, session_id: str, run: str) -> bool:
+def _of_run(log: SessionLog, session_id: str, run: str) -> bool:
     started = log.events(session_id, types=["eval_started"], limit=1)
     return bool(started) and started[0].payload.get("run") == run
 
@@ -127,12 +130,12 @@ def frame(rows: list[dict[str, Any]]) -> Any:
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
-def results(log: Any, run: str | None = None) -> Any:
+def results(log: SessionLog, run: str | None = None) -> Any:
     """A DataFrame of the attempts of `run` (every run when None)."""
     return frame(result_rows(log, run))
 
 
-def runs(log: Any) -> list[dict[str, Any]]:
+def runs(log: SessionLog) -> list[dict[str, Any]]:
     """Each run: its id, models, tasks, attempts, finished attempts (by their latest try), errors retried and when it
     started, oldest first."""
     by: dict[str, dict[str, Any]] = {}

@@ -8,7 +8,7 @@ JSON form (files as text or base64) and are checked as strictly as a task set fi
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tornado import web
 
@@ -17,6 +17,9 @@ from ..plugins.web import API, MAX_MODEL_CHARS, Body, Handler, Int, Items, Text,
 from .results import result_rows, runs
 from .runner import MAX_EPOCHS, MAX_MODELS, MAX_PARALLEL
 from .tasks import MAX_TASKS, load_tasks
+
+if TYPE_CHECKING:
+    from ..plugins.log import SessionLog
 
 MAX_EVAL_BODY_BYTES = 64 << 20  # POST /evals: the tasks with their files
 
@@ -63,7 +66,7 @@ class EvalsHandler(EvalHandlerBase):
                     "parallel": run.parallel}, 202)
 
 
-def run_status(plugin: Any, log: Any, run_id: str) -> dict[str, Any]:
+def run_status(plugin: Any, log: SessionLog, run_id: str) -> dict[str, Any]:
     rows = result_rows(log, run_id)
     entry = plugin.running.get(run_id)
     if entry is None:

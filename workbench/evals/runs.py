@@ -54,3 +54,15 @@ def unfinished(sql: Any) -> list[tuple[str, dict[str, Any]]]:
     finally:
         cur.close()
     return [(run, json.loads(spec)) for run, spec in rows]
+
+
+def spec_of(sql: Any, run: str) -> dict[str, Any] | None:
+    """The run's kept spec (its tasks, models, ...), None when it is not kept (a log from before runs were kept)."""
+    cur = sql.cursor()
+    try:
+        if not cur.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'eval_runs'").fetchone()[0]:
+            return None
+        row = cur.execute("SELECT spec FROM eval_runs WHERE run = ?", [run]).fetchone()
+    finally:
+        cur.close()
+    return json.loads(row[0]) if row else None

@@ -15,17 +15,11 @@ can answer with), so a whole eval runs with no key and no network:
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..plugins.models import Reply, last_tool_output, position, user_text
+from ..plugins.models import Reply, is_grading, last_tool_output, position, scripted_grader, user_text
 from .tasks import Task
-from .verify import GRADER_SYSTEM
-
-QUOTED = re.compile(r'"([^"\n]{1,200})"')
-TAG = re.compile(r"<(rubric|answer)>\n(.*?)\n</\1>", re.S)
 
 
 def first_prompt(request: dict[str, Any]) -> str:
@@ -40,8 +34,8 @@ def solver(tasks: Callable[[], Mapping[str, Task]]) -> Callable[[dict[str, Any]]
     """The `scripted:eval` script over the tasks `tasks()` returns, by prompt."""
 
     def script(request: dict[str, Any]) -> Reply:
-        if request.get("system") == GRADER_SYSTEM:  # the attempt's own model grading a rubric
-            return grader(request)
+        if is_grading(request):  # the attempt's own model grading a rubric
+            return scripted_grader(request)
         task = tasks().get(first_prompt(request).strip())
         if task is None or not task.scripted:
             return Reply(text="I have no scripted solution for this task.")
@@ -57,18 +51,4 @@ def solver(tasks: Callable[[], Mapping[str, Task]]) -> Callable[[dict[str, Any]]
     return script
 
 
-def grader(request: dict[str, Any]) -> Reply:
-    """The `scripted:grader` script: every quoted phrase of the rubric must be in the answer."""
-    msgs = request.get("messages") or [{}]
-    text = user_text(msgs[-1]) if msgs[-1].get("content") else ""
-    parts = dict(TAG.findall(text))
-    phrases = QUOTED.findall(parts.get("rubric", ""))
-    answer = parts.get("answer", "").casefold()
-    found = [p for p in phrases if p.casefold() in answer]
-    missing = [p for p in phrases if p.casefold() not in answer]
-    score = len(found) / len(phrases) if phrases else 0.0
-    verdict = {"passed": bool(phrases) and not missing, "score": round(score, 3),
-               "explanation": ("the answer has " + ", ".join(found) if not missing and phrases
-                               else "the answer lacks " + ", ".join(missing) if missing
-                               else "the rubric quotes no phrase to look for")}
-    return Reply(text=json.dumps(verdict))
+grader = scripted_grader  # `scripted:grader`: the offline grading model (workbench/brain/models/grading.py)

@@ -24,6 +24,7 @@ from typing import Any
 from ..plugins.errors import ConfigError
 from ..plugins.hands import FileRefused, check_path
 from ..plugins.settings import NumberRefused, parse_constant, parse_float, parse_int
+from .taskyaml import SUFFIXES, yaml_tasks
 
 MAX_TASKS = 10_000
 MAX_TASK_FILE_BYTES = 64 * 1024 * 1024  # a task set file
@@ -263,18 +264,27 @@ def task_from_json(obj: Any, *, base: Path | None = None, where: str = "") -> Ta
         raise e.at(where) from None
 
 
-def _lines(path: Path) -> Iterable[tuple[int, Any]]:
-    """(line number, JSON value) of each task line of a JSONL file; ConfigError names the file and line."""
+def _text(path: Path) -> str:
+    """A task set file's text; ConfigError if it is missing, too big or not UTF-8 (naming the line)."""
     if not path.is_file():
-        raise ConfigError(f"no task set at {path}: give a .jsonl file (docs/evals.md)")
+        raise ConfigError(f"no task set at {path}: give a .jsonl or .yaml file (docs/evals.md)")
     if path.stat().st_size > MAX_TASK_FILE_BYTES:
         raise ConfigError(f"{path} is over {MAX_TASK_FILE_BYTES:,} bytes")
     data = path.read_bytes()
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
         bad = data.count(b"\n", 0, e.start) + 1
         raise ConfigError(f"{path}:{bad}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def _lines(path: Path) -> Iterable[tuple[int, Any]]:
+    """(line number, value) of each task of a task set file (JSONL, or YAML by its suffix); ConfigError names the
+    file and line."""
+    text = _text(path)
+    if path.suffix.lower() in SUFFIXES:
+        yield from yaml_tasks(path, text)
+        return
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("//"):
             continue
@@ -289,7 +299,7 @@ def _lines(path: Path) -> Iterable[tuple[int, Any]]:
 
 
 def load_tasks(source: str | Path | Iterable[Task | Mapping[str, Any]]) -> list[Task]:
-    """Tasks from a JSONL file, or from Tasks / JSON objects; ids must be unique."""
+    """Tasks from a JSONL or YAML file, or from Tasks / JSON objects; ids must be unique."""
     located: list[tuple[Task, str]] = []  # each task and where it came from, for the refusals that follow
     if isinstance(source, (str, Path)):
         path = Path(source).expanduser()

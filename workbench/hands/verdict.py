@@ -19,11 +19,12 @@ import math
 import secrets
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..strictnum import parse_constant
 from .base import Hands
-from .files import NoWorkspace, copy_tree
+from .files import NoWorkspace, copy_tree, list_files
 
 MAX_EXPLANATION_CHARS = 4000
 MAX_COPY_BYTES = 512 * 1024 * 1024  # what a workspace copy may hold; the rest is left out, with a note
@@ -82,6 +83,22 @@ if not isinstance(_wb_v["score"], (int, float)) or isinstance(_wb_v["score"], bo
     _wb_v["score"] = None
 print({nonce} + _wb_json.dumps(_wb_v, default=str))
 """
+
+
+MAX_LISTED_FILES = 200
+MAX_LISTED_ENTRIES = 2_000  # entries walked to list the files for a grading model
+
+
+def listing(workspace: Path | None) -> str:
+    """A workspace's files with their sizes (at most MAX_LISTED_FILES; links never followed), for a grading model."""
+    if workspace is None or not workspace.is_dir():
+        return "(no files)"
+    entries, cut = list_files(workspace, MAX_LISTED_ENTRIES)
+    files = [f for f in entries if f["type"] == "file"]
+    rows = [f"{f['path']} ({f['bytes']} bytes)" for f in files[:MAX_LISTED_FILES]]
+    if cut or len(files) > MAX_LISTED_FILES:
+        rows.append("…")
+    return "\n".join(rows) or "(no files)"
 
 
 def harness_code(check: str, answer: str, nonce: str) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ..config import from_env
 from ..egress import EgressSettings, Vault
-from ..strictnum import NumberRefused, argument, parse_constant, parse_float, parse_int
+from ..strictnum import NumberRefused, argument, number, parse_constant, parse_float, parse_int
 from ..usage import Prices
 
-__all__ = ["EgressSettings", "NumberRefused", "Prices", "Vault", "argument", "from_env", "parse_constant",
+__all__ = ["EgressSettings", "NumberRefused", "Prices", "Vault", "argument", "from_env", "number", "parse_constant",
            "parse_float", "parse_int"]

@@ -89,7 +89,8 @@ class Workbench(ExtensionApp):
             return
         self.runtime = Runtime(self.host, logger=self.log, files=files)
         self.settings["workbench_runtime"] = self.runtime
-        self.log.info("workbench: session log %s", getattr(self.host.log, "path", "(in memory)"))
+        sql = self.host.log.sql()  # a log with SQL tables has a file; the others live in memory
+        self.log.info("workbench: session log %s", sql.path if sql is not None else "(in memory)")
 
     def initialize_handlers(self) -> None:
         from .handlers import NotFoundHandler

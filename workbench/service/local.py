@@ -22,6 +22,7 @@ from ..checks import check_attachments
 from ..config import from_env
 from ..errors import ConfigError, TurnBusy, WorkbenchError
 from ..hands import files as wsfiles
+from ..hands.base import Hands
 from ..hands.files import FilesSettings
 from ..host import Host
 from ..log.events import Event
@@ -333,7 +334,7 @@ class Local:
         st = await self.brain.turn_state(session_id)
         return bool(st.started - st.answered)
 
-    async def _kernel_of_call(self, session_id: str, hands: Any, wait: float = 60.0) -> dict[str, Any]:
+    async def _kernel_of_call(self, session_id: str, hands: Hands, wait: float = 60.0) -> dict[str, Any]:
         """The hands' status once the running call's kernel runs it (busy, with a pid); {} if the call ended first."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait

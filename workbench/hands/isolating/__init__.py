@@ -7,11 +7,11 @@ freeze.py stops all its processes while its workspace is copied; preflight.py ru
 per host and, when it fails, hands that refuse to run code. Nothing here starts a kernel.
 """
 
-from .bubblewrap import SandboxSettings
+from .bubblewrap import WORKSPACE, SandboxSettings
 from .limits import Limits
 from .preflight import Preflight, RefusedHands, announce, preflight
 from .quota import WorkspaceSettings, discard
 from .seccomp import SeccompFilter, SeccompSettings
 
-__all__ = ["Limits", "Preflight", "RefusedHands", "SandboxSettings", "SeccompFilter", "SeccompSettings",
-           "WorkspaceSettings", "announce", "discard", "preflight"]
+__all__ = ["WORKSPACE", "Limits", "Preflight", "RefusedHands", "SandboxSettings", "SeccompFilter", "SeccompSettings",
+           "WorkspaceSettings", "announce", "discard", "preflight"]  # WORKSPACE: where a sandboxed kernel sees its workspace

@@ -14,9 +14,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from markdown_it import MarkdownIt
-
-from ...plugins.text import event_text
+from ...plugins.text import event_text, markdown_html as text_markdown_html
 
 STATUS_OPTIONS = ("all", "proposed", "accepted", "rejected", "superseded", "retired", "redacted")
 CONTEXT = 2  # events shown on each side of a cited one
@@ -30,14 +28,10 @@ def esc(s: Any) -> str:
     return html.escape(str(s), quote=True)
 
 
-# CommonMark with raw HTML escaped (a memory's `<script>` is text) and no images (a memory would fetch
-# whatever URL it names on every view); markdown-it refuses javascript:, vbscript:, file: and data: links.
-_MARKDOWN = MarkdownIt("commonmark", {"html": False}).enable("table").disable("image")
-
-
 def markdown_html(text: str) -> str:
-    """A memory's Markdown text as HTML: raw HTML in it shown as text, links only to safe schemes."""
-    return f'<div class="wb-markdown">{_MARKDOWN.render(str(text))}</div>'
+    """A memory's Markdown text as HTML: raw HTML in it shown as text, no images, links only to safe schemes
+    (workbench/markdown.py: the one renderer of Markdown, the agent's answers' too)."""
+    return f'<div class="wb-markdown">{text_markdown_html(text, highlight=False)}</div>'
 
 
 def who(actor: Any) -> str:
