@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, create_model
 
+from .attachments import strip_ansi
 from .brain.models.base import EFFORTS, THINKING
 from .errors import ConfigError, WorkbenchError
 from .log import SESSION_ID
@@ -333,4 +334,77 @@ def session_args(host: Any, *, id: str | None = None, title: str | None = None, 
             tool_named(host.tools, t)  # raises ConfigError naming the known tools
         out["tools"] = list(tools)
     check_model(host, out["model"])
+    return out
+
+
+# -- notebook context on a message (workbench/attachments.py) -------------------------------------------
+
+MAX_ATTACHMENTS = 8  # per message
+MAX_ATTACHED_CELLS = 2000  # per attachment
+MAX_CELL_ID_CHARS = 200
+MAX_SOURCE_CHARS = 200_000  # a cell's source
+MAX_CELL_OUTPUTS = 100  # per cell
+MAX_OUTPUT_CHARS = 200_000  # an output's text, an error's evalue
+MAX_TRACEBACK_LINES = 500
+MAX_ATTACHED_CHARS = 1_000_000  # every string of a message's attachments together
+
+
+class AttachedOutput(Body):
+    """One output of an attached cell, as text: a stream, a plain-text result, an error, or a note (an image)."""
+
+    type: Literal["stream", "result", "error", "note"]
+    text: Text(MAX_OUTPUT_CHARS) | None = None
+    ename: Text(MAX_NAME_CHARS) | None = None
+    evalue: Text(MAX_OUTPUT_CHARS) | None = None
+    traceback: Items(Text(MAX_OUTPUT_CHARS), MAX_TRACEBACK_LINES) | None = None
+
+
+class AttachedCell(Body):
+    """One attached cell: where it is in its notebook, and what it holds."""
+
+    index: Int(0, 10_000_000)
+    id: Text(MAX_CELL_ID_CHARS) | None = None
+    cell_type: Literal["code", "markdown", "raw"]
+    source: Text(MAX_SOURCE_CHARS)
+    outputs: Items(AttachedOutput, MAX_CELL_OUTPUTS) = []
+
+
+class Attachment(Body):
+    """Cells of a notebook, or the notebook (`omitted`: how many of its cells were left out for the budget)."""
+
+    kind: Literal["cells", "notebook"]
+    path: Text(MAX_PATH_CHARS, blank=False)
+    cells: Annotated[list[AttachedCell], Field(min_length=1, max_length=MAX_ATTACHED_CELLS)]
+    omitted: Int(0, 10_000_000) = 0
+
+
+Attachments = Items(Attachment, MAX_ATTACHMENTS)
+
+
+class _Attachments(Body):
+    attachments: Annotated[list[Attachment], Field(max_length=MAX_ATTACHMENTS)]
+
+
+def _strings(value: Any) -> Any:
+    """Each string of `value` (nested lists and dicts; attachments nest four levels), ANSI escapes taken out."""
+    if isinstance(value, str):
+        return strip_ansi(value)
+    if isinstance(value, list):
+        return [_strings(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _strings(v) for k, v in value.items()}
+    return value
+
+
+def check_attachments(value: Any) -> list[dict[str, Any]]:
+    """A message's attachments as stored in its `user_message`: checked (ConfigError naming the field), at most
+    MAX_ATTACHED_CHARS of text in all, ANSI escapes taken out, absent fields left out."""
+    parsed = parse(_Attachments, {"attachments": value}, "the attachments")
+    out = [_strings(a.model_dump(exclude_none=True, exclude_defaults=False)) for a in parsed.attachments]
+    total = sum(len(c["source"]) + sum(len(o.get("text", "")) + len(o.get("evalue", ""))
+                                       + sum(map(len, o.get("traceback", []))) for o in c["outputs"])
+                for a in out for c in a["cells"])
+    if total > MAX_ATTACHED_CHARS:
+        raise ConfigError(f"the attachments hold {total:,} characters; at most {MAX_ATTACHED_CHARS:,} go with a "
+                          "message (attach fewer cells)")
     return out

@@ -12,6 +12,8 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .attachments import label
+
 
 def parts(event: Any) -> tuple[int, str, Mapping[str, Any]]:
     """(seq, type, payload) of an Event or of its JSON form."""
@@ -74,7 +76,9 @@ def event_text(event: Any, *, thinking: bool = False) -> str:
     """What one event says, as plain text (no seq, time or type: the caller frames it)."""
     _, kind, p = parts(event)
     if kind == "user_message":
-        return str(p.get("text", ""))
+        # its notebook context (workbench/attachments.py) named, not repeated: the cells are the person's own
+        attached = [f"[attached: {label(a)}]" for a in p.get("attachments") or [] if isinstance(a, Mapping)]
+        return "\n".join([*attached, str(p.get("text", ""))])
     if kind == "assistant_turn":
         return "\n".join(assistant_lines(p.get("message") or {}, thinking=thinking))
     if kind == "tool_started":

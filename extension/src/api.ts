@@ -89,6 +89,32 @@ export interface IOutput {
   over_limit: boolean;
 }
 
+/** One output of an attached cell, as text (docs/api.md, "Notebook context"). */
+export interface IAttachedOutput {
+  type: 'stream' | 'result' | 'error' | 'note';
+  text?: string;
+  ename?: string;
+  evalue?: string;
+  traceback?: string[];
+}
+
+/** One attached cell: its place in the notebook, its source and its outputs as text. */
+export interface IAttachedCell {
+  index: number;
+  id?: string;
+  cell_type: 'code' | 'markdown' | 'raw';
+  source: string;
+  outputs: IAttachedOutput[];
+}
+
+/** Cells of a notebook (or the notebook) sent with a message; `omitted`: cells left out for the budget. */
+export interface IAttachment {
+  kind: 'cells' | 'notebook';
+  path: string;
+  cells: IAttachedCell[];
+  omitted?: number;
+}
+
 /** A message from the session stream: a committed event, a live model delta or a running call's output. */
 export type StreamMessage =
   { kind: 'event'; event: IEvent } | { kind: 'delta'; session_id: string; event: any } | IOutput;
@@ -171,8 +197,16 @@ export class WorkbenchApi {
    * Send a message with an idempotency key of its own, and send it again with the same key when the
    * connection fails: the server records it once (docs/api.md, "Retrying safely").
    */
-  async send(id: string, text: string): Promise<{ session_id: string; seq: number }> {
-    const body = { text, idempotency_key: newKey() };
+  async send(
+    id: string,
+    text: string,
+    attachments: IAttachment[] = []
+  ): Promise<{ session_id: string; seq: number }> {
+    const body = {
+      text,
+      idempotency_key: newKey(),
+      ...(attachments.length ? { attachments } : {})
+    };
     for (let attempt = 0; ; attempt++) {
       try {
         return await this.post(`sessions/${id}/messages`, body);

@@ -1,5 +1,6 @@
 // The conversation of one session, drawn from its committed events plus live model deltas.
-import { IEvent, IOutput } from './api';
+import { IAttachment, IEvent, IOutput } from './api';
+import { chip, replaceTarget } from './context';
 import { h, imageSource, stripAnsi } from './dom';
 import { ChatRenderer } from './render';
 
@@ -17,6 +18,8 @@ export class ChatLog {
 
   /** The text of the latest user message drawn (what Retry sends again). */
   lastUserText = '';
+  /** And its notebook context (docs/api.md, "Notebook context"), which Retry sends again with it. */
+  lastUserAttachments: IAttachment[] = [];
   private retryButton: HTMLElement | null = null;
   /** The seq of the committed event being drawn: what it adds is marked with it (`data-seq`). */
   private drawing = 0;
@@ -26,13 +29,14 @@ export class ChatLog {
   /** `onRetry` re-sends a failed turn's user message (a Retry button after a turn that did not end well). */
   constructor(
     private render: ChatRenderer = new ChatRenderer(),
-    private onRetry: ((text: string) => void) | null = null
+    private onRetry: ((text: string, attachments: IAttachment[]) => void) | null = null
   ) {}
 
   clear(): void {
     this.render.clear();
     this.node.replaceChildren();
     this.lastUserText = '';
+    this.lastUserAttachments = [];
     this.retryButton = null;
     this.tools.clear();
     this.live = null;
@@ -65,12 +69,22 @@ export class ChatLog {
     switch (ev.type) {
       case 'user_message':
         this.lastUserText = String(p.text ?? '');
+        this.lastUserAttachments = Array.isArray(p.attachments) ? p.attachments : [];
         this.retryButton?.remove();
         this.retryButton = null;
-        // Rendered as a reply is (Markdown, LaTeX, code blocks with their actions), sanitized the same way.
+        // Rendered as a reply is (Markdown, LaTeX, code blocks with their actions), sanitized the same way;
+        // its notebook context as chips that open to show what was sent. The reply's code may replace the
+        // one cell it was about (Fix this error).
+        this.render.target = null;
         this.add(
-          h('div', { class: 'jp-wb-msg jp-wb-user' }, this.render.markdown(String(p.text ?? '')))
+          h(
+            'div',
+            { class: 'jp-wb-msg jp-wb-user' },
+            ...(Array.isArray(p.attachments) ? p.attachments.map((a: any) => chip(a)) : []),
+            this.render.markdown(String(p.text ?? ''))
+          )
         );
+        this.render.target = replaceTarget(p.attachments);
         break;
       case 'assistant_turn':
         this.dropLive();
@@ -328,6 +342,7 @@ export class ChatLog {
   /** A Retry button under a turn that failed or was cut off: it sends the same message again. */
   private offerRetry(): void {
     const text = this.lastUserText;
+    const attachments = this.lastUserAttachments;
     const retry = this.onRetry;
     if (!retry || !text) {
       return;
@@ -339,7 +354,7 @@ export class ChatLog {
         {
           class: 'jp-wb-button jp-wb-retry',
           title: 'Send the same message again, as a new message',
-          onclick: () => retry(text)
+          onclick: () => retry(text, attachments)
         },
         'Retry'
       )

@@ -19,6 +19,7 @@ import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { WorkbenchApi } from './api';
+import { addContextCommands } from './context';
 import { AttachKind, fromBase64 } from './files';
 import { addChatCommands } from './keys';
 import { WorkbenchPanel } from './panel';
@@ -258,6 +259,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       palette?.addItem({ command, category: 'Workbench' });
     }
     addChatCommands(app, panel, palette);
+    addContextCommands(app, panel, notebooks, palette);
   }
 };
 

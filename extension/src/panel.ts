@@ -1,8 +1,17 @@
 // The workbench sidebar: sessions, the selected session's chat and hands, and the Memories tab.
 import { Widget } from '@lumino/widgets';
 
-import { ApiError, IEvent, IHands, ISession, StreamMessage, WorkbenchApi } from './api';
+import {
+  ApiError,
+  IAttachment,
+  IEvent,
+  IHands,
+  ISession,
+  StreamMessage,
+  WorkbenchApi
+} from './api';
 import { ChatLog } from './chat';
+import { PendingContext } from './context';
 import { ago, h, marked } from './dom';
 import { FilesView, IAttached } from './files';
 import { MemoriesView } from './memories';
@@ -118,6 +127,8 @@ export class WorkbenchPanel extends Widget {
     },
     'Send'
   );
+  /** Notebook context waiting to go with the next message (context.ts). */
+  private context = new PendingContext();
   private error = h('div', { class: 'jp-wb-banner', hidden: true });
   private chatTab = h('section', { class: 'jp-wb-tab' });
   private tabButtons: HTMLButtonElement[] = [];
@@ -126,7 +137,7 @@ export class WorkbenchPanel extends Widget {
     super();
     this.api = api;
     const renderer = new ChatRenderer(ctx);
-    this.log = new ChatLog(renderer, text => void this.retry(text));
+    this.log = new ChatLog(renderer, (text, attachments) => void this.retry(text, attachments));
     this.id = 'jp-workbench';
     this.addClass('jp-wb-panel');
     this.memories = new MemoriesView(api, openReview, {
@@ -190,6 +201,7 @@ export class WorkbenchPanel extends Widget {
         )
       ),
       this.log.node,
+      this.context.node,
       h('div', { class: 'jp-wb-composer' }, this.input, this.sendButton)
     );
     const tabs = h('nav', { class: 'jp-wb-tabs', role: 'tablist' });
@@ -683,8 +695,22 @@ export class WorkbenchPanel extends Widget {
     this.handsLabel.dataset.state = String(hands.state ?? '');
   }
 
-  /** Send the composer's text as the next user message (nothing while a turn runs). */
-  async send(text = this.input.value.trim(), fromComposer = true): Promise<void> {
+  /** Take notebook context into the composer (sent with the next message); `text` fills an empty composer. */
+  addContext(att: IAttachment, text?: string): void {
+    this.context.add(att);
+    if (text && !this.input.value.trim()) {
+      this.input.value = text;
+    }
+    this.focusInput();
+  }
+
+  /** Send the composer's text as the next user message (nothing while a turn runs), with the composer's
+   * notebook context, or with `attachments` when given. */
+  async send(
+    text = this.input.value.trim(),
+    fromComposer = true,
+    attachments?: IAttachment[]
+  ): Promise<void> {
     if (!text) {
       return;
     }
@@ -701,10 +727,14 @@ export class WorkbenchPanel extends Widget {
     this.updateButtons();
     // Live deltas are not stored: subscribe before the turn starts, or its streaming is missed.
     await this.streamOpen;
-    if (await this.guard(() => this.api.send(id, text))) {
-      if (fromComposer) {
+    const context = attachments ?? (fromComposer ? this.context.attachments : []);
+    if (await this.guard(() => this.api.send(id, text, context))) {
+      // The answer may come after the turn's events, when a draft is being typed or more context taken:
+      // only what was sent leaves the composer.
+      if (fromComposer && this.input.value.trim() === text) {
         this.input.value = '';
       }
+      this.context.remove(context);
     } else {
       // Refused (e.g. 409: a turn started elsewhere is running): what runs is the server's to say,
       // so Stop stays available while a turn still runs.
@@ -712,11 +742,12 @@ export class WorkbenchPanel extends Widget {
     }
   }
 
-  /** Retry a failed turn: send its user message again, as a new message (the log is append-only). */
-  async retry(text?: string): Promise<void> {
+  /** Retry a failed turn: send its user message again, with its notebook context, as a new message (the log
+   * is append-only). */
+  async retry(text?: string, attachments?: IAttachment[]): Promise<void> {
     const again = text ?? this.log.lastUserText;
     if (again && !this.running) {
-      await this.send(again, false);
+      await this.send(again, false, attachments ?? (text ? [] : this.log.lastUserAttachments));
     }
   }
 

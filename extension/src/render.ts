@@ -9,6 +9,7 @@ import { INotebookTracker } from '@jupyterlab/notebook';
 import { IRenderMimeRegistry, MimeModel } from '@jupyterlab/rendermime';
 import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 
+import { IReplaceTarget, replaceCell } from './context';
 import { h, imageSource, richText } from './dom';
 
 /** What the chat renders with: all optional, so the chat still works without them. */
@@ -45,6 +46,8 @@ function altText(bundle: Record<string, unknown>): string {
 
 export class ChatRenderer {
   private renderers: IRenderMime.IRenderer[] = [];
+  /** The cell a reply's code may replace (the one cell its message asked about); set by the chat. */
+  target: IReplaceTarget | null = null;
 
   constructor(private ctx: IRenderContext = {}) {}
 
@@ -60,9 +63,11 @@ export class ChatRenderer {
   markdown(text: string): HTMLElement {
     const host = h('div', { class: 'jp-wb-text jp-wb-markdown' });
     const rm = this.ctx.rendermime;
+    // the target as it is now: the rendering ends later, when the chat may have moved on to another message
+    const target = this.target;
     if (!rm) {
       host.append(richText(text));
-      this.decorate(host);
+      this.decorate(host, target);
       return host;
     }
     const renderer = rm.createRenderer('text/markdown');
@@ -72,11 +77,11 @@ export class ChatRenderer {
       .renderModel(new MimeModel({ data: { 'text/markdown': text }, trusted: false }))
       .then(() => {
         this.typeset(renderer.node);
-        this.decorate(host);
+        this.decorate(host, target);
       })
       .catch(() => {
         host.replaceChildren(richText(text));
-        this.decorate(host);
+        this.decorate(host, target);
       });
     return host;
   }
@@ -173,20 +178,25 @@ export class ChatRenderer {
     }
   }
 
-  /** Copy and Insert buttons on every code block of `host` (a rendered message or a tool card). */
-  decorate(host: HTMLElement): void {
+  /** Copy and Insert buttons on every code block of `host` (a rendered message or a tool card), and Replace
+   * when the message's code may replace a cell (`target`). */
+  decorate(host: HTMLElement, target: IReplaceTarget | null = null): void {
     for (const img of host.querySelectorAll('img')) {
       if (!img.getAttribute('alt')) {
         img.setAttribute('alt', 'an image in the message');
       }
     }
     for (const pre of host.querySelectorAll('pre')) {
-      this.codeActions(pre as HTMLElement);
+      this.codeActions(pre as HTMLElement, undefined, target);
     }
   }
 
   /** Wrap a code block with its actions: Copy, and Insert as a new cell in the active notebook. */
-  codeActions(pre: HTMLElement, source?: () => string): HTMLElement {
+  codeActions(
+    pre: HTMLElement,
+    source?: () => string,
+    target: IReplaceTarget | null = null
+  ): HTMLElement {
     if (pre.parentElement?.classList.contains('jp-wb-codeblock')) {
       return pre.parentElement;
     }
@@ -222,6 +232,24 @@ export class ChatRenderer {
         'Insert'
       )
     );
+    if (target) {
+      const name = target.path.split('/').pop();
+      actions.append(
+        h(
+          'button',
+          {
+            class: 'jp-wb-button jp-wb-replace',
+            title: `Replace the source of cell ${target.index + 1} of ${name} with this code (undo in the notebook takes it back)`,
+            'aria-label': `Replace cell ${target.index + 1} of ${name} with this code`,
+            onclick: () => {
+              const refused = replaceCell(this.ctx.notebooks, target, code(), this.ctx.activate);
+              status.textContent = refused ?? `Replaced cell ${target.index + 1}`;
+            }
+          },
+          'Replace'
+        )
+      );
+    }
     const box = h('div', { class: 'jp-wb-codeblock' });
     pre.replaceWith(box);
     box.append(actions, pre);

@@ -46,11 +46,22 @@ async def test_the_same_message_posted_again_or_concurrently_is_recorded_once(wb
     _, before = await wb.call("GET", "sessions", sid, "events", expect=200)
     code, err = await wb.call("POST", "sessions", sid, "messages", body={"text": "hello again", "idempotency_key": "k2"})
     assert code == 422 and "k2" in err["error"] and "another message" in err["error"] and "\n" not in err["error"], err
+    # the same text with other notebook context (docs/api.md, "Notebook context") is another message too
+    cells = [{"kind": "cells", "path": "a.ipynb", "cells": [{"index": 0, "cell_type": "code", "source": "1/0"}]}]
+    code, err = await wb.call("POST", "sessions", sid, "messages", body={**twice, "attachments": cells})
+    assert code == 422 and "another message" in err["error"], err
     for key in ("", "a b", "k" * 129, "é", 7, 1.5, True, ["k"], {"k": 1}):
         code, err = await wb.call("POST", "sessions", sid, "messages", body={"text": "x", "idempotency_key": key})
         assert code == 400 and "idempotency_key" in err["error"], (key, code, err)
     _, after = await wb.call("GET", "sessions", sid, "events", expect=200)
     assert after == before
+    # and a message with context sent again with its key is the same message (stored as checked: ANSI taken out)
+    colour = {"text": "fix", "idempotency_key": "k3", "attachments": [
+        {**cells[0], "cells": [{**cells[0]["cells"][0], "outputs": [{"type": "stream", "text": "\x1b[31mred\x1b[0m"}]}]}]}
+    _, sent = await wb.call("POST", "sessions", sid, "messages", body=colour, expect=202)
+    _, again = await wb.call("POST", "sessions", sid, "messages", body=colour, expect=202)
+    assert again == sent
+    await idle(wb, sid)
 
 
 class LossyProxy:

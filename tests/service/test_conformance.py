@@ -200,3 +200,45 @@ async def test_hands_and_workspace_files_are_the_same_over_both_transports(both)
     assert ("made.txt", "file", 2) in here["files"][0] and here["files"][2] is True
     assert here["read"] == b"42" and here["too big"][0] == 413 and here["bad path"][0] == 400
     assert here["closed"][0] is True and here["closed again"] is False
+
+
+FIX = [{"kind": "cells", "path": "work/analysis.ipynb", "cells": [{
+    "index": 1, "id": "c2", "cell_type": "code", "source": "<script>alert(1)</script>\n1/0",
+    "outputs": [{"type": "error", "ename": "ZeroDivisionError", "evalue": "division by zero",
+                 "traceback": ["\x1b[0;31mZeroDivisionError\x1b[0m: division by zero"]}]}]}]
+
+
+async def attachments_scenario(wb: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    await wb.create_session(id="a1", model="scripted")
+    bad = {
+        "not a list": "cells",
+        "non-string source": [{**FIX[0], "cells": [{**FIX[0]["cells"][0], "source": 42}]}],
+        "nested": [{**FIX[0], "cells": [{**FIX[0]["cells"][0], "outputs": [{"type": "note", "text": {"a": [[["b"]]]}}]}]}],
+        "too many": FIX * 9,
+        "oversized": [{**FIX[0], "cells": [{**FIX[0]["cells"][0], "source": "x" * 150_000}] * 7}],
+        "unknown field": [{**FIX[0], "html": "<b>"}],
+    }
+    for name, value in bad.items():
+        out[name] = await refusal(wb.send("a1", "look", attachments=value))
+    out["written after refusals"] = len(await wb.events("a1"))
+    heard: list[Message] = []
+    out["stop"] = await wb.run_turn("a1", "Fix this error", heard.append, attachments=FIX)
+    # over REST the message carries an idempotency key of the transport's own
+    out["stored"] = [{k: v for k, v in e.payload.items() if k != "idempotency_key"}
+                     for e in await wb.events("a1") if e.type == "user_message"]
+    return out
+
+
+async def test_attachments_are_the_same_over_both_transports(both):
+    local, rest = both
+    here, there = await attachments_scenario(local), await attachments_scenario(rest)
+    assert comparable(here) == comparable(there)
+    assert here["written after refusals"] == 1  # session_created: a refused message writes nothing
+    for name in ("not a list", "non-string source", "nested", "too many", "oversized", "unknown field"):
+        assert here[name][0] == 400, (name, here[name])
+    assert "attachments[0].cells[0].source" in here["non-string source"][1]
+    assert "at most 1,000,000" in here["oversized"][1]
+    [stored] = here["stored"]
+    assert stored["text"] == "Fix this error" and stored["attachments"][0]["cells"][0]["outputs"][0]["traceback"] == [
+        "ZeroDivisionError: division by zero"]

@@ -133,21 +133,23 @@ class Brain:
 
     # -- turns: start, resume, interrupt ------------------------------------------
 
-    async def start_turn(self, session_id: str, text: str, *, name_untitled: bool = False, key: str | None = None) -> Event:
+    async def start_turn(self, session_id: str, text: str, *, name_untitled: bool = False, key: str | None = None,
+                         attachments: list[dict[str, Any]] | None = None) -> Event:
         """Append the user's message and start the turn in the background; returns the committed event.
         name_untitled: a session with no title is named after this message (`session_renamed`, auto),
         in the same transaction as the message, so the title is there exactly when the message is.
         key: the client's idempotency key, stored with the message: the same message sent again with it (a
-        retry) starts nothing and returns the first one's event; another message with it is KeyReused."""
-        event, _ = await self._start(session_id, text, name_untitled, key)
+        retry) starts nothing and returns the first one's event; another message with it is KeyReused.
+        attachments: notebook context stored with the message, checked already (checks.check_attachments)."""
+        event, _ = await self._start(session_id, text, name_untitled, key, attachments)
         return event
 
     async def run_turn(self, session_id: str, text: str, *, interrupted_by: str = "user",
-                       name_untitled: bool = False) -> str:
+                       name_untitled: bool = False, attachments: list[dict[str, Any]] | None = None) -> str:
         """Run a turn to its end; returns the stop reason. Cancelling the caller interrupts the turn, recorded
         as interrupted by `interrupted_by` (an eval run, a dream's driver: not a person). name_untitled: as
         for start_turn."""
-        _, task = await self._start(session_id, text, name_untitled)
+        _, task = await self._start(session_id, text, name_untitled, attachments=attachments)
         assert task is not None  # only a message with a key is ever found sent before
         return await self._await_turn(session_id, task, interrupted_by)
 
@@ -217,8 +219,8 @@ class Brain:
         if model not in self._models:
             await asyncio.to_thread(self.model, model)
 
-    async def _start(self, session_id: str, text: Any, name_untitled: bool = False,
-                     key: str | None = None) -> tuple[Event, asyncio.Task | None]:
+    async def _start(self, session_id: str, text: Any, name_untitled: bool = False, key: str | None = None,
+                     attachments: list[dict[str, Any]] | None = None) -> tuple[Event, asyncio.Task | None]:
         if not isinstance(text, str) or not text.strip():
             raise ConfigError("the message is empty")
         await self._made(session_id)
@@ -227,7 +229,7 @@ class Brain:
             # under the lock: a retry racing its first send finds the first's message committed (or commits its own)
             sent = (await self.conversation(session_id)).keys.get(key) if key is not None else None
             if sent is not None:
-                return await self._sent_before(session_id, key, text, *sent), None
+                return await self._sent_before(session_id, key, text, attachments, *sent), None
             if self.turns.running(session_id):
                 if (await self.conversation(session_id)).state.open:
                     raise TurnBusy(busy)
@@ -236,20 +238,25 @@ class Brain:
                     raise TurnBusy(busy)
             elif (await self.conversation(session_id)).state.open:
                 raise TurnBusy(f"session {session_id} has an unfinished turn; resume it or interrupt it first")
-            return await self._spawn(session_id, text, name_untitled, key)
+            return await self._spawn(session_id, text, name_untitled, key, attachments=attachments)
 
-    async def _sent_before(self, session_id: str, key: Any, text: str, seq: int, first: str) -> Event:
-        """The user_message a key was first sent with, when this is the same message again; else KeyReused."""
-        if text != first:
+    async def _sent_before(self, session_id: str, key: Any, text: str, attachments: list[dict[str, Any]] | None,
+                           seq: int, first: str) -> Event:
+        """The user_message a key was first sent with, when this is the same message again (its text and its
+        attachments); else KeyReused."""
+        event = (await self.log.aevents(session_id, seq - 1, until=seq))[0] if text == first else None
+        if event is None or (event.payload.get("attachments") or None) != (attachments or None):
             raise KeyReused(f"idempotency key {key!r} was sent before with another message (seq {seq} of session "
                             f"{session_id}); send a new message with a new key")
-        return (await self.log.aevents(session_id, seq - 1, until=seq))[0]
+        return event
 
     async def _spawn(self, session_id: str, text: str | None, name_untitled: bool = False,
-                     key: str | None = None, close_by: str | None = None) -> tuple[Any, asyncio.Task]:
+                     key: str | None = None, close_by: str | None = None,
+                     attachments: list[dict[str, Any]] | None = None) -> tuple[Any, asyncio.Task]:
         """Start the turn's task; wait (not cancellably) until its first event is committed."""
         started: asyncio.Future = asyncio.get_running_loop().create_future()
-        task = self.turns.spawn(session_id, lambda: self.loop.turn(session_id, text, started, name_untitled, key, close_by))
+        task = self.turns.spawn(session_id, lambda: self.loop.turn(session_id, text, started, name_untitled, key, close_by,
+                                                                   attachments))
 
         def never_started(t: asyncio.Task) -> None:
             # cancelled before its first step (a shutdown's cancel landing just after the spawn): the turn wrote

@@ -40,10 +40,11 @@ class Loop:
         return lambda: self._listeners.remove(fn) if fn in self._listeners else None
 
     async def turn(self, session_id: str, text: str | None, started: asyncio.Future,
-                   name_untitled: bool = False, key: str | None = None, close_by: str | None = None) -> str | None:
+                   name_untitled: bool = False, key: str | None = None, close_by: str | None = None,
+                   attachments: list[dict[str, Any]] | None = None) -> str | None:
         """A turn of the session: `text` the user's message (None: resume a cut-off turn; with `close_by`, only close
-        it, as interrupted by `close_by`); `started` hears its first event once committed (or why nothing was
-        written); the stop reason."""
+        it, as interrupted by `close_by`), `attachments` its notebook context; `started` hears its first event once
+        committed (or why nothing was written); the stop reason."""
         title = auto_title(text) if name_untitled and text is not None else None
 
         def name(tx: Any) -> None:
@@ -53,7 +54,8 @@ class Loop:
         try:
             if text is not None:  # the first model_request with it: the call starts once both are committed
                 asked = await self._model_request(session_id, 1, (await self.views.folded(session_id)).size_with_message())
-                message = {"text": text, **({"idempotency_key": key} if key is not None else {})}
+                message = {"text": text, **({"idempotency_key": key} if key is not None else {}),
+                           **({"attachments": attachments} if attachments else {})}
                 first = await self.views.append(session_id, "user_message", message, before=name, then=[asked])
             else:
                 first = await self.views.append(session_id, "resumed", {})

@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from ..attachments import context_blocks
 from ..hands.observing import result_content
 from ..log import Event
 
@@ -115,15 +116,16 @@ class Conversation:
             self.state = TurnState(open=True)
             if isinstance(p.get("idempotency_key"), str):
                 self.keys.setdefault(p["idempotency_key"], (seq, p["text"]))
-            text_block = {"type": "text", "text": p["text"]}
+            # the notebook context attached to the message (workbench/attachments.py) goes before its text
+            text_blocks = context_blocks(p.get("attachments")) + [{"type": "text", "text": p["text"]}]
             if self._order and not self._per_turn:  # the results the latest assistant turn waits for, then the text
-                self._push({"role": "user", "content": self._pending() + [text_block]})
+                self._push({"role": "user", "content": self._pending() + text_blocks})
             else:
                 if self._per_turn:  # earlier turns are not sent: neither are results still owed to them
                     self._order, self._results = [], {}
                     self._start = len(self.messages)
                 self._opened, self._opened_seq = len(self.messages), seq
-                self._push({"role": "user", "content": [text_block]})
+                self._push({"role": "user", "content": text_blocks})
         elif t == "turn_ended":
             self.state = TurnState(open=False)
         elif t == "assistant_turn":

@@ -157,11 +157,13 @@ class WorkbenchClient:
         return self._run(lambda s: s.create_session(id=id, title=title, model=model, system=system, config=config,
                                                     tools=tools, first_message=first_message))
 
-    def send(self, session_id: str, text: str, *, key: str | None = None) -> int:
+    def send(self, session_id: str, text: str, *, key: str | None = None,
+             attachments: list[dict[str, Any]] | None = None) -> int:
         """Start a turn; returns the seq of its user_message (the turn runs in the server). The message goes
         with an idempotency key (`key`, else a new one), and is sent again with it when the connection fails:
-        the server records it once (docs/api.md, "Retrying safely")."""
-        return self._run(lambda s: s.send(session_id, text, key=key))
+        the server records it once (docs/api.md, "Retrying safely"). `attachments`: notebook cells sent with
+        it (docs/api.md, "Notebook context")."""
+        return self._run(lambda s: s.send(session_id, text, key=key, attachments=attachments))
 
     def events(self, session_id: str, after: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
         return [e.to_json() for e in self._run(lambda s: s.events(session_id, after, limit))]

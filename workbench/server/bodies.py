@@ -24,7 +24,22 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import AfterValidator, Field, StringConstraints, ValidationError
 
-from ..checks import IDEMPOTENCY_KEY, MAX_NAME_CHARS, MAX_PATH_CHARS, Body, Int, Items, M, Text, explain, kind_of, parse, valid_unicode
+from ..checks import (
+    IDEMPOTENCY_KEY,
+    MAX_NAME_CHARS,
+    MAX_PATH_CHARS,
+    Attachments,
+    Body,
+    Int,
+    Items,
+    M,
+    Text,
+    check_attachments,
+    explain,
+    kind_of,
+    parse,
+    valid_unicode,
+)
 from ..errors import ConfigError, WorkbenchError
 from ..log import SESSION_ID
 
@@ -172,6 +187,8 @@ class MessageBody(Body):
     text: Text(MAX_TEXT_CHARS, blank=False)
     # the client's name for this message: sent again with the same key, it is recorded once (docs/api.md)
     idempotency_key: Annotated[str, StringConstraints(strict=True, pattern=IDEMPOTENCY_KEY)] | None = None
+    # notebook context sent with the text (workbench/attachments.py, docs/api.md "Notebook context")
+    attachments: Attachments | None = None
 
 
 class QueryBody(Body):
@@ -282,10 +299,12 @@ def within(n: int, lo: int, hi: int) -> int:
     return n
 
 
-def message_body(body: Any) -> tuple[str, str | None]:
-    """(text, idempotency key or None) of a `POST /sessions/{id}/messages` body."""
+def message_body(body: Any) -> tuple[str, str | None, list[dict[str, Any]] | None]:
+    """(text, idempotency key or None, attachments or None) of a `POST /sessions/{id}/messages` body."""
     b = parse(MessageBody, body)
-    return b.text, b.idempotency_key
+    # the shape is the body's; the whole (its total size, ANSI taken out) is the one check the service makes too
+    attachments = check_attachments(body["attachments"]) if b.attachments is not None else None
+    return b.text, b.idempotency_key, attachments
 
 
 def query_body(body: Any) -> tuple[str, list[Any]]:

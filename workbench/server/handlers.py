@@ -222,8 +222,8 @@ class MessagesHandler(WorkbenchHandler):
     @web.authenticated
     @api
     async def post(self, id: str) -> None:
-        text, key = bodies.message_body(self.body())
-        seq = await self.service.send(id, text, key=key)
+        text, key, attachments = bodies.message_body(self.body())
+        seq = await self.service.send(id, text, key=key, attachments=attachments)
         self.reply({"session_id": id, "seq": seq}, 202)
 
 

@@ -142,10 +142,12 @@ class Workbench(Protocol):
 
     # -- turns ---------------------------------------------------------------------------------
 
-    async def send(self, session_id: str, text: str, *, key: str | None = None) -> int:
+    async def send(self, session_id: str, text: str, *, key: str | None = None,
+                   attachments: Sequence[Mapping[str, Any]] | None = None) -> int:
         """Start a turn (it runs on without the caller); the seq of its committed user_message. `key`: the message's
         idempotency key (over REST a new one when None): sent again with it, it starts nothing and answers the
-        first one's seq; another message with it is KeyReused."""
+        first one's seq; another message with it is KeyReused. `attachments`: notebook context sent with the text
+        (workbench/attachments.py; ConfigError when malformed)."""
         ...
 
     async def resume(self, session_id: str) -> bool:
@@ -156,8 +158,10 @@ class Workbench(Protocol):
         """Interrupt the running turn; True if one was running."""
         ...
 
-    async def run_turn(self, session_id: str, text: str, watch: Watch) -> str:
-        """Run a turn and hear it to its end (`watch`); its stop reason. Cancelling the caller interrupts it."""
+    async def run_turn(self, session_id: str, text: str, watch: Watch, *,
+                       attachments: Sequence[Mapping[str, Any]] | None = None) -> str:
+        """Run a turn and hear it to its end (`watch`); its stop reason. Cancelling the caller interrupts it.
+        `attachments`: as for `send`."""
         ...
 
     async def resume_turn(self, session_id: str, watch: Watch) -> str | None:

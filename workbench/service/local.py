@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
+from ..checks import check_attachments
 from ..config import from_env
 from ..errors import ConfigError, TurnBusy, WorkbenchError
 from ..hands import files as wsfiles
@@ -177,12 +178,14 @@ class Local:
 
     # -- turns ---------------------------------------------------------------------------------
 
-    async def send(self, session_id: str, text: str, *, key: str | None = None) -> int:
+    async def send(self, session_id: str, text: str, *, key: str | None = None,
+                   attachments: Sequence[Mapping[str, Any]] | None = None) -> int:
         """A session without a title is named after its first message (`session_renamed`, auto), committed with
         the message itself: a refused message names nothing."""
+        attached = check_attachments(attachments) if attachments is not None else None
         await self.ready()
         self._not_driven(session_id)
-        return (await self.brain.start_turn(session_id, text, name_untitled=True, key=key)).seq
+        return (await self.brain.start_turn(session_id, text, name_untitled=True, key=key, attachments=attached)).seq
 
     def _not_driven(self, session_id: str) -> None:
         """TurnBusy if a plugin goes on with the session between its turns: a turn started now would take
@@ -202,11 +205,13 @@ class Local:
     async def interrupt(self, session_id: str) -> bool:
         return await self.brain.interrupt(session_id)
 
-    async def run_turn(self, session_id: str, text: str, watch: Watch) -> str:
+    async def run_turn(self, session_id: str, text: str, watch: Watch, *,
+                       attachments: Sequence[Mapping[str, Any]] | None = None) -> str:
+        attached = check_attachments(attachments) if attachments is not None else None
         await self.ready()
         with self._hearing(session_id, watch):
             # a message sent by a person names an untitled session, as `send` (and the REST transport) does
-            return await self.brain.run_turn(session_id, text, name_untitled=True)
+            return await self.brain.run_turn(session_id, text, name_untitled=True, attachments=attached)
 
     async def resume_turn(self, session_id: str, watch: Watch) -> str | None:
         # through the host: a plugin may resume its kind of session as a whole (a dream)

@@ -194,9 +194,12 @@ class Rest:
 
     # -- turns ---------------------------------------------------------------------------------
 
-    async def send(self, session_id: str, text: str, *, key: str | None = None) -> int:
+    async def send(self, session_id: str, text: str, *, key: str | None = None,
+                   attachments: Sequence[Mapping[str, Any]] | None = None) -> int:
         """Sent again with its key when the connection fails: the server records it once (docs/api.md)."""
-        body = {"text": text, "idempotency_key": key or uuid.uuid4().hex}
+        body: dict[str, Any] = {"text": text, "idempotency_key": key or uuid.uuid4().hex}
+        if attachments is not None:
+            body["attachments"] = attachments  # as given: the server checks it
         return (await self.call("POST", f"/sessions/{part(session_id)}/messages", body, retries=SEND_RETRIES))["seq"]
 
     async def resume(self, session_id: str) -> bool:
@@ -205,8 +208,9 @@ class Rest:
     async def interrupt(self, session_id: str) -> bool:
         return (await self.call("POST", f"/sessions/{part(session_id)}/interrupt", {}))["interrupted"]
 
-    async def run_turn(self, session_id: str, text: str, watch: Watch) -> str:
-        stop = await self._follow(session_id, lambda after: self.send(session_id, text), watch)
+    async def run_turn(self, session_id: str, text: str, watch: Watch, *,
+                       attachments: Sequence[Mapping[str, Any]] | None = None) -> str:
+        stop = await self._follow(session_id, lambda after: self.send(session_id, text, attachments=attachments), watch)
         assert stop is not None, "a sent message starts a turn"
         return stop
 
