@@ -349,7 +349,12 @@ export class ReviewPanel extends Widget {
             'ul',
             {},
             ...(m.provenance || []).map((p: any) =>
-              h('li', {}, this.parts.source(p), p.quote ? h('blockquote', {}, String(p.quote)) : null)
+              h(
+                'li',
+                {},
+                this.parts.source(p),
+                p.quote ? h('blockquote', {}, String(p.quote)) : null
+              )
             )
           )
         ),

@@ -15,7 +15,10 @@ const box = (inner: string) =>
   '<g class="jp-icon3" fill="#616161"><path d="M3 3h18v4H3z"/>' +
   `<path fill-rule="evenodd" d="M4 8h16v13H4z${inner}"/></g></svg>`;
 export const archiveIcon = new LabIcon({ name: 'workbench:archive', svgstr: box('M9 11v2h6v-2z') });
-export const unarchiveIcon = new LabIcon({ name: 'workbench:unarchive', svgstr: box('M12 10l-4 4h3v4h2v-4h3z') });
+export const unarchiveIcon = new LabIcon({
+  name: 'workbench:unarchive',
+  svgstr: box('M12 10l-4 4h3v4h2v-4h3z')
+});
 
 const SELECTED_KEY = 'jupyter-workbench:selected-session';
 
