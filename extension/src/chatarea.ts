@@ -42,6 +42,8 @@ export class SessionChatView extends Widget {
   private ws: WebSocket | null = null;
   private streamOpen: Promise<void> = Promise.resolve();
   private running = false;
+  /** The session was found: until then (and for an id that names none) nothing is sent or streamed. */
+  private found = false;
   private heading = h('span', { class: 'jp-wb-title' }, '');
   private handsLabel = h('span', { class: 'jp-wb-hands-label', role: 'status' }, '');
   private error = h('div', { class: 'jp-wb-banner', hidden: true });
@@ -124,6 +126,13 @@ export class SessionChatView extends Widget {
     if (!session || this.isDisposed) {
       return;
     }
+    if (session.id !== this.sessionId) {
+      // (an id from a saved workspace or a command's arguments is not trusted: it must name this session)
+      this.error.textContent = 'This session no longer exists.';
+      this.error.hidden = false;
+      return;
+    }
+    this.found = true;
     this.showSession(session);
     this.running = !!session.running;
     this.updateButtons();
@@ -198,7 +207,7 @@ export class SessionChatView extends Widget {
 
   /** Send the composer's text as the session's next user message. */
   async send(text = this.input.value.trim(), fromComposer = true): Promise<void> {
-    if (!text || this.running) {
+    if (!text || this.running || !this.found) {
       return;
     }
     this.running = true;
@@ -225,6 +234,9 @@ export class SessionChatView extends Widget {
   }
 
   async interrupt(): Promise<void> {
+    if (!this.found) {
+      return;
+    }
     await this.guard(() => this.api.interrupt(this.sessionId));
   }
 
@@ -249,6 +261,7 @@ export class SessionChatView extends Widget {
     this.sendButton.title = stop ? 'Stop the running turn (Esc)' : 'Send the message (Enter)';
     this.sendButton.classList.toggle('jp-mod-accept', !stop);
     this.sendButton.classList.toggle('jp-wb-danger', stop);
+    this.sendButton.disabled = !this.found;
     this.node.classList.toggle('jp-mod-running', stop);
   }
 }

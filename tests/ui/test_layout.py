@@ -6,6 +6,7 @@ placeholder not cut off, code not wrapped, an output image readable. Screenshots
 from __future__ import annotations
 
 import time
+from urllib.parse import urlparse
 
 import httpx
 import pytest
@@ -235,8 +236,19 @@ def test_a_session_opens_as_a_chat_in_the_main_area(page, lab: JupyterProcess):
     page.locator(".jp-wb-chatarea:visible .jp-wb-stdout").filter(has_text="sideside").wait_for(timeout=30_000)
     shot(page, "layout-chat-tab-dark")
 
-    # A tab for a session that does not exist says so, and nothing is left behind.
-    page.evaluate("window.jupyterapp.commands.execute('workbench:open-chat-tab', {id: 'no-such-session'})")
-    page.locator(".jp-wb-chatarea .jp-wb-banner:visible").filter(has_text="no longer exists").wait_for()
-    assert "no-such-session" not in {s["id"] for s in lab_api(lab, "GET", "sessions?limit=1000")["sessions"]}
+    # A tab for a session that does not exist says so and sends nothing; an id that is a path reaches no other route.
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url) if "/workbench/api/" in r.url else None)
+    for bad in ("no-such-session", "../memories", "x?y=1#z"):
+        page.evaluate("(id) => window.jupyterapp.commands.execute('workbench:open-chat-tab', {id})", bad)
+        page.locator(".jp-wb-chatarea:visible .jp-wb-banner").filter(has_text="no longer exists").wait_for()
+        assert page.locator(".jp-wb-chatarea:visible .jp-wb-send").is_disabled()
+    paths = [urlparse(u).path for u in requests]
+    assert not [p for p in paths if p.endswith(("/workbench/api/memories", "/sessions/x"))], paths
+    # A title that is markup is the tab's text, never HTML.
+    evil = lab_api(lab, "POST", "sessions", {"title": '<img src=x onerror="window.__pwned=1">'})["id"]
+    page.evaluate("(id) => window.jupyterapp.commands.execute('workbench:open-chat-tab', {id})", evil)
+    page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current").filter(has_text="<img src=x").wait_for()
+    page.locator(".jp-wb-chatarea:visible .jp-wb-title").filter(has_text="<img src=x").wait_for()
+    assert page.evaluate("window.__pwned === undefined")
     assert page.blocked == []
