@@ -44,6 +44,8 @@ export class SessionChatView extends Widget {
   private running = false;
   /** The session was found: until then (and for an id that names none) nothing is sent or streamed. */
   private found = false;
+  /** Whether the log was at its end when last scrolled (the reader did not scroll up). */
+  private atEnd = true;
   private heading = h('span', { class: 'jp-wb-title' }, '');
   private handsLabel = h('span', { class: 'jp-wb-hands-label', role: 'status' }, '');
   private error = h('div', { class: 'jp-wb-banner', hidden: true });
@@ -72,6 +74,11 @@ export class SessionChatView extends Widget {
     this.sessionId = id;
     this.addClass('jp-wb-chatarea');
     this.log = new ChatLog(new ChatRenderer(ctx), text => void this.retry(text));
+    this.log.node.addEventListener('scroll', () => {
+      const n = this.log.node;
+      this.atEnd =
+        n.clientHeight > 0 ? n.scrollTop + n.clientHeight >= n.scrollHeight - 8 : this.atEnd;
+    });
     this.input.addEventListener('keydown', e => {
       if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
         e.preventDefault();
@@ -104,7 +111,21 @@ export class SessionChatView extends Widget {
 
   /** A tab restored behind another drew its log while hidden (no height to scroll): at the end once shown. */
   protected onAfterShow(): void {
-    this.log.node.scrollTop = this.log.node.scrollHeight;
+    this.toEnd();
+  }
+
+  protected onResize(): void {
+    this.toEnd();
+  }
+
+  /** Show the log's end, after layout, unless the reader scrolled up. */
+  private toEnd(): void {
+    requestAnimationFrame(() => {
+      const n = this.log.node;
+      if (this.atEnd && !this.isDisposed) {
+        n.scrollTop = n.scrollHeight;
+      }
+    });
   }
 
   protected onActivateRequest(): void {
