@@ -211,7 +211,12 @@ def test_a_session_opens_as_a_chat_in_the_main_area(page, lab: JupyterProcess):
     other = new_session(panel)
     panel.locator(f'.jp-wb-session[data-session-id="{other}"]').click(button="right")
     page.locator(".lm-Menu-item").filter(has_text="Open the chat in the main area").click()
-    page.locator(".jp-wb-chattab").nth(1).wait_for()
+    try:
+        page.wait_for_function("(id) => [...window.jupyterapp.shell.widgets('main')]"
+                               ".some(w => w.hasClass('jp-wb-chattab') && w.content.sessionId === id)", arg=other,
+                               timeout=60_000)
+    finally:
+        shot(page, "layout-context-menu")
     assert page.locator(".jp-wb-chattab").count() == 2
     palette = page.evaluate("window.jupyterapp.commands.label('workbench:open-chat-tab', {})")
     assert palette == "Open the Workbench chat in the main area"
