@@ -44,6 +44,9 @@ export class SessionChatView extends Widget {
   private running = false;
   /** The session was found: until then (and for an id that names none) nothing is sent or streamed. */
   private found = false;
+  private started = false;
+  private resize: ResizeObserver;
+  private added: MutationObserver;
   /** Whether the log was at its end when last scrolled (the reader did not scroll up). */
   private atEnd = true;
   private heading = h('span', { class: 'jp-wb-title' }, '');
@@ -74,11 +77,34 @@ export class SessionChatView extends Widget {
     this.sessionId = id;
     this.addClass('jp-wb-chatarea');
     this.log = new ChatLog(new ChatRenderer(ctx), text => void this.retry(text));
+    // Only the reader's own scrolling (wheel, touch, keys, the scrollbar) decides whether the end stays
+    // in view: a scroll the layout causes (a theme's styles swapped, a tab shown) does not.
+    let byReader = 0;
+    for (const kind of ['wheel', 'touchmove', 'keydown', 'pointerdown']) {
+      this.log.node.addEventListener(kind, () => (byReader = Date.now()), { passive: true });
+    }
     this.log.node.addEventListener('scroll', () => {
       const n = this.log.node;
-      this.atEnd =
-        n.clientHeight > 0 ? n.scrollTop + n.clientHeight >= n.scrollHeight - 8 : this.atEnd;
+      if (Date.now() - byReader < 1000 && n.clientHeight > 0) {
+        this.atEnd = n.scrollTop + n.clientHeight >= n.scrollHeight - 8;
+      }
     });
+    // an image that finishes loading after it was drawn makes the log taller: keep the end in view
+    this.log.node.addEventListener('load', () => this.toEnd(), true);
+    // and so do the log's box changing size (shown, resized, restyled) and a message growing as its
+    // Markdown, code highlighting or outputs render (asynchronously, after it was added)
+    this.resize = new ResizeObserver(() => this.toEnd());
+    this.resize.observe(this.log.node);
+    this.added = new MutationObserver(records => {
+      for (const r of records) {
+        for (const el of r.addedNodes) {
+          if (el instanceof Element) {
+            this.resize.observe(el);
+          }
+        }
+      }
+    });
+    this.added.observe(this.log.node, { childList: true });
     this.input.addEventListener('keydown', e => {
       if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
         e.preventDefault();
@@ -104,7 +130,9 @@ export class SessionChatView extends Widget {
   }
 
   protected onAfterAttach(): void {
-    if (!this.ws) {
+    // once: a tab dragged to another place in the dock is detached and attached again
+    if (!this.started) {
+      this.started = true;
       void this.load();
     }
   }
@@ -136,6 +164,8 @@ export class SessionChatView extends Widget {
     const ws = this.ws;
     this.ws = null;
     ws?.close();
+    this.resize.disconnect();
+    this.added.disconnect();
     super.dispose();
   }
 

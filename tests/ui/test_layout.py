@@ -239,9 +239,10 @@ def test_a_session_opens_as_a_chat_in_the_main_area(page, lab: JupyterProcess):
     page.locator("body[data-jp-theme-light='false']").wait_for(state="attached")
     page.evaluate(f"window.jupyterapp.commands.execute('workbench:open-chat-tab', {{id: '{sid}'}})")
     page.locator(".jp-wb-chatarea:visible .jp-wb-stdout").filter(has_text="sideside").wait_for(timeout=30_000)
+    # A restored tab shows the end of its chat (its messages grew as they rendered, after they were added).
     page.wait_for_function("(() => { const n = document.querySelector('.jp-wb-chattab:not(.lm-mod-hidden) .jp-wb-log');"
                            " return n && n.scrollTop > 0 && n.scrollTop + n.clientHeight >= n.scrollHeight - 8; })()",
-                           timeout=30_000)  # a restored tab shows the end of its chat
+                           timeout=30_000)
     shot(page, "layout-chat-tab-dark")
 
     # A tab for a session that does not exist says so and sends nothing; an id that is a path reaches no other route.
