@@ -30,7 +30,15 @@ export class ChatLog {
   constructor(
     private render: ChatRenderer = new ChatRenderer(),
     private onRetry: ((text: string, attachments: IAttachment[]) => void) | null = null
-  ) {}
+  ) {
+    // An output image fits the chat; a click shows it at its natural size (the output scrolls), another fits it again.
+    this.node.addEventListener('click', e => {
+      const img = (e.target as Element | null)?.closest?.('.jp-wb-mime img, img.jp-wb-image');
+      if (img && this.node.contains(img)) {
+        img.classList.toggle('jp-mod-full');
+      }
+    });
+  }
 
   clear(): void {
     this.render.clear();

@@ -11,7 +11,8 @@ import {
   ICommandPalette,
   MainAreaWidget,
   Notification,
-  showErrorMessage
+  showErrorMessage,
+  WidgetTracker
 } from '@jupyterlab/apputils';
 import { IEditorLanguageRegistry } from '@jupyterlab/codemirror';
 import { INotebookTracker } from '@jupyterlab/notebook';
@@ -19,6 +20,7 @@ import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { WorkbenchApi } from './api';
+import { OPEN_CHAT_TAB, SessionChatView } from './chatarea';
 import { addContextCommands } from './context';
 import { AttachKind, fromBase64 } from './files';
 import { addChatCommands } from './keys';
@@ -122,6 +124,72 @@ const plugin: JupyterFrontEndPlugin<void> = {
     router?.register({
       command: 'workbench:open-session-link',
       pattern: new RegExp(`[?&]${SESSION_PARAM}=`)
+    });
+    // A session's chat in a main-area tab (chatarea.ts): one tab per session, restored on reload.
+    const chatTabs = new WidgetTracker<MainAreaWidget<SessionChatView>>({
+      namespace: 'workbench-chat'
+    });
+    commands.addCommand(OPEN_CHAT_TAB, {
+      label: args =>
+        args.id ? 'Open the chat in the main area' : 'Open the Workbench chat in the main area',
+      caption:
+        "Open a session's chat as a tab in the main area (args: id; none: the sidebar's session)",
+      isEnabled: args => !!(args.id || panel.session),
+      execute: args => {
+        const id = String(args.id || panel.session?.id || '');
+        if (!id) {
+          return;
+        }
+        const open = chatTabs.find(w => w.content.sessionId === id);
+        if (open) {
+          shell.activateById(open.id);
+          return open;
+        }
+        const view = new SessionChatView(api, id, {
+          rendermime,
+          languages,
+          notebooks,
+          activate: wid => shell.activateById(wid)
+        });
+        const tab = new MainAreaWidget({ content: view });
+        tab.id = `jp-workbench-chat-${id.replace(/[^A-Za-z0-9_-]/g, '_')}`;
+        tab.addClass('jp-wb-chattab');
+        tab.title.label = id;
+        tab.title.icon = ICON;
+        tab.title.closable = true;
+        view.onTitle = title => {
+          tab.title.label = title;
+          tab.title.caption = `Workbench: ${title}`;
+          void chatTabs.save(tab);
+        };
+        void chatTabs.add(tab);
+        shell.add(tab, 'main');
+        shell.activateById(tab.id);
+        return tab;
+      }
+    });
+    void restorer?.restore(chatTabs, {
+      command: OPEN_CHAT_TAB,
+      args: w => ({ id: w.content.sessionId }),
+      name: w => w.content.sessionId
+    });
+    panel.openChatTab = id => void commands.execute(OPEN_CHAT_TAB, { id });
+    // Right-click on a session in the sidebar's list: open that session's chat in the main area.
+    commands.addCommand('workbench:open-chat-tab-at', {
+      label: 'Open the chat in the main area',
+      caption: 'Open the session under the pointer as a chat tab in the main area',
+      execute: () => {
+        const row = app.contextMenuHitTest(
+          node => node.classList.contains('jp-wb-session') && !!node.dataset.sessionId
+        );
+        const id = row?.dataset.sessionId;
+        return id ? commands.execute(OPEN_CHAT_TAB, { id }) : undefined;
+      }
+    });
+    app.contextMenu.addItem({
+      command: 'workbench:open-chat-tab-at',
+      selector: '#jp-workbench .jp-wb-session',
+      rank: 10
     });
     let review: MainAreaWidget<ReviewPanel> | null = null;
     commands.addCommand('workbench:open-review', {
@@ -253,6 +321,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     for (const command of [
       'workbench:open',
       'workbench:open-review',
+      OPEN_CHAT_TAB,
       'workbench:attach-file',
       'workbench:attach-cell'
     ]) {

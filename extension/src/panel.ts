@@ -1,4 +1,11 @@
 // The workbench sidebar: sessions, the selected session's chat and hands, and the Memories tab.
+import {
+  launchIcon,
+  LabIcon,
+  notebookIcon,
+  refreshIcon,
+  stopIcon
+} from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import {
@@ -11,6 +18,7 @@ import {
   WorkbenchApi
 } from './api';
 import { ChatLog } from './chat';
+import { handsText } from './chatarea';
 import { PendingContext } from './context';
 import { ago, h, marked } from './dom';
 import { FilesView, IAttached } from './files';
@@ -33,6 +41,20 @@ function hit(s: ISession): { seq: number; snippet: string } | null {
 /** The latest updated_at of rows, or `since` if none is later (ISO strings in UTC compare as times). */
 function latest(rows: ISession[], since: string): string {
   return rows.reduce((m, s) => (s.updated_at > m ? s.updated_at : m), since);
+}
+
+/** A compact button of the session's header: an icon, its name for screen readers and as a tooltip. */
+function iconButton(
+  icon: LabIcon,
+  name: string,
+  title: string,
+  onclick: () => void
+): HTMLButtonElement {
+  return h(
+    'button',
+    { class: 'jp-wb-button jp-wb-icon-button', 'aria-label': name, title, onclick },
+    icon.element({ tag: 'span', className: 'jp-wb-icon' })
+  );
 }
 
 // Committed events after which the hands' status is worth fetching again.
@@ -80,43 +102,44 @@ export class WorkbenchPanel extends Widget {
   );
   private heading = h('div', { class: 'jp-wb-title' }, 'No session selected');
   private handsLabel = h('span', { class: 'jp-wb-hands-label', role: 'status' }, '');
-  private restartButton = h(
-    'button',
-    {
-      class: 'jp-wb-button',
-      title: 'Replace the kernel with a fresh one',
-      onclick: () => this.restartHands()
-    },
-    'Restart hands'
+  private restartButton = iconButton(
+    refreshIcon,
+    'Restart hands',
+    'Restart hands: replace the kernel with a fresh one',
+    () => void this.restartHands()
   );
-  private interruptButton = h(
-    'button',
-    {
-      class: 'jp-wb-button jp-wb-danger',
-      title: 'Stop the running turn (Esc)',
-      onclick: () => this.interrupt()
-    },
-    'Interrupt'
+  private interruptButton = iconButton(
+    stopIcon,
+    'Interrupt',
+    'Interrupt: stop the running turn (Esc)',
+    () => void this.interrupt()
+  );
+  /** Set by the plugin: opens a session's chat in a main-area tab (chatarea.ts). */
+  openChatTab: ((id: string) => void) | null = null;
+  private chatTabButton = iconButton(
+    launchIcon,
+    'Open the chat in the main area',
+    'Open this chat in a main-area tab, where plots and code have room',
+    () => this.current && this.openChatTab?.(this.current.id)
   );
   /** Rename, archive and delete for the selected session: beside its title, not inside the list's options
    * (an option holding buttons is a nested interactive control, which screen readers cannot reach). */
   private sessionActions = h('span', { class: 'jp-wb-session-actions' });
   /** Set by the plugin: saves a session's notebook beside the user's files and opens it. */
   openNotebook: ((id: string, title: string) => Promise<void>) | null = null;
-  private notebookButton = h(
-    'button',
-    {
-      class: 'jp-wb-button',
-      title: "Open the session's code and outputs as a notebook",
-      onclick: () => this.exportNotebook()
-    },
-    'Open as notebook'
+  private notebookButton = iconButton(
+    notebookIcon,
+    'Open as notebook',
+    "Open as notebook: the session's code and outputs as a new notebook",
+    () => void this.exportNotebook()
   );
+  // The key hints are the box's tooltip: a placeholder holding them was cut off at the sidebar's width.
   private input = h('textarea', {
     class: 'jp-wb-input',
-    rows: 3,
+    rows: 2,
     'aria-label': 'Message to the agent',
-    placeholder: 'Message the agent (Enter to send, Shift+Enter for a new line, Esc to stop)'
+    title: 'Enter sends, Shift+Enter starts a new line, Esc stops the running turn',
+    placeholder: 'Message the agent…'
   });
   // Send while no turn runs; Stop (the interrupt) in its place while one does.
   private sendButton = h(
@@ -185,16 +208,22 @@ export class WorkbenchPanel extends Widget {
       ),
       this.controls.node,
       this.list,
+      // Two short lines: the title with its actions, then the hands' status with theirs.
       h(
         'div',
         { class: 'jp-wb-session-head' },
-        this.heading,
-        this.usageLabel,
-        this.sessionActions,
+        h(
+          'div',
+          { class: 'jp-wb-head-row' },
+          this.heading,
+          this.sessionActions,
+          this.chatTabButton
+        ),
         h(
           'div',
           { class: 'jp-wb-hands' },
           this.handsLabel,
+          this.usageLabel,
           this.restartButton,
           this.interruptButton,
           this.notebookButton
@@ -486,7 +515,7 @@ export class WorkbenchPanel extends Widget {
         this.current = null;
         this.sessionActions.replaceChildren();
         selection.save(null);
-        this.heading.textContent = 'No session selected';
+        this.heading.textContent = this.heading.title = 'No session selected';
         this.usageLabel.textContent = '';
         this.log.clear();
         this.updateButtons();
@@ -495,7 +524,7 @@ export class WorkbenchPanel extends Widget {
         if (row) {
           this.current = row;
           this.showActions(row);
-          this.heading.textContent = `${row.title || row.id} · ${row.model}`;
+          this.heading.textContent = this.heading.title = `${row.title || row.id} · ${row.model}`;
         }
       }
     }
@@ -532,11 +561,13 @@ export class WorkbenchPanel extends Widget {
     }
     const usage = await this.guard(() => this.controls.sapi.usage(id));
     if (usage && id === this.current?.id) {
-      this.usageLabel.textContent = usage.total.calls ? usageText(usage) : '';
+      this.usageLabel.textContent = this.usageLabel.title = usage.total.calls
+        ? usageText(usage)
+        : '';
     }
     const row = await this.guard(() => this.controls.sapi.session(id));
     if (row && id === this.current?.id) {
-      this.heading.textContent = `${row.title || row.id} · ${row.model}`; // the first message may have named it
+      this.heading.textContent = this.heading.title = `${row.title || row.id} · ${row.model}`; // the first message may have named it
     }
   }
 
@@ -577,7 +608,8 @@ export class WorkbenchPanel extends Widget {
     this.usageLabel.textContent = '';
     void this.showUsage();
     this.running = session.running;
-    this.heading.textContent = `${session.title || session.id} · ${session.model}`;
+    this.heading.textContent =
+      this.heading.title = `${session.title || session.id} · ${session.model}`;
     this.log.clear();
     for (const li of this.list.querySelectorAll<HTMLElement>('li.jp-wb-session')) {
       const selected = li.getAttribute('data-session-id') === session.id;
@@ -683,14 +715,7 @@ export class WorkbenchPanel extends Widget {
 
   private showHands(hands: IHands): void {
     this.lastHands = hands;
-    const parts = [`hands ${hands.state ?? 'unknown'}`];
-    if (hands.generation) {
-      parts.push(`gen ${hands.generation}`);
-    }
-    if (hands.pid) {
-      parts.push(`pid ${hands.pid}`);
-    }
-    this.handsLabel.textContent = parts.join(' · ');
+    this.handsLabel.textContent = this.handsLabel.title = handsText(hands);
     this.handsLabel.dataset.generation = String(hands.generation ?? '');
     this.handsLabel.dataset.state = String(hands.state ?? '');
   }
@@ -807,6 +832,7 @@ export class WorkbenchPanel extends Widget {
     this.notebookButton.disabled = !selected || !this.openNotebook;
     this.restartButton.disabled = !selected;
     this.interruptButton.disabled = !selected || !this.running;
+    this.chatTabButton.disabled = !selected || !this.openChatTab;
     const stop = selected && this.running;
     this.sendButton.textContent = stop ? 'Stop' : 'Send';
     this.sendButton.title = stop ? 'Stop the running turn (Esc)' : 'Send the message (Enter)';
