@@ -39,9 +39,10 @@ fi
   echo "scripts/test.sh: mypy workbench failed: the type errors are listed above" >&2; exit 1; }
 # several worker processes, each test file whole in one of them (its module fixtures, servers and browser shared
 # as written), in the order the suite's conftest gives (the longest first; xdist would start the files with the
-# most tests first): most tests wait on kernels, servers and subprocesses, so more workers than cores finish
-# sooner (WORKBENCH_TEST_WORKERS=N for another number, 0 for one process)
-workers=(-n "${WORKBENCH_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder)
+# most tests first): most tests wait on kernels, servers and subprocesses (the largest files use a fifth or less
+# of their wall time as CPU, their children's included), so twice as many workers as cores finish sooner
+# (WORKBENCH_TEST_WORKERS=N for another number, 0 for one process)
+workers=(-n "${WORKBENCH_TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder)
 .venv/bin/python -m pytest "${workers[@]}" "$@"
 # CI runs as root; a researcher's server does not. The whole suite's sandbox, quota, identity and escape tests
 # run again as an ordinary user (scripts/unprivileged.sh), where the sandbox has no uid of its own to give
