@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 rm -rf test-artifacts/ui
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@" \
   tests/ui/test_browser.py::test_sidebar_session_chat_hands_memories \
-  tests/ui/test_chat_render.py tests/ui/test_data_review.py tests/ui/test_layout.py
+  tests/ui/test_chat_render.py tests/ui/test_data_review.py tests/ui/test_layout.py tests/ui/test_notebook_context.py
 from=test-artifacts/ui
 to=docs/screenshots
 cp "$from/5-review-panel.png" docs/screenshot.png
@@ -32,5 +32,7 @@ layout-sidebar-light sidebar-default-width
 layout-sidebar-dark sidebar-default-width-dark
 layout-chat-tab-light chat-tab
 layout-chat-tab-dark chat-tab-dark
+context-ask-selection context-ask-selection
+context-fix-error context-fix-error
 LIST
 echo "docs/screenshot.png and $to/ taken again from $from/"
