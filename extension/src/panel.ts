@@ -78,6 +78,7 @@ export class WorkbenchPanel extends Widget {
     ''
   );
   private current: ISession | null = null;
+  private drafts = new Map<string, string>(); // session id -> what was typed for it, while another is selected
   private ws: WebSocket | null = null;
   private streamOpen: Promise<void> = Promise.resolve();
   private running = false;
@@ -602,6 +603,14 @@ export class WorkbenchPanel extends Widget {
 
   async select(session: ISession): Promise<void> {
     this.closeStream();
+    const before = this.current;
+    if (before && before.id !== session.id) {
+      // a draft belongs to its session: kept for when it is selected again, not carried into another one
+      // (what is typed with no session selected goes with the session it starts)
+      this.drafts.set(before.id, this.input.value);
+      this.input.value = this.drafts.get(session.id) ?? '';
+      this.drafts.delete(session.id);
+    }
     this.current = session;
     this.showActions(session);
     selection.save(session.id);

@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from hostile import TITLE, assert_control_runs, ran
-from wbui import CHROMIUM, JupyterProcess, lab_api, open_sidebar, shot
+from wbui import CHROMIUM, JupyterProcess, lab_api, new_session, open_sidebar, shot
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs the Debian package chromium (scripts/test.sh installs it)")
 
@@ -105,6 +105,21 @@ def test_manage_sessions_in_the_sidebar(page, lab: JupyterProcess):
     row(panel, "older").wait_for(state="detached", timeout=30_000)
     panel.locator(".jp-wb-archived-filter").uncheck()
     row(panel, "older").wait_for(timeout=30_000)
+
+    # a draft belongs to its session: not carried into a new one, there again when its session is selected again
+    row(panel, "older").click()
+    panel.locator('.jp-wb-session.jp-mod-selected[data-session-id="older"]').wait_for(timeout=30_000)
+    composer.fill("half a thought about parquet")
+    drafted = new_session(panel)
+    assert composer.input_value() == "", "the draft of 'older' came along into the new session"
+    composer.fill("a thought for the new one")
+    row(panel, "older").click()
+    panel.locator('.jp-wb-session.jp-mod-selected[data-session-id="older"]').wait_for(timeout=30_000)
+    assert composer.input_value() == "half a thought about parquet"
+    row(panel, drafted).click()
+    panel.locator(f'.jp-wb-session.jp-mod-selected[data-session-id="{drafted}"]').wait_for(timeout=30_000)
+    assert composer.input_value() == "a thought for the new one"
+    composer.fill("")
 
     # edit and resend: a fork before the message, with the edited text sent there
     row(panel, sid).click()
