@@ -291,6 +291,22 @@ async def test_nesting_is_capped():
         await h.close()
 
 
+def cut_off_call(brain, log, tasks: list[dict]) -> tuple[str, list[str], dict]:
+    """A parent whose delegate call of `tasks` started and was cut off, as the loop writes it: its session id, its
+    children's ids and their origin (without the index)."""
+    from workbench.brain.request import build_request
+    from workbench.delegate.script import delegate_script
+
+    sid = brain.create_session(model="scripted:delegate", tools=["delegate"])["id"]
+    log.append(sid, "user_message", {"text": ask({"tasks": tasks})})
+    request = build_request(log.events(sid))
+    message = delegate_script(request).message(request)
+    (call,) = [b for b in message["content"] if b["type"] == "tool_use"]
+    log.append(sid, "assistant_turn", {"message": message, "usage": message["usage"]})
+    log.append(sid, "tool_started", {"tool_use_id": call["id"], "name": "delegate", "input": call["input"]})
+    return sid, [child_id(sid, call["id"], i) for i in range(len(tasks))], {"tool_use_id": call["id"], "depth": 1}
+
+
 @pytest.mark.asyncio
 async def test_a_cut_off_delegate_call_reattaches_to_its_children_on_resume():
     """The state a dead process leaves: the call started; child 1 finished, child 2 is mid-turn, child 3 never began."""
@@ -299,19 +315,7 @@ async def test_a_cut_off_delegate_call_reattaches_to_its_children_on_resume():
     try:
         brain, log = h.brain, h.log
         tasks = [worker("first"), worker("second"), worker("third")]
-        sid = brain.create_session(model="scripted:delegate", tools=["delegate"])["id"]
-        text = ask({"tasks": tasks})
-        # the parent's first response and the call's start, as the loop writes them
-        log.append(sid, "user_message", {"text": text})
-        from workbench.brain.request import build_request
-        from workbench.delegate.script import delegate_script
-
-        message = delegate_script(build_request(log.events(sid))).message(build_request(log.events(sid)))
-        (call,) = [b for b in message["content"] if b["type"] == "tool_use"]
-        log.append(sid, "assistant_turn", {"message": message, "usage": message["usage"]})
-        log.append(sid, "tool_started", {"tool_use_id": call["id"], "name": "delegate", "input": call["input"]})
-        ids = [child_id(sid, call["id"], i) for i in range(3)]
-        origin = {"tool_use_id": call["id"], "depth": 1}
+        sid, ids, origin = cut_off_call(brain, log, tasks)
         for i in (0, 1):
             brain.create_session(ids[i], model="scripted:worker", kind="delegate", parent_id=sid, origin={**origin, "index": i})
         assert await brain.run_turn(ids[0], "first") == "end_turn"
@@ -461,19 +465,9 @@ async def test_outcome_mode_goes_on_after_a_crash_from_the_round_each_child_was_
         brain, log = h.brain, h.log
         check = {"rubric": 'says "42"'}
         tasks = [worker(f"say {w}", check=check, rounds=3) for w in ("one", "two", "three")]
-        sid = brain.create_session(model="scripted:delegate", tools=["delegate"])["id"]
-        text = ask({"tasks": tasks})
-        log.append(sid, "user_message", {"text": text})
-        from workbench.brain.request import build_request
         from workbench.delegate.run import feedback
-        from workbench.delegate.script import delegate_script
 
-        message = delegate_script(build_request(log.events(sid))).message(build_request(log.events(sid)))
-        (call,) = [b for b in message["content"] if b["type"] == "tool_use"]
-        log.append(sid, "assistant_turn", {"message": message, "usage": message["usage"]})
-        log.append(sid, "tool_started", {"tool_use_id": call["id"], "name": "delegate", "input": call["input"]})
-        ids = [child_id(sid, call["id"], i) for i in range(3)]
-        origin = {"tool_use_id": call["id"], "depth": 1}
+        sid, ids, origin = cut_off_call(brain, log, tasks)
         failed = {"passed": False, "score": 0.0, "explanation": "the answer lacks 42", "kind": "rubric"}
         for i, w in enumerate(("one", "two", "three")):
             brain.create_session(ids[i], model="scripted:worker", kind="delegate", parent_id=sid, origin={**origin, "index": i})

@@ -149,19 +149,24 @@ def cmd_evals(args: argparse.Namespace, ctx: CommandContext) -> int:
 
 # -- through the server that holds the database (workbench/cli/remote.py) --------------------------
 
-def remote_evals(args: argparse.Namespace, r: Any) -> int:
+def _remote_rows(r: Any, run_id: str) -> list[dict[str, Any]]:
+    """A run's result rows from the server; none when it has no such run."""
     from ..plugins.errors import RequestRefused
     from .client import run_path
+
+    try:
+        return list(r.client.call("GET", run_path(run_id))["results"])
+    except RequestRefused as e:
+        if e.status != 404:
+            raise
+        return []
+
+
+def remote_evals(args: argparse.Namespace, r: Any) -> int:
     from .results import frame
 
     if args.run_id:
-        try:
-            rows = r.client.call("GET", run_path(args.run_id))["results"]
-        except RequestRefused as e:
-            if e.status != 404:
-                raise
-            rows = []
-        return _print_results(args, frame(rows))
+        return _print_results(args, frame(_remote_rows(r, args.run_id)))
     with r.answers():
         return _print_runs(r.client.eval_runs())
 
@@ -301,16 +306,9 @@ def remote_eval_export(args: argparse.Namespace, r: Any) -> int:
     spec is not served, so the samples' targets are empty)."""
     from pathlib import Path
 
-    from ..plugins.errors import RequestRefused
-    from .client import run_path
     from .inspect_log import write_logs
 
-    try:
-        rows = r.client.call("GET", run_path(args.run_id))["results"]
-    except RequestRefused as e:
-        if e.status != 404:
-            raise
-        rows = []
+    rows = _remote_rows(r, args.run_id)
     if not rows:
         print(f"no eval run {args.run_id!r} in this log", file=sys.stderr)
         return EXIT_FAILED
