@@ -62,10 +62,31 @@ def session_notebook(session: dict[str, Any], events: Iterable[Any]) -> dict[str
     for n, cell in enumerate(cells):  # nbformat 4.5: every cell has an id
         cell["id"] = f"wb-{n}"
     return {"cells": cells, "metadata": {
-        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-        "language_info": {"name": "python"},
+        **python_kernel_metadata(),
         "workbench": {"session": session.get("id"), "model": session.get("model"), "title": title}},
         "nbformat": NBFORMAT, "nbformat_minor": NBFORMAT_MINOR}
+
+
+def python_kernel_metadata() -> dict[str, Any]:
+    """`kernelspec` and `language_info` as JupyterLab writes them once this machine's `python3` kernel starts: a
+    notebook opened with other values is marked modified at once (its metadata is rewritten from the kernel)."""
+    import platform
+    import sys
+
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:  # ipykernel installs "Python 3 (ipykernel)"; a kernelspec of the user's may name it otherwise
+        display = KernelSpecManager().get_kernel_spec("python3").display_name
+    except NoSuchKernel:
+        display = "Python 3 (ipykernel)"
+    major = sys.version_info[0]
+    return {
+        "kernelspec": {"name": "python3", "display_name": display, "language": "python"},
+        # ipykernel's kernel_info (the python3 kernel runs on this interpreter, as jupyter_client starts `python`)
+        "language_info": {"name": "python", "version": platform.python_version(), "mimetype": "text/x-python",
+                          "codemirror_mode": {"name": "ipython", "version": major}, "pygments_lexer": f"ipython{major}",
+                          "nbconvert_exporter": "python", "file_extension": ".py"},
+    }
 
 
 def _outputs(outputs: Any, count: int, result: dict[str, Any]) -> list[dict[str, Any]]:
