@@ -4,6 +4,17 @@ import { chip, replaceTarget } from './context';
 import { h, imageSource, stripAnsi } from './dom';
 import { ChatRenderer } from './render';
 
+/** What the hands' launcher means for isolation, when it is not a sandbox of their own (said plainly). */
+export function unsandboxed(launcher: string | undefined): string {
+  if (launcher === 'container') {
+    return 'not sandboxed: this container is their sandbox';
+  }
+  if (launcher === 'unsafe-local') {
+    return 'NOT sandboxed (unsafe setting on)';
+  }
+  return '';
+}
+
 /** The latest characters of a running call's output a card keeps (the committed result replaces them). */
 const LIVE_CHARS = 50000;
 
@@ -25,6 +36,10 @@ export class ChatLog {
   private drawing = 0;
   /** The event a reader opened the session at (a search hit, a memory's source): kept in view, not the end. */
   private focusSeq = 0;
+  /** Whether the log was at its end when the reader last scrolled it (they did not scroll up to read). */
+  private atEnd = true;
+  private resize: ResizeObserver;
+  private added: MutationObserver;
 
   /** `onRetry` re-sends a failed turn's user message (a Retry button after a turn that did not end well). */
   constructor(
@@ -38,6 +53,45 @@ export class ChatLog {
         img.classList.toggle('jp-mod-full');
       }
     });
+    // Only the reader's own scrolling (wheel, touch, keys, the scrollbar) decides whether the end stays
+    // in view: a scroll the layout causes (a theme's styles swapped, a panel shown) does not.
+    let byReader = 0;
+    for (const kind of ['wheel', 'touchmove', 'keydown', 'pointerdown']) {
+      this.node.addEventListener(kind, () => (byReader = Date.now()), { passive: true });
+    }
+    this.node.addEventListener('scroll', () => {
+      const n = this.node;
+      if (Date.now() - byReader < 1000 && n.clientHeight > 0) {
+        this.atEnd = n.scrollTop + n.clientHeight >= n.scrollHeight - 8;
+      }
+    });
+    // An image that finishes loading after it was drawn makes the log taller, and so do the log's box changing
+    // size (shown, resized, restyled) and a message growing as its Markdown, code highlighting or outputs render
+    // (asynchronously, after it was added): keep the end (or the focused event) in view.
+    this.node.addEventListener('load', () => this.follow(), true);
+    this.resize = new ResizeObserver(() => this.follow());
+    this.resize.observe(this.node);
+    this.added = new MutationObserver(records => {
+      for (const r of records) {
+        for (const el of r.addedNodes) {
+          if (el instanceof Element) {
+            this.resize.observe(el);
+          }
+        }
+      }
+    });
+    this.added.observe(this.node, { childList: true });
+  }
+
+  /** After layout: the focused event, else the end unless the reader scrolled up (a panel shown or resized calls it). */
+  follow(): void {
+    requestAnimationFrame(() => this.scroll());
+  }
+
+  /** Stop following the log's size (the widget that shows it is disposed). */
+  dispose(): void {
+    this.resize.disconnect();
+    this.added.disconnect();
   }
 
   clear(): void {
@@ -50,11 +104,14 @@ export class ChatLog {
     this.live = null;
     this.lastSeq = 0;
     this.focusSeq = 0;
+    this.atEnd = true;
   }
 
-  /** Keep the event `seq` (or the last one drawn before it) outlined and in view, once it is drawn; 0 lets go. */
+  /** Keep the event `seq` (or the last one drawn before it) outlined and in view, once it is drawn; 0 lets go
+   * (and the end is followed again: a new turn starts). */
   focus(seq: number): void {
     this.focusSeq = seq;
+    this.atEnd = this.atEnd || seq === 0;
     this.scroll();
   }
 
@@ -123,7 +180,12 @@ export class ChatLog {
       case 'hands_started':
         // A restart on request has its own event (hands_restarted) below.
         if (p.reason !== 'restart') {
-          this.note(`hands: kernel generation ${p.generation} ready (${p.reason || 'started'})`);
+          const isolation = unsandboxed(p.launcher);
+          this.note(
+            `hands: kernel generation ${p.generation} ready (${p.reason || 'started'})` +
+              (isolation ? ` · ${isolation}` : ''),
+            isolation ? 'jp-wb-warn' : ''
+          );
         }
         break;
       case 'hands_restarted':
@@ -395,7 +457,9 @@ export class ChatLog {
   private scroll(): void {
     const at = this.focusSeq ? this.drawnAt(this.focusSeq) : null;
     if (!at) {
-      this.node.scrollTop = this.node.scrollHeight;
+      if (this.atEnd) {
+        this.node.scrollTop = this.node.scrollHeight;
+      }
       return;
     }
     if (!at.classList.contains('jp-wb-focused')) {

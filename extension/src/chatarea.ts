@@ -5,7 +5,7 @@
 import { Widget } from '@lumino/widgets';
 
 import { ApiError, IHands, ISession, StreamMessage, WorkbenchApi } from './api';
-import { ChatLog } from './chat';
+import { ChatLog, unsandboxed } from './chat';
 import { h } from './dom';
 import { ChatRenderer, IRenderContext } from './render';
 
@@ -24,6 +24,10 @@ const HANDS_EVENTS = new Set([
 /** The hands' status in one line: "hands idle · gen 2 · pid 1234". */
 export function handsText(hands: IHands): string {
   const parts = [`hands ${hands.state ?? 'unknown'}`];
+  const isolation = unsandboxed(hands.backend);
+  if (isolation) {
+    parts.push(isolation);
+  }
   if (hands.generation) {
     parts.push(`gen ${hands.generation}`);
   }
@@ -45,10 +49,6 @@ export class SessionChatView extends Widget {
   /** The session was found: until then (and for an id that names none) nothing is sent or streamed. */
   private found = false;
   private started = false;
-  private resize: ResizeObserver;
-  private added: MutationObserver;
-  /** Whether the log was at its end when last scrolled (the reader did not scroll up). */
-  private atEnd = true;
   private heading = h('span', { class: 'jp-wb-title' }, '');
   private handsLabel = h('span', { class: 'jp-wb-hands-label', role: 'status' }, '');
   private error = h('div', { class: 'jp-wb-banner', hidden: true });
@@ -77,34 +77,6 @@ export class SessionChatView extends Widget {
     this.sessionId = id;
     this.addClass('jp-wb-chatarea');
     this.log = new ChatLog(new ChatRenderer(ctx), text => void this.retry(text));
-    // Only the reader's own scrolling (wheel, touch, keys, the scrollbar) decides whether the end stays
-    // in view: a scroll the layout causes (a theme's styles swapped, a tab shown) does not.
-    let byReader = 0;
-    for (const kind of ['wheel', 'touchmove', 'keydown', 'pointerdown']) {
-      this.log.node.addEventListener(kind, () => (byReader = Date.now()), { passive: true });
-    }
-    this.log.node.addEventListener('scroll', () => {
-      const n = this.log.node;
-      if (Date.now() - byReader < 1000 && n.clientHeight > 0) {
-        this.atEnd = n.scrollTop + n.clientHeight >= n.scrollHeight - 8;
-      }
-    });
-    // an image that finishes loading after it was drawn makes the log taller: keep the end in view
-    this.log.node.addEventListener('load', () => this.toEnd(), true);
-    // and so do the log's box changing size (shown, resized, restyled) and a message growing as its
-    // Markdown, code highlighting or outputs render (asynchronously, after it was added)
-    this.resize = new ResizeObserver(() => this.toEnd());
-    this.resize.observe(this.log.node);
-    this.added = new MutationObserver(records => {
-      for (const r of records) {
-        for (const el of r.addedNodes) {
-          if (el instanceof Element) {
-            this.resize.observe(el);
-          }
-        }
-      }
-    });
-    this.added.observe(this.log.node, { childList: true });
     this.input.addEventListener('keydown', e => {
       if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
         e.preventDefault();
@@ -139,21 +111,11 @@ export class SessionChatView extends Widget {
 
   /** A tab restored behind another drew its log while hidden (no height to scroll): at the end once shown. */
   protected onAfterShow(): void {
-    this.toEnd();
+    this.log.follow();
   }
 
   protected onResize(): void {
-    this.toEnd();
-  }
-
-  /** Show the log's end, after layout, unless the reader scrolled up. */
-  private toEnd(): void {
-    requestAnimationFrame(() => {
-      const n = this.log.node;
-      if (this.atEnd && !this.isDisposed) {
-        n.scrollTop = n.scrollHeight;
-      }
-    });
+    this.log.follow();
   }
 
   protected onActivateRequest(): void {
@@ -164,8 +126,7 @@ export class SessionChatView extends Widget {
     const ws = this.ws;
     this.ws = null;
     ws?.close();
-    this.resize.disconnect();
-    this.added.disconnect();
+    this.log.dispose();
     super.dispose();
   }
 
@@ -253,6 +214,7 @@ export class SessionChatView extends Widget {
       this.handsLabel.title = text;
       this.handsLabel.dataset.state = String(hands.state ?? '');
       this.handsLabel.dataset.generation = String(hands.generation ?? '');
+      this.handsLabel.classList.toggle('jp-wb-warn', unsandboxed(hands.backend) !== '');
     }
   }
 

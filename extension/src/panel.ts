@@ -17,7 +17,7 @@ import {
   StreamMessage,
   WorkbenchApi
 } from './api';
-import { ChatLog } from './chat';
+import { ChatLog, unsandboxed } from './chat';
 import { handsText } from './chatarea';
 import { PendingContext } from './context';
 import { ago, h, marked } from './dom';
@@ -267,7 +267,17 @@ export class WorkbenchPanel extends Widget {
   dispose(): void {
     window.clearInterval(this.timer);
     this.closeStream();
+    this.log.dispose();
     super.dispose();
+  }
+
+  /** A sidebar restored closed drew its chat while hidden (no height to scroll): at the end once shown. */
+  protected onAfterShow(): void {
+    this.log.follow();
+  }
+
+  protected onResize(): void {
+    this.log.follow();
   }
 
   private showTab(button: HTMLButtonElement, el: HTMLElement): void {
@@ -725,6 +735,7 @@ export class WorkbenchPanel extends Widget {
   private showHands(hands: IHands): void {
     this.lastHands = hands;
     this.handsLabel.textContent = this.handsLabel.title = handsText(hands);
+    this.handsLabel.classList.toggle('jp-wb-warn', unsandboxed(hands.backend) !== '');
     this.handsLabel.dataset.generation = String(hands.generation ?? '');
     this.handsLabel.dataset.state = String(hands.state ?? '');
   }

@@ -77,6 +77,50 @@ async def test_the_unsafe_setting_runs_model_code_unsandboxed_and_says_so(log, t
     assert not result["is_error"] and Observation.from_json(result["observation"]).stdout == "ran\n"
 
 
+@pytest.mark.asyncio
+async def test_the_container_setting_makes_a_secret_free_container_the_sandbox(log, tmp_path, monkeypatch, caplog):
+    """Binder: no sandbox starts in the container, and the container (disposable, no secret) is the hands' sandbox."""
+    monkeypatch.setenv("WORKBENCH_BWRAP", "/nonexistent")
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "WORKBENCH_VAULT"):
+        monkeypatch.delenv(name, raising=False)
+    with caplog.at_level(logging.WARNING, logger="workbench.hands"):
+        factory = HandsFactory(
+            HandsSettings(backend="sandbox", pool_size=0, container_sandbox=True, registry_dir=str(tmp_path / "reg"))
+        )
+    assert "this container is their sandbox because WORKBENCH_HANDS_CONTAINER_SANDBOX is on" in caplog.text
+    status = factory.status()["sandbox"]
+    assert status["mode"] == "container" and "bubblewrap is not installed" in status["message"]
+    events = await _turn(log, factory, "print('ran')")
+    assert [e.payload["launcher"] for e in events if e.type == "hands_started"] == ["container"]
+    result = next(e.payload for e in events if e.type == "tool_result")
+    assert not result["is_error"] and Observation.from_json(result["observation"]).stdout == "ran\n"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("held", ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "vault"])
+async def test_a_container_that_holds_a_secret_is_no_sandbox(log, tmp_path, monkeypatch, caplog, held, vault_file):
+    """Code beside the server could read its key (/proc/<server>/environ) or use the vault: refused, and why."""
+    monkeypatch.setenv("WORKBENCH_BWRAP", "/nonexistent")
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "WORKBENCH_VAULT"):
+        monkeypatch.delenv(name, raising=False)
+    if held == "vault":
+        monkeypatch.setenv("WORKBENCH_VAULT", str(vault_file))
+    else:
+        monkeypatch.setenv(held, "sk-not-a-real-key")
+    with caplog.at_level(logging.WARNING, logger="workbench.hands"):
+        factory = HandsFactory(
+            HandsSettings(backend="sandbox", pool_size=0, container_sandbox=True, registry_dir=str(tmp_path / "reg"))
+        )
+    named = "the egress credential" if held == "vault" else held
+    assert "model code will be refused" in caplog.text and named in caplog.text and "sk-not-a-real-key" not in caplog.text
+    assert factory.status()["sandbox"]["mode"] == "refused"
+    events = await _turn(log, factory, "print('ran')")
+    refused = [e.payload for e in events if e.type == "hands_refused"]
+    assert len(refused) == 1 and refused[0]["fix"].startswith("remove ") and named in refused[0]["fix"]
+    assert not [e for e in events if e.type == "hands_started"]
+    assert "sk-not-a-real-key" not in json.dumps([e.payload for e in events])
+
+
 def test_the_cli_warns_on_stderr(tmp_path):
     env = cli_env(WORKBENCH_BWRAP="/nonexistent", WORKBENCH_HANDS_BACKEND="sandbox", WORKBENCH_HANDS_POOL_SIZE="0")
     p = subprocess.run(

@@ -261,3 +261,33 @@ def test_a_session_opens_as_a_chat_in_the_main_area(page, lab: JupyterProcess):
     page.locator(".jp-wb-chatarea:visible .jp-wb-title").filter(has_text="<img src=x").wait_for()
     assert page.evaluate("window.__pwned === undefined")
     assert page.blocked == []
+
+
+def test_after_a_reload_the_sidebar_shows_the_end_of_the_chat(page, lab: JupyterProcess):
+    """Issue 25 papercut: after a reload the sidebar drew a session's messages, scrolled to the end of each as it was
+    added, and then they grew (Markdown rendered, code highlighted, plots loaded): the newest message was out of view."""
+    panel = open_sidebar(page, lab)
+    sid = new_session(panel)
+    for part in range(3):
+        send(panel, f"**Part {part}**: a plot and forty lines.\n\n```python\nimport matplotlib.pyplot as plt\n"
+                    "plt.figure(figsize=(3, 2.5))\nplt.plot([1, 3, 2])\nplt.show()\n"
+                    "print('\\n'.join(f'line {n}' for n in range(40)))\n```")
+        wait_idle(page)
+    page.reload()
+    panel = open_sidebar(page, lab)
+    session = panel.locator(f'.jp-wb-session[data-session-id="{sid}"]')
+    if "jp-mod-selected" not in (session.get_attribute("class") or ""):
+        session.click()
+    panel.locator(".jp-wb-tool .jp-wb-output img").nth(2).wait_for(timeout=60_000)
+    page.wait_for_function("(() => { const n = document.querySelector('#jp-workbench .jp-wb-log');"
+                           " return n && n.scrollHeight > n.clientHeight + 200"
+                           " && n.scrollTop + n.clientHeight >= n.scrollHeight - 8; })()", timeout=30_000)
+    # and a reader who scrolls up to read stays where they are while the chat is redrawn around them
+    log = panel.locator(".jp-wb-log")
+    log.hover()
+    page.mouse.wheel(0, -600)
+    page.wait_for_function("(() => { const n = document.querySelector('#jp-workbench .jp-wb-log');"
+                           " return n.scrollTop + n.clientHeight < n.scrollHeight - 300; })()", timeout=30_000)
+    page.set_viewport_size({"width": 1360, "height": 820})
+    page.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")  # follow() ran
+    assert log.evaluate("n => n.scrollTop + n.clientHeight < n.scrollHeight - 300"), "the reader's place was lost"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -445,9 +446,20 @@ def connect(url: str | None = None, token: str | None = None) -> WorkbenchClient
     elif token is None:
         token = os.environ.get("WORKBENCH_TOKEN") or os.environ.get("JUPYTER_TOKEN", "")
     client = WorkbenchClient(url, token)
-    client.status()
+    notice = hands_notice(client.status())
+    if notice:  # where the code a model writes will run is said where the person connects, not only in a log
+        print(notice, file=sys.stderr)
     client.notebook_session = _notebook_session()
     return client
+
+
+def hands_notice(status: dict[str, Any]) -> str:
+    """The line a notebook shows when the server's hands are not in a sandbox of their own (else "")."""
+    sandbox = (status.get("sandbox") or {}).get("sandbox") or {}
+    mode = sandbox.get("mode")
+    if mode not in ("container", "unsafe", "refused"):
+        return ""
+    return f"workbench: {sandbox.get('message') or mode}"
 
 
 def _notebook_session() -> str | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,7 @@ from .base import EventSink, Hands, Launcher
 from .isolating import quota
 from .isolating.bubblewrap import SandboxSettings
 from .isolating.limits import Limits
-from .isolating.preflight import Preflight, RefusedHands, announce, preflight
+from .isolating.preflight import Preflight, RefusedHands, announce, held_secrets, preflight
 from .isolating.quota import WorkspaceSettings
 from .isolating.seccomp import SeccompFilter, SeccompSettings, prepare
 from .kernel import HandsConfig, KernelHands, ReplaySource
@@ -47,6 +47,9 @@ class HandsSettings:
 
     backend: str = "sandbox"  # sandbox | local | gateway
     unsafe_unsandboxed: bool = False  # UNSAFE: when no sandbox works here, run model code in plain local kernels
+    # a disposable container that holds no secret (Binder): when no sandbox works here, the container is the hands'
+    # sandbox (launcher "container"); refused while the host holds a model key or egress credentials
+    container_sandbox: bool = False
     pool_size: int = 1  # kernels kept started and ready, per host (any backend)
     gateway_url: str = ""  # e.g. http://127.0.0.1:8888 (backend "gateway")
     gateway_token: str = ""  # sent as `Authorization: token ...`
@@ -160,7 +163,11 @@ class HandsFactory:
         """The sandbox launcher; after a failed preflight an unsafe local one (if asked for) or none."""
         self.vault = vault if vault is not None else Vault.load(egress.vault)
         self.preflight = preflight(settings, self.seccomp)
-        self.message = announce(self.preflight, self.settings.unsafe_unsandboxed)
+        held = held_secrets(sorted(self.vault.credentials)) if self.settings.container_sandbox else None
+        if held and not self.preflight.ok:  # what a refused call says to do names the secret first
+            self.preflight = replace(self.preflight, fix=f"remove {', '.join(held)} from this container (the container "
+                                     f"is the hands' sandbox only while it holds no secret), or {self.preflight.fix}")
+        self.message = announce(self.preflight, self.settings.unsafe_unsandboxed, held)
         if self.preflight.ok:
             if self.seccomp is not None and not self.seccomp.enforced:
                 log.warning("sandboxed hands: the seccomp filter is %s", self.seccomp.how)
@@ -169,19 +176,25 @@ class HandsFactory:
             return SandboxLauncher(settings, limits=self.limits, registry=self.registry, vault=self.vault,
                                    egress_settings=egress, seccomp=self.seccomp, workspaces=self.workspaces,
                                    max_message=self.max_message)
-        if self.settings.unsafe_unsandboxed:
-            from .launching.local import LocalLauncher
+        if held is not None and not held:
+            name = "container"
+        elif self.settings.unsafe_unsandboxed:
+            name = "unsafe-local"
+        else:
+            return None
+        from .launching.local import LocalLauncher
 
-            return LocalLauncher(limits=self.limits, registry=self.registry, name="unsafe-local",
-                                 max_message=self.max_message)
-        return None
+        return LocalLauncher(limits=self.limits, registry=self.registry, name=name, max_message=self.max_message)
 
     @property
     def mode(self) -> str:
-        """The backend, or for the sandbox: `sandbox`, `unsafe` (model code runs unsandboxed) or `refused`."""
+        """The backend, or for the sandbox: `sandbox`, `container` (the container is the sandbox), `unsafe` (model code
+        runs unsandboxed) or `refused`."""
         if self.preflight is None:
             return self.settings.backend
-        return "sandbox" if self.preflight.ok else "unsafe" if self.launcher is not None else "refused"
+        if self.preflight.ok:
+            return "sandbox"
+        return "refused" if self.launcher is None else "container" if self.launcher.name == "container" else "unsafe"
 
     def __call__(self, session_id: str, session_config: dict[str, Any], sink: EventSink | None,
                  replay: ReplaySource | None = None) -> Hands:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import subprocess
 from collections.abc import AsyncIterator
@@ -36,6 +37,11 @@ FIX = (
     "(sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0); "
     f"or, only if you accept running model code unsandboxed with your files and secrets, set {UNSAFE_SETTING}"
 )
+
+CONTAINER_SETTING = "WORKBENCH_HANDS_CONTAINER_SANDBOX=1"
+# what a workbench host may hold in its environment that kernel code running beside it (same container, same user:
+# /proc/<server>/environ) could read: the model's key; the egress vault's credentials are checked apart
+HOST_SECRETS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 
 SECCOMP_FIX = ("a filter that stops the sandbox from starting is a bug: report it; meanwhile WORKBENCH_SECCOMP_ALLOW "
                "can leave the call it needs allowed, or WORKBENCH_SECCOMP=0 turns the filter off")
@@ -100,16 +106,38 @@ def preflight(settings: SandboxSettings | None = None, seccomp: SeccompFilter | 
     return Preflight(True, "", "", bwrap, mode, bool(socat), note, how)
 
 
-def announce(result: Preflight, unsafe: bool) -> str:
-    """Log (and return) what the hands will do about a failed preflight; one loud line."""
+def held_secrets(credentials: list[str]) -> list[str]:
+    """What this host holds that code beside it could read: the model keys in its environment, the vault's credentials."""
+    return [name for name in HOST_SECRETS if os.environ.get(name)] + [f"the egress credential {c!r}" for c in credentials]
+
+
+def announce(result: Preflight, unsafe: bool, container: list[str] | None = None) -> str:
+    """Log (and return) what the hands will do about a failed preflight; one loud line.
+
+    `container`: the secrets held when the container setting is on (empty: the container is the hands' sandbox;
+    not empty: it cannot be, and model code is refused); None when the setting is off.
+    """
     if result.ok:
         if result.egress_note:
             log.warning("sandboxed hands: %s", result.egress_note)
         return ""
-    if unsafe:
+    if container is not None and not container:
+        msg = (
+            f"the hands are not sandboxed ({result.reason}): this container is their sandbox because "
+            f"{CONTAINER_SETTING.split('=')[0]} is on. Model code runs as this container's user, with its files, "
+            "its network and this Jupyter server's API; only a disposable container that holds no secret may run "
+            "that way (Binder)"
+        )
+    elif unsafe:
         msg = (
             f"UNSAFE: the hands are NOT sandboxed ({result.reason}); model code runs with this user's files, "
             f"network and environment because {UNSAFE_SETTING.split('=')[0]} is on. Fix: {result.fix.split('; or,')[0]}"
+        )
+    elif container:
+        msg = (
+            f"sandbox unavailable: {result.reason}; {CONTAINER_SETTING.split('=')[0]} is on, but this container "
+            f"holds a secret ({', '.join(container)}) that model code beside it could read, so model code will be "
+            f"refused. Fix: remove the secret from the container, or {result.fix.split('; or,')[0]}"
         )
     else:
         msg = f"sandbox unavailable: {result.reason}; model code will be refused. Fix: {result.fix}"
