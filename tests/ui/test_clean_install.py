@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from wbui import REPO, JupyterProcess, lab_api, new_session, open_sidebar, send, session_ids, shot, wait_idle
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the install and five notebooks; and it starts early
 
 NOTEBOOKS = REPO / "notebooks"
 
@@ -92,7 +92,7 @@ def test_after_the_readme_install_a_plot_request_draws_the_plot(page, clean_lab:
 def binder_server(clean_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterProcess]:
     """A server as Binder starts one: through binder/start, on a machine where no bubblewrap sandbox starts."""
     home = tmp_path_factory.mktemp("binder")
-    proc = CleanJupyter(home, clean_python, app="jupyter_server", only_workbench=True)
+    proc = CleanJupyter(home, clean_python)  # JupyterLab: the sidebar says it too
     # what binder/start adds to the environment it is given, read by running it
     before = {"PATH": "/usr/bin:/bin"}
     out = subprocess.run(["bash", str(REPO / "binder" / "start"), "env", "-0"], env=before, capture_output=True,
@@ -107,7 +107,8 @@ def binder_server(clean_python: Path, tmp_path_factory: pytest.TempPathFactory) 
         proc.stop()
 
 
-def test_binder_runs_every_demo_notebook_with_the_container_as_the_sandbox(binder_server: JupyterProcess, tmp_path):
+def test_binder_runs_every_demo_notebook_with_the_container_as_the_sandbox(binder_server: JupyterProcess, tmp_path,
+                                                                           page):
     status = lab_api(binder_server, "GET", "status")["sandbox"]["sandbox"]
     assert status["mode"] == "container" and "bubblewrap is not installed" in status["message"], status
     env = {**binder_server.env, "WORKBENCH_URL": binder_server.url, "WORKBENCH_TOKEN": binder_server.token,
@@ -137,3 +138,14 @@ def test_binder_runs_every_demo_notebook_with_the_container_as_the_sandbox(binde
         launchers |= {e["payload"]["launcher"] for e in events if e["type"] == "hands_started"}
         assert not [e for e in events if e["type"] == "hands_refused"], sid
     assert launchers == {"container"}, launchers
+    # and the sidebar says it plainly: in the hands line, and when each kernel starts
+    panel = open_sidebar(page, binder_server)
+    new_session(panel)
+    send(panel, "```python\nprint('where am I?')\n```")
+    panel.locator(".jp-wb-note.jp-wb-warn").filter(has_text="not sandboxed: this container is their sandbox").wait_for(
+        timeout=60_000)
+    wait_idle(page)
+    label = panel.locator(".jp-wb-hands-label.jp-wb-warn")
+    label.filter(has_text="not sandboxed: this container is their sandbox").wait_for(timeout=30_000)
+    shot(page, "binder-container-sandbox")
+    assert page.blocked == []
