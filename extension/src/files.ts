@@ -6,7 +6,7 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import { ApiError, WorkbenchApi } from './api';
-import { h } from './dom';
+import { h, imageSource } from './dom';
 
 export interface IWorkspaceFile {
   path: string;
@@ -81,6 +81,15 @@ export async function fetchFile(api: WorkbenchApi, id: string, path: string): Pr
   return response.blob();
 }
 
+/** Bytes to base64 (for a data: URL), a chunk at a time (no argument list the size of the file). */
+export function toBase64(bytes: Uint8Array): string {
+  let raw = '';
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    raw += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  }
+  return btoa(raw);
+}
+
 /** Base64 (as the contents API gives a file) to bytes. */
 export function fromBase64(data: string): Uint8Array {
   const raw = atob(data.replace(/\s/g, ''));
@@ -105,9 +114,38 @@ export function humanBytes(n: number | null): string {
   return u ? `${v.toFixed(1)} ${units[u]}` : `${v} B`;
 }
 
+/** The largest file a preview reads (a bigger one is downloaded to be seen). */
+const PREVIEW_BYTES = 2 * 1024 * 1024;
+/** The characters of a text file a preview shows. */
+const PREVIEW_CHARS = 200_000;
+
+/** The image type of `bytes` by their first bytes (not by the name the agent's code gave them), or ''. */
+export function imageType(bytes: Uint8Array, path: string): string {
+  const starts = (...sig: number[]) => sig.every((b, i) => bytes[i] === b);
+  if (starts(0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a)) {
+    return 'image/png';
+  }
+  if (starts(0xff, 0xd8, 0xff)) {
+    return 'image/jpeg';
+  }
+  if (starts(0x47, 0x49, 0x46, 0x38)) {
+    return 'image/gif';
+  }
+  if (starts(0x52, 0x49, 0x46, 0x46) && String.fromCharCode(...bytes.slice(8, 12)) === 'WEBP') {
+    return 'image/webp';
+  }
+  // an SVG is text: shown as an image (an <img> runs none of its scripts), never as a document
+  if (/\.svg$/i.test(path) && new TextDecoder().decode(bytes.slice(0, 4096)).includes('<svg')) {
+    return 'image/svg+xml';
+  }
+  return '';
+}
+
 export class FilesView {
   readonly node = h('section', { class: 'jp-wb-tab jp-wb-files', 'aria-label': 'Workspace files' });
   private session: string | null = null;
+  private heading = h('span', { class: 'jp-wb-files-title' }, 'Workspace files');
+  private preview = h('section', { class: 'jp-wb-file-preview', hidden: true });
   private list = h('ul', { class: 'jp-wb-file-list', 'aria-label': 'Files in the workspace' });
   private status = h('div', { class: 'jp-wb-empty', role: 'status' });
   private picker = h('input', {
@@ -127,7 +165,7 @@ export class FilesView {
       h(
         'div',
         { class: 'jp-wb-section-head' },
-        h('span', {}, 'Workspace files'),
+        this.heading,
         h(
           'span',
           {},
@@ -153,20 +191,100 @@ export class FilesView {
       ),
       this.picker,
       this.status,
-      this.list
+      this.list,
+      this.preview
     );
     this.show(null);
   }
 
-  /** The session whose workspace is shown (null: none selected). */
-  setSession(id: string | null): void {
+  /** The session whose workspace is shown (null: none selected), named by its title. */
+  setSession(id: string | null, title = ''): void {
+    const name = id ? `Files of ${title || 'an untitled session'}` : 'Workspace files';
+    this.heading.textContent = this.heading.title = name;
+    this.node.setAttribute('aria-label', name);
     if (id !== this.session) {
       this.session = id;
       this.list.replaceChildren();
+      this.closePreview();
       if (!this.node.hidden) {
         void this.refresh();
       }
     }
+  }
+
+  /** Show a workspace file here: an image as an image, text as text, anything else says to download it. */
+  async showPreview(f: IWorkspaceFile): Promise<void> {
+    const id = this.session;
+    if (!id) {
+      return;
+    }
+    const close = h(
+      'button',
+      {
+        class: 'jp-wb-link',
+        'aria-label': `Close the preview of ${f.path}`,
+        onclick: () => this.closePreview()
+      },
+      'Close'
+    );
+    const head = h(
+      'div',
+      { class: 'jp-wb-section-head' },
+      h('span', { class: 'jp-wb-file-name', title: f.path }, f.path),
+      close
+    );
+    const body = h('div', { class: 'jp-wb-preview-body' }, 'Loading…');
+    this.closePreview();
+    this.preview.replaceChildren(head, body);
+    this.preview.setAttribute('aria-label', `Preview of ${f.path}`);
+    this.preview.hidden = false;
+    if ((f.bytes ?? 0) > PREVIEW_BYTES) {
+      body.textContent = `${humanBytes(f.bytes)}: too large to preview here; download it to open it.`;
+      return;
+    }
+    try {
+      const blob = await fetchFile(this.api, id, f.path);
+      if (id !== this.session || !this.preview.contains(body)) {
+        return; // another session or file was chosen meanwhile
+      }
+      const bytes = new Uint8Array(await blob.arrayBuffer());
+      const image = imageType(bytes, f.path);
+      if (image) {
+        const src = imageSource(image, toBase64(bytes));
+        body.replaceChildren(
+          src ? h('img', { src, alt: `The image ${f.path}`, class: 'jp-wb-image' }) : ''
+        );
+        return;
+      }
+      let text: string | null = null;
+      try {
+        text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+      } catch {
+        text = null;
+      }
+      if (text === null || text.includes('\0')) {
+        body.textContent = `A binary file of ${humanBytes(bytes.length)}: no preview; download it to open it.`;
+        return;
+      }
+      const cut = text.length > PREVIEW_CHARS;
+      body.replaceChildren(
+        h('pre', { class: 'jp-wb-stdout' }, cut ? text.slice(0, PREVIEW_CHARS) : text),
+        cut
+          ? h(
+              'div',
+              { class: 'jp-wb-meta' },
+              `the first ${PREVIEW_CHARS.toLocaleString()} characters`
+            )
+          : ''
+      );
+    } catch (err) {
+      body.textContent = `Could not preview ${f.path}: ${(err as Error).message || err}`;
+    }
+  }
+
+  private closePreview(): void {
+    this.preview.hidden = true;
+    this.preview.replaceChildren();
   }
 
   /** Something may have changed in the workspace (a tool call ended, a file was attached). */
@@ -255,6 +373,17 @@ export class FilesView {
       },
       h('span', { class: 'jp-wb-file-name' }, label),
       h('span', { class: 'jp-wb-meta' }, humanBytes(f.bytes)),
+      f.type === 'file' &&
+        h(
+          'button',
+          {
+            class: 'jp-wb-link jp-wb-preview',
+            title: `Preview ${f.path}`,
+            'aria-label': `Preview ${f.path}`,
+            onclick: () => void this.showPreview(f)
+          },
+          'Preview'
+        ),
       f.type === 'file' &&
         h(
           'button',

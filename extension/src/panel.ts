@@ -528,6 +528,7 @@ export class WorkbenchPanel extends Widget {
         selection.save(null);
         this.heading.textContent = this.heading.title = 'No session selected';
         this.usageLabel.textContent = '';
+        this.files.setSession(null);
         this.log.clear();
         this.updateButtons();
       } else {
@@ -536,6 +537,7 @@ export class WorkbenchPanel extends Widget {
           this.current = row;
           this.showActions(row);
           this.heading.textContent = this.heading.title = `${row.title || row.id} · ${row.model}`;
+          this.files.setSession(row.id, row.title || '');
         }
       }
     }
@@ -579,6 +581,7 @@ export class WorkbenchPanel extends Widget {
     const row = await this.guard(() => this.controls.sapi.session(id));
     if (row && id === this.current?.id) {
       this.heading.textContent = this.heading.title = `${row.title || row.id} · ${row.model}`; // the first message may have named it
+      this.files.setSession(row.id, row.title || '');
     }
   }
 
@@ -638,7 +641,7 @@ export class WorkbenchPanel extends Widget {
     }
     this.openStream();
     this.updateButtons();
-    this.files.setSession(session.id);
+    this.files.setSession(session.id, session.title || '');
     await this.updateHands();
   }
 

@@ -19,6 +19,7 @@ import pytest
 from hostile import TITLE, assert_control_runs, ran
 from test_browser import dream_a_proposal, widen_sidebar
 from wbui import CHROMIUM, JupyterProcess, lab_api, shot
+from wbui import open_sidebar as open_lab_sidebar
 
 from workbench.render import result_blocks
 
@@ -148,6 +149,66 @@ def test_attach_a_dataframe_and_fetch_what_the_agent_wrote(page, lab: JupyterPro
 def background_of(page, selector: str) -> tuple[int, ...]:
     rgb = page.evaluate(f"getComputedStyle(document.querySelector({selector!r})).backgroundColor")
     return tuple(int(x) for x in rgb[rgb.index("(") + 1:rgb.index(")")].split(",")[:3])
+
+
+WRITE_FILES = """```python
+import matplotlib
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt
+plt.figure(figsize=(2, 1.5)); plt.plot([1, 3, 2]); plt.savefig('plot.png')
+open('evil.svg', 'w').write('<svg xmlns="http://www.w3.org/2000/svg" width="40" height="20" onload="top.wbXss=1">'
+                            '<script>top.wbXss=2</script><rect width="40" height="20" fill="teal"/></svg>')
+open('notes.txt', 'w').write('<img src=x onerror="top.wbXss=3"> totals by region\\n' * 3)
+open('data.bin', 'wb').write(bytes(range(256)) * 4)
+open('fake.png', 'w').write('<script>top.wbXss=4</script> not an image')
+print('written')
+```"""
+
+
+def test_the_files_tab_names_its_session_and_previews_what_the_agent_wrote(page, lab: JupyterProcess):
+    """Issue 25 papercut: the Files tab only downloaded and did not say whose workspace it showed. An image is shown
+    as an image by its bytes (not its name), text as text, anything else says to download it; nothing runs."""
+    sid = lab_api(lab, "POST", "sessions", {"title": TITLE})["id"]
+    r = httpx.post(f"{lab.url}/workbench/api/sessions/{sid}/messages", json={"text": WRITE_FILES}, headers=lab.headers,
+                   timeout=30)
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 120
+    while not any(e["type"] == "turn_ended" for e in lab_api(lab, "GET", f"sessions/{sid}/events")["events"]):
+        assert time.monotonic() < deadline, "the turn that writes the files did not end"
+        time.sleep(0.2)
+    panel = open_lab_sidebar(page, lab)
+    widen_sidebar(page, 170)
+    panel.locator(f'li[data-session-id="{sid}"]').click()
+    panel.get_by_role("tab", name="Files").click()
+    files = panel.locator(".jp-wb-files")
+    files.locator(".jp-wb-files-title").filter(has_text=f"Files of {TITLE}").wait_for(timeout=30_000)
+    assert files.get_attribute("aria-label") == f"Files of {TITLE}"
+    files.locator('li[data-path="plot.png"]').wait_for(timeout=30_000)
+    preview = files.locator(".jp-wb-file-preview")
+
+    def show(path: str) -> None:
+        files.locator(f'li[data-path="{path}"]').get_by_role("button", name=f"Preview {path}").click()
+        files.locator(f'.jp-wb-file-preview[aria-label="Preview of {path}"]').wait_for()
+
+    show("plot.png")
+    img = preview.locator('img[alt="The image plot.png"]')
+    img.wait_for(timeout=30_000)
+    assert img.evaluate("el => el.complete && el.naturalWidth") > 0
+    shot(page, "files-preview-image")
+    show("evil.svg")  # an SVG is an image: its scripts do not run in an <img>
+    preview.locator('img[alt="The image evil.svg"]').wait_for(timeout=30_000)
+    show("notes.txt")
+    preview.locator("pre").filter(has_text='<img src=x onerror="top.wbXss=3"> totals by region').wait_for()
+    show("fake.png")  # named like an image, holds markup: shown as the text it is
+    preview.locator("pre").filter(has_text="<script>top.wbXss=4</script> not an image").wait_for()
+    assert preview.locator("img").count() == 0
+    show("data.bin")
+    preview.filter(has_text="A binary file of 1.0 KB: no preview; download it to open it.").wait_for()
+    preview.get_by_role("button", name="Close the preview of data.bin").click()
+    assert preview.is_hidden()
+    assert ran(page) is None
+    assert_control_runs(page)
+    assert page.blocked == []
 
 
 def test_review_panel_in_the_main_area_light_and_dark_updates_live(page, lab: JupyterProcess):
