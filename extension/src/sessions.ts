@@ -14,6 +14,22 @@ const box = (inner: string) =>
   '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">' +
   '<g class="jp-icon3" fill="#616161"><path d="M3 3h18v4H3z"/>' +
   `<path fill-rule="evenodd" d="M4 8h16v13H4z${inner}"/></g></svg>`;
+
+function capitalized(text: string): string {
+  return text.charAt(0).toUpperCase() + text.slice(1);
+}
+
+/** A session as a person names it: its title, or when an untitled one started (never its hex id). */
+export function sessionName(s: ISession): string {
+  if (s.title) {
+    return s.title;
+  }
+  const at = new Date(s.created_at);
+  return isNaN(at.getTime())
+    ? 'an untitled session'
+    : `the untitled session of ${at.toLocaleString([], { dateStyle: 'medium', timeStyle: 'short' })}`;
+}
+
 export const archiveIcon = new LabIcon({ name: 'workbench:archive', svgstr: box('M9 11v2h6v-2z') });
 export const unarchiveIcon = new LabIcon({
   name: 'workbench:unarchive',
@@ -252,7 +268,7 @@ export class SessionControls {
         {
           class: 'jp-wb-row-action',
           title,
-          'aria-label': `${title}: ${s.title || s.id}`,
+          'aria-label': `${title}: ${sessionName(s)}`,
           onclick: (e: Event) => {
             e.stopPropagation();
             void fn().catch(err => this.onError(err));
@@ -280,7 +296,7 @@ export class SessionControls {
       act(deleteIcon, 'Delete', async () => {
         const ok = await showDialog({
           title: 'Delete session?',
-          body: `“${s.title || s.id}” and its ${s.events} events will be removed for good. Memories that cite it keep their provenance.`,
+          body: `${s.title ? `“${s.title}”` : capitalized(sessionName(s))} and its ${s.events} events will be removed for good. Memories that cite it keep their provenance.`,
           buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Delete' })]
         });
         if (ok.button.accept) {

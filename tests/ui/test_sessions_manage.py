@@ -112,6 +112,10 @@ def test_manage_sessions_in_the_sidebar(page, lab: JupyterProcess):
     composer.fill("half a thought about parquet")
     drafted = new_session(panel)
     assert composer.input_value() == "", "the draft of 'older' came along into the new session"
+    # an untitled session is named for a screen reader by when it started, never by its hex id (issue 25 papercut)
+    label = panel.locator(".jp-wb-session-actions").get_by_role("button", name="Delete", exact=False) \
+        .get_attribute("aria-label")
+    assert label.startswith("Delete: the untitled session of ") and drafted not in label, label
     composer.fill("a thought for the new one")
     row(panel, "older").click()
     panel.locator('.jp-wb-session.jp-mod-selected[data-session-id="older"]').wait_for(timeout=30_000)
