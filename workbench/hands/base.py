@@ -127,6 +127,7 @@ class Place:
     # is none, or where the kernels' files are not on this machine (a gateway's)
     state: Path | None = None
     history: str = MEMORY  # where its kernels keep IPython's history, as a kernel names it: a file in `state`
+    python: str = ""  # the interpreter its kernels run on (config.hands.python, resolved); "": the launcher's
 
 
 @dataclass

@@ -86,7 +86,7 @@ def hands_config(session_config: dict[str, Any] | None) -> HandsConfig:
         raise ConfigError(f"unknown hands settings: {', '.join(sorted(map(str, unknown)))}")
     for name, value in hc.items():
         default = HandsConfig.__dataclass_fields__[name].default
-        if name in ("workdir", "keep_dir"):
+        if name in ("workdir", "keep_dir", "python"):
             ok = value is None or (isinstance(value, str) and value.strip() != "" and "\0" not in value)
         elif name == "env":
             ok = isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) and k and "=" not in k

@@ -25,6 +25,7 @@ from typing import Any
 
 from .base import MEMORY, Death, Dropped, EventSink, Hands, Kernel, Launcher, Place
 from .launching.pip import packages_code
+from .launching.pythons import session_python
 from .launching.state import history_code
 from .observing import (
     TIMED_OUT,
@@ -65,6 +66,7 @@ class HandsConfig:
     workdir: str | None = None  # the kernel's working directory (default: a workspace of the session's own)
     keep_dir: str | None = None  # where the session's workspace is kept across shutdowns and restarts (evals)
     env: dict[str, str] = field(default_factory=dict)  # extra variables for the kernel
+    python: str | None = None  # the kernels' environment: a kernelspec's name or a Python's path (default: the host's)
     replay: bool = False  # re-run replayable calls in a fresh kernel after a death
     spare: bool = True  # keep a spare kernel beside the live one (if the host keeps spares); off for hands nobody waits on
 
@@ -124,6 +126,7 @@ class KernelHands(Hands):
             workdir=Path(self.config.workdir) if self.config.workdir else None, env=dict(self.config.env),
             startup_timeout=self.config.startup_timeout, egress=(session_config or {}).get("egress"), sink=on_event,
             session=session_id, keep=Path(self.config.keep_dir) if self.config.keep_dir else None,
+            python=session_python(self.config.python) if self.config.python else "",
         )
         self.kernel: Kernel | None = None
         self.generation = 0
@@ -213,6 +216,7 @@ class KernelHands(Hands):
                 "start_ms": round((time.perf_counter() - t0) * 1000, 1), "pooled": source == "pool",
                 "spare": source == "spare", "boot_ms": kernel.boot_ms, "limits": kernel.limits,
                 "history": "memory" if self.place.history == MEMORY else "session",
+                **({"python": self.place.python} if self.place.python else {}),
             })
             if reason != "restart" and self.config.replay and self.replay_source is not None:
                 notes = await replay(await self.replay_source(), self._call_once, self._emit, self.generation,
@@ -498,7 +502,7 @@ class KernelHands(Hands):
             finally:
                 self.last_used = time.monotonic()
             obs.notes = notes + obs.notes
-            obs.hint = obs.hint or missing_module(obs.error, self.launcher.python)
+            obs.hint = obs.hint or missing_module(obs.error, self.place.python or self.launcher.python)
             obs.generation = obs.generation or self.generation
             obs.duration_ms = round((time.perf_counter() - t0) * 1000, 1)
             self._spare_soon()  # the session has run code: a replacement will wait beside its kernel

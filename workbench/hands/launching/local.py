@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 
 from ..base import Kernel, Place
 from ..isolating.limits import Limits
@@ -22,11 +22,12 @@ from .state import give_state, new_state
 ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
 
 
-def kernel_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The explicit environment of a kernel: the allowlist plus `extra`."""
+def kernel_env(extra: dict[str, str] | None = None, python: str = "") -> dict[str, str]:
+    """The explicit environment of a kernel: the allowlist plus `extra`; `python`'s directory (default: this
+    interpreter's) first on its PATH, so `!pip` and `python` are the kernel's own."""
     env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    bindir = str(Path(sys.executable).parent)
+    bindir = str(Path(python or sys.executable).parent)
     if bindir not in env["PATH"].split(os.pathsep):
         env["PATH"] = bindir + os.pathsep + env["PATH"]
     env["PYTHONUNBUFFERED"] = "1"
@@ -75,6 +76,8 @@ class LocalLauncher:
         """Start a kernel (in `place`'s workdir, or a fresh one of its own) and wait until it is ready."""
         ksm = KernelSpecManager(kernel_dirs=self.spec_dirs) if self.spec_dirs else KernelSpecManager()
         spec = ksm.get_kernel_spec(self.kernel_name)
+        if place is not None and place.python:  # the session's environment: the same kernel, on its interpreter
+            spec = KernelSpec(**{**spec.to_dict(), "argv": [place.python, *spec.argv[1:]]})
         own = None  # a pooled kernel's workspace, its own until a session adopts it
         if place is None:
             own = TempWorkspace.make()
@@ -87,7 +90,8 @@ class LocalLauncher:
             _state(place)
         run_dir = Path(tempfile.mkdtemp(prefix="workbench-run-"))
         # a profile dir of its own: the user's IPython startup files and history stay out of the hands
-        env = {**kernel_env(place.env if place else None), "IPYTHONDIR": str(run_dir / "ipython")}
+        env = {**kernel_env(place.env if place else None, place.python if place else ""),
+               "IPYTHONDIR": str(run_dir / "ipython")}
         return await start_process(spec, launcher=self.name, env=env, run_dir=run_dir, workdir=workdir,
                                    workspace=own, limits=self.limits, registry=self.registry,
                                    startup_timeout=place.startup_timeout if place else 60.0,
@@ -107,8 +111,8 @@ class LocalLauncher:
         """Nothing is held per session."""
 
     def fits(self, place: Place) -> bool:
-        """Any pooled kernel can serve any session: its workdir and variables are set by code."""
-        return True
+        """A pooled kernel can serve any session on the host's Python: its workdir and variables are set by code."""
+        return not place.python
 
     async def adopt(self, kernel: Kernel, place: Place) -> str:
         """Code that moves a pooled kernel into the session's workdir, with its variables."""

@@ -20,6 +20,7 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -134,8 +135,10 @@ class SandboxLauncher:
             raise
 
     def argv(self, run_dir: Path, workdir: Path, env: dict[str, str], identity: Identity,
-             state: Path | None = None) -> list[str]:
-        """The kernel's command line (bwrap, loading the seccomp filter), with the files and owners its directories need."""
+             state: Path | None = None, python: str = "") -> list[str]:
+        """The kernel's command line (bwrap, loading the seccomp filter), with the files and owners its directories need;
+        `python`: the session's interpreter (its environment bound read-only), else the host's."""
+        settings = replace(self.settings, sandbox_python=python) if python else self.settings
         owner = identity.owner
         uid, gid = identity.uid, identity.gid
         if owner is not None:
@@ -150,9 +153,9 @@ class SandboxLauncher:
                                     f"sandbox:x:{uid}:{gid}:workbench sandbox:{HOME}:/usr/sbin/nologin\n")
         (etc / "group").write_text(f"root:x:0:\nsandbox:x:{gid}:\n")
         (etc / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n")
-        socat = shutil.which(self.settings.socat, path="/usr/bin:/bin:/usr/local/bin")
+        socat = shutil.which(settings.socat, path="/usr/bin:/bin:/usr/local/bin")
         inside = [] if owner is not None else self.inside()
-        return self.seccomp.wrap(bwrap_argv(self.settings, run_dir, workdir, etc, env, owner, socat, inside, state))
+        return self.seccomp.wrap(bwrap_argv(settings, run_dir, workdir, etc, env, owner, socat, inside, state))
 
     def inside(self) -> list[str]:
         """What an unprivileged sandbox runs first (`inside_args`), with this launcher's shares and limits."""
@@ -184,7 +187,8 @@ class SandboxLauncher:
                 state = place.state
             identity = self._identity(place, own)
             run_dir = Path(tempfile.mkdtemp(prefix="workbench-run-")).resolve()
-            argv = self.argv(run_dir, workdir.resolve(), kernel_env(place.env if place else None), identity, state)
+            argv = self.argv(run_dir, workdir.resolve(), kernel_env(place.env if place else None), identity, state,
+                             python=place.python if place else "")
             spec = KernelSpec(argv=argv, display_name="workbench sandbox", language="python", interrupt_mode="message", env={})
             if proxy is not None:
                 listener = await proxy.listen(run_dir / "egress.sock", identity.uid, identity.gid)
@@ -216,7 +220,8 @@ class SandboxLauncher:
     def fits(self, place: Place) -> bool:
         """A pooled sandbox has its workdir, state directory and variables bound in: it serves only sessions that
         have none of them yet (nor keep their workspace somewhere of their own)."""
-        return place.workdir is None and place.state is None and place.keep is None and not place.env
+        return (place.workdir is None and place.state is None and place.keep is None and not place.env
+                and not place.python)
 
     async def adopt(self, kernel: Kernel, place: Place) -> str:
         """A pooled kernel's egress now follows the session's policy and log; its workspace and state are the session's."""
