@@ -320,6 +320,7 @@ export class EvalReportView extends Widget {
   async refresh(): Promise<void> {
     window.clearTimeout(this.timer);
     let report: IEvalReport | null = null;
+    const t0 = performance.now();
     try {
       report = await this.api.evalReport(this.runId);
       this.error.hidden = true;
@@ -337,9 +338,11 @@ export class EvalReportView extends Widget {
       this.draw(report);
     }
     if (!report || report.state === 'running') {
+      // a big run's report takes the server a while to compute: never ask for more than a fifth of its time
+      const took = performance.now() - t0;
       this.timer = window.setTimeout(
         () => (this.isVisible ? void this.refresh() : undefined),
-        POLL_MS
+        Math.max(POLL_MS, 4 * took)
       );
     }
   }
