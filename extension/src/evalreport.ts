@@ -320,15 +320,16 @@ export class EvalReportView extends Widget {
   async refresh(): Promise<void> {
     window.clearTimeout(this.timer);
     let report: IEvalReport | null = null;
+    let gone = false;
     const t0 = performance.now();
     try {
       report = await this.api.evalReport(this.runId);
       this.error.hidden = true;
     } catch (err) {
-      this.error.textContent =
-        err instanceof ApiError && err.status === 404
-          ? `There is no eval run ${this.runId} in this server's log.`
-          : String((err as Error).message || err);
+      gone = err instanceof ApiError && err.status === 404;
+      this.error.textContent = gone
+        ? `There is no eval run ${this.runId} in this server's log.`
+        : String((err as Error).message || err);
       this.error.hidden = false;
     }
     if (this.isDisposed) {
@@ -337,7 +338,8 @@ export class EvalReportView extends Widget {
     if (report) {
       this.draw(report);
     }
-    if (!report || report.state === 'running') {
+    // again while it runs, or after a failure to read it (the server restarting), not for a run that is not there
+    if (report?.state === 'running' || (!report && !gone)) {
       // a big run's report takes the server a while to compute: never ask for more than a fifth of its time
       const took = performance.now() - t0;
       this.timer = window.setTimeout(

@@ -240,8 +240,13 @@ def test_the_report_shows_the_runs_counts_errors_apart_and_each_transcript(page,
 def test_a_run_whose_names_carry_markup_stays_text(page, lab: JupyterProcess):
     h = HOSTILE_EVAL
     assert ran(page) is None
-    # from the command palette's command, with the run's id
-    page.evaluate("(run) => { window.jupyterapp.commands.execute('workbench:open-eval-report', {run}); }", h["run"])
+    # the palette's command with no run asks for one, listing the runs (their ids as text)
+    page.evaluate("() => { window.jupyterapp.commands.execute('workbench:open-eval-report'); }")
+    dialog = page.locator(".jp-Dialog")
+    dialog.locator("select").wait_for()
+    assert h["run"] in dialog.locator("select option").all_inner_texts()
+    dialog.locator("select").select_option(label=h["run"])
+    dialog.locator("button.jp-mod-accept").click()
     report = page.locator(".jp-wb-evaltab .jp-wb-evalreport").filter(
         has=page.locator("h2", has_text=f"Eval run {h['run']}"))
     report.wait_for()
@@ -267,5 +272,9 @@ def test_a_run_whose_names_carry_markup_stays_text(page, lab: JupyterProcess):
     assert page.locator(".jp-wb-evalreport iframe, .jp-wb-evalreport script, .jp-wb-evals svg[onload]").count() == 0
     assert ran(page) is None, ran(page)
     shot(page, "evals-report-hostile")
+    # with a run id that names no run: the panel says so, once (it does not keep asking)
+    page.evaluate("() => { window.jupyterapp.commands.execute('workbench:open-eval-report', {run: 'no-such-run'}); }")
+    missing = page.locator(".jp-wb-evalreport").filter(has=page.locator("h2", has_text="Eval run no-such-run"))
+    missing.locator(".jp-wb-banner").filter(has_text="There is no eval run no-such-run").wait_for()
     assert_control_runs(page)  # the check above would have seen a script that ran
     assert page.blocked == []
