@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 rm -rf test-artifacts/ui
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@" \
   tests/ui/test_browser.py::test_sidebar_session_chat_hands_memories \
-  tests/ui/test_chat_render.py tests/ui/test_data_review.py tests/ui/test_layout.py tests/ui/test_notebook_context.py
+  tests/ui/test_chat_render.py tests/ui/test_data_review.py tests/ui/test_layout.py tests/ui/test_notebook_context.py \
+  tests/ui/test_eval_report.py
 from=test-artifacts/ui
 to=docs/screenshots
 cp "$from/5-review-panel.png" docs/screenshot.png
@@ -34,5 +35,8 @@ layout-chat-tab-light chat-tab
 layout-chat-tab-dark chat-tab-dark
 context-ask-selection context-ask-selection
 context-fix-error context-fix-error
+evals-report-light eval-report
+evals-report-dark eval-report-dark
+evals-sidebar-running evals-sidebar
 LIST
 echo "docs/screenshot.png and $to/ taken again from $from/"

@@ -115,6 +115,94 @@ export interface IAttachment {
   omitted?: number;
 }
 
+/** One eval run of the listing (GET /evals; docs/api.md, "Evals"). */
+export interface IEvalRun {
+  run: string;
+  /** running, done, interrupted, failed (this server runs it), or stopped (it does not). */
+  state: string;
+  started_at: string;
+  models: string[];
+  tasks: number;
+  total: number;
+  attempts: number;
+  finished: number;
+  passed: number;
+  failed: number;
+  errors: number;
+  retried: number;
+}
+
+/** One attempt of a run: a row of the eval_results view (docs/evals.md, "Results"). */
+export interface IEvalAttempt {
+  run: string;
+  task: string;
+  model: string;
+  epoch: number;
+  /** pass, fail or error; null while unfinished. */
+  outcome: string | null;
+  passed: boolean | null;
+  score: number | null;
+  turns: number;
+  tool_calls: number;
+  input_tokens: number;
+  output_tokens: number;
+  cost: number | null;
+  wall_s: number | null;
+  session_id: string;
+  reason: string | null;
+  tries: number | null;
+}
+
+/** Per model: the pass rate over graded attempts (errors apart) with its Wilson interval, cost and latency. */
+export interface IEvalSummary {
+  model: string;
+  n: number;
+  passed: number;
+  failed: number;
+  rate: number | null;
+  low: number | null;
+  high: number | null;
+  errors: number;
+  unfinished: number;
+  retried: number;
+  cost: number;
+  priced: boolean;
+  mean_wall_s: number | null;
+  input_tokens: number;
+  output_tokens: number;
+  tokens: number;
+}
+
+/** Model b against model a over their shared graded tasks, or why the pair cannot be compared. */
+export interface IEvalComparison {
+  a?: string;
+  b?: string;
+  n?: number;
+  estimate?: number | null;
+  low?: number | null;
+  high?: number | null;
+  wins?: number;
+  losses?: number;
+  p?: number | null;
+  confidence?: number;
+  verdict?: string;
+  error?: string;
+}
+
+/** A run's report (GET /evals/{id}/report). */
+export interface IEvalReport {
+  run: string;
+  state: string;
+  total: number;
+  finished: number;
+  error: string | null;
+  models: string[];
+  tasks: string[];
+  summary: IEvalSummary[];
+  comparisons: IEvalComparison[];
+  results: IEvalAttempt[];
+}
+
 /** A message from the session stream: a committed event, a live model delta or a running call's output. */
 export type StreamMessage =
   { kind: 'event'; event: IEvent } | { kind: 'delta'; session_id: string; event: any } | IOutput;
@@ -241,9 +329,23 @@ export class WorkbenchApi {
     return this.post(`memories/${id}`, { action }, 'PATCH');
   }
 
+  /** Every eval run in the log, oldest first, with its progress (GET /evals). */
+  async evalRuns(): Promise<IEvalRun[]> {
+    return (await this.request<{ runs: IEvalRun[] }>('evals')).runs || [];
+  }
+
+  /** What a run's report shows (GET /evals/{id}/report). */
+  evalReport(run: string): Promise<IEvalReport> {
+    return this.request(`evals/${encodeURIComponent(run)}/report`);
+  }
+
   /** Open the session's event stream; `after` is the last seq already shown. */
   stream(id: string, after: number, onMessage: (m: StreamMessage) => void): WebSocket {
-    let url = URLExt.join(this.settings.wsUrl, 'workbench/api', `sessions/${id}/stream`);
+    let url = URLExt.join(
+      this.settings.wsUrl,
+      'workbench/api',
+      `sessions/${encodeURIComponent(id)}/stream`
+    );
     url += `?after=${after}`;
     // Browsers cannot set headers on a websocket; Jupyter accepts the token as a parameter.
     if (this.settings.token) {

@@ -215,6 +215,29 @@ export class ChatLog {
           p.passed ? '' : 'jp-wb-warn'
         );
         break;
+      case 'eval_started':
+        this.note(
+          `eval attempt: task ${p.task} · ${p.model} · epoch ${p.epoch}` +
+            (Number(p.try) > 1 ? ` · try ${p.try}` : '')
+        );
+        break;
+      case 'eval_verdict':
+        // a failed verdict's explanation is also the next user message, when the budget allows another turn
+        this.note(
+          p.details?.error
+            ? `no verdict after turn ${p.turn}: ${p.details.error}`
+            : `verdict after turn ${p.turn}: ${p.passed ? 'passed' : 'failed'}` +
+                (typeof p.score === 'number' ? ` (score ${p.score})` : '') +
+                (p.explanation ? `: ${p.explanation}` : ''),
+          p.details?.error ? 'jp-wb-error' : p.passed ? '' : 'jp-wb-warn'
+        );
+        break;
+      case 'eval_finished':
+        this.note(
+          `attempt ended: ${p.outcome ?? (p.passed ? 'pass' : 'fail')} (${p.reason})`,
+          p.outcome === 'error' ? 'jp-wb-error' : p.outcome === 'fail' ? 'jp-wb-warn' : ''
+        );
+        break;
       default:
         // session_created, model_request, egress and dream bookkeeping: visible in the log, not here.
         break;

@@ -9,6 +9,7 @@ import {
 } from '@jupyterlab/application';
 import {
   ICommandPalette,
+  InputDialog,
   MainAreaWidget,
   Notification,
   showErrorMessage,
@@ -22,6 +23,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { WorkbenchApi } from './api';
 import { OPEN_CHAT_TAB, SessionChatView } from './chatarea';
 import { addContextCommands } from './context';
+import { EvalReportView, OPEN_EVAL_REPORT } from './evalreport';
 import { AttachKind, fromBase64 } from './files';
 import { addChatCommands } from './keys';
 import { WorkbenchPanel } from './panel';
@@ -191,6 +193,91 @@ const plugin: JupyterFrontEndPlugin<void> = {
       selector: '#jp-workbench .jp-wb-session',
       rank: 10
     });
+    // An eval run's report in a main-area tab (evalreport.ts): one tab per run, restored on reload.
+    const evalTabs = new WidgetTracker<MainAreaWidget<EvalReportView>>({
+      namespace: 'workbench-eval-report'
+    });
+    /** The run to open when the command is given none: picked from the server's runs, newest first. */
+    const pickRun = async (): Promise<string> => {
+      let runs: string[] = [];
+      try {
+        runs = (await api.evalRuns()).map(r => r.run).reverse();
+      } catch (err) {
+        void showErrorMessage(
+          'Workbench',
+          `Could not list the eval runs: ${(err as Error).message || err}`
+        );
+        return '';
+      }
+      if (!runs.length) {
+        void showErrorMessage(
+          'Workbench',
+          "There is no eval run in this server's log yet: start one with wb.eval(...) or workbench eval."
+        );
+        return '';
+      }
+      const answer = await InputDialog.getItem({
+        title: 'Open the report of an eval run',
+        label: 'Run',
+        items: runs,
+        current: 0
+      });
+      return answer.button.accept ? String(answer.value ?? '') : '';
+    };
+    commands.addCommand(OPEN_EVAL_REPORT, {
+      label: args => (args.run ? `Open the report of eval run ${args.run}` : 'Open an eval report'),
+      caption:
+        "Open an eval run's report in the main area: pass rates, the comparison, the task × model grid and each attempt's transcript (args: run)",
+      execute: async args => {
+        const run = String(args.run || '') || (await pickRun());
+        if (!run) {
+          return;
+        }
+        const open = evalTabs.find(w => w.content.runId === run);
+        if (open) {
+          shell.activateById(open.id);
+          return open;
+        }
+        const view = new EvalReportView(api, run, {
+          rendermime,
+          languages,
+          notebooks,
+          activate: wid => shell.activateById(wid)
+        });
+        view.openSession = id => void commands.execute('workbench:open-session', { id, seq: 0 });
+        const tab = new MainAreaWidget({ content: view });
+        // an id of the run alone: every other character spelled out, so two runs never share a tab's id
+        tab.id = `jp-workbench-eval-${run.replace(
+          /[^A-Za-z0-9]/g,
+          c => `_${c.charCodeAt(0).toString(16).padStart(4, '0')}`
+        )}`;
+        tab.addClass('jp-wb-evaltab');
+        tab.title.label = `Eval ${run}`;
+        tab.title.caption = `Workbench: the report of eval run ${run}`;
+        tab.title.icon = ICON;
+        tab.title.closable = true;
+        void evalTabs.add(tab);
+        shell.add(tab, 'main');
+        shell.activateById(tab.id);
+        return tab;
+      }
+    });
+    void restorer?.restore(evalTabs, {
+      command: OPEN_EVAL_REPORT,
+      args: w => ({ run: w.content.runId }),
+      name: w => w.content.runId
+    });
+    panel.openEvalReport = run => void commands.execute(OPEN_EVAL_REPORT, { run });
+    commands.addCommand('workbench:show-evals', {
+      label: 'Show the eval runs in the Workbench sidebar',
+      caption:
+        'The Evals tab of the sidebar: runs in progress with their progress, and every finished run',
+      execute: () => {
+        shell.activateById(panel.id);
+        panel.showEvals();
+      }
+    });
+
     let review: MainAreaWidget<ReviewPanel> | null = null;
     commands.addCommand('workbench:open-review', {
       label: 'Open the memory review panel',
@@ -322,6 +409,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       'workbench:open',
       'workbench:open-review',
       OPEN_CHAT_TAB,
+      OPEN_EVAL_REPORT,
+      'workbench:show-evals',
       'workbench:attach-file',
       'workbench:attach-cell'
     ]) {

@@ -22,6 +22,7 @@ import { handsText } from './chatarea';
 import { PendingContext } from './context';
 import { ago, h, marked } from './dom';
 import { FilesView, IAttached } from './files';
+import { EvalsView } from './evals';
 import { MemoriesView } from './memories';
 import { ChatRenderer, IRenderContext } from './render';
 import { listKeys } from './keys';
@@ -70,6 +71,7 @@ export class WorkbenchPanel extends Widget {
   private api: WorkbenchApi;
   private log: ChatLog;
   private memories: MemoriesView;
+  private evals: EvalsView;
   readonly files: FilesView;
   private controls: SessionControls;
   private usageLabel = h(
@@ -115,6 +117,8 @@ export class WorkbenchPanel extends Widget {
     'Interrupt: stop the running turn (Esc)',
     () => void this.interrupt()
   );
+  /** Set by the plugin: opens an eval run's report in the main area (evalreport.ts). */
+  openEvalReport: ((run: string) => void) | null = null;
   /** Set by the plugin: opens a session's chat in a main-area tab (chatarea.ts). */
   openChatTab: ((id: string) => void) | null = null;
   private chatTabButton = iconButton(
@@ -169,6 +173,11 @@ export class WorkbenchPanel extends Widget {
       open: (id, seq) => void this.openSession(id, seq)
     });
     this.files = new FilesView(api, rec => this.attached(rec));
+    this.evals = new EvalsView(
+      api,
+      run => this.openEvalReport?.(run),
+      () => this.isVisible
+    );
     this.controls = new SessionControls(
       api,
       () => void this.refresh(),
@@ -238,7 +247,8 @@ export class WorkbenchPanel extends Widget {
     for (const [name, el] of [
       ['Chat', this.chatTab],
       ['Files', this.files.node],
-      ['Memories', this.memories.node]
+      ['Memories', this.memories.node],
+      ['Evals', this.evals.node]
     ] as const) {
       const button = h(
         'button',
@@ -248,7 +258,14 @@ export class WorkbenchPanel extends Widget {
       this.tabButtons.push(button);
       tabs.append(button);
     }
-    this.node.append(tabs, this.error, this.chatTab, this.files.node, this.memories.node);
+    this.node.append(
+      tabs,
+      this.error,
+      this.chatTab,
+      this.files.node,
+      this.memories.node,
+      this.evals.node
+    );
     this.showTab(this.tabButtons[0], this.chatTab);
     this.updateButtons();
   }
@@ -266,6 +283,7 @@ export class WorkbenchPanel extends Widget {
 
   dispose(): void {
     window.clearInterval(this.timer);
+    this.evals.dispose();
     this.closeStream();
     this.log.dispose();
     super.dispose();
@@ -288,6 +306,8 @@ export class WorkbenchPanel extends Widget {
     this.chatTab.hidden = el !== this.chatTab;
     this.memories.node.hidden = el !== this.memories.node;
     this.files.node.hidden = el !== this.files.node;
+    this.evals.node.hidden = el !== this.evals.node;
+    this.evals.setShown(el === this.evals.node);
     if (el === this.memories.node) {
       void this.memories.refresh();
     }
@@ -652,6 +672,11 @@ export class WorkbenchPanel extends Widget {
     }
     this.showTab(this.tabButtons[0], this.chatTab);
     this.log.focus(seq);
+  }
+
+  /** Show the Evals tab: the runs with their progress. */
+  showEvals(): void {
+    this.showTab(this.tabButtons[3], this.evals.node);
   }
 
   /** Open the session `id` at event `seq` (a memory's source, from the review panel). */

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from tornado.httpclient import HTTPClientError
 
 from workbench.evals import Task, TaskLimits, Verifier, task_to_json
@@ -113,3 +114,79 @@ async def test_hostile_bytes_are_refused_with_json_and_write_nothing(jp_fetch):
         assert isinstance(err.get("error"), str) and words in err["error"], (body[:200], err)
     assert (await call(jp_fetch, "GET", "evals"))[1] == {"runs": []}
     assert (await call(jp_fetch, "GET", "sessions"))[1]["sessions"] == []
+
+
+# Tasks that start no kernel: answers without code, graded by a rubric. `greet` is graded by the offline grader, so the
+# default scripted model (which answers with what it is) fails it; `explain` is graded by the attempt's own model,
+# and the default scripted model answers the grading request with no JSON: no verdict, an error (tried again).
+CHEAP = [Task("greet", "Greet me.", Verifier.graded('The answer says "hi there".', model="scripted:grader"),
+              limits=TaskLimits(turns=1), scripted=({"answer": "Well, hi there."},)),
+         Task("explain", "Why is the median robust?", Verifier.graded('It depends on the "middle" value.'),
+              limits=TaskLimits(turns=1), scripted=({"answer": "Only the middle value counts."},))]
+
+
+@pytest.fixture
+def jp_server_config(jp_server_config, monkeypatch):
+    """This module's server prices one model (the eval setting `prices`): the report says which cost is known."""
+    monkeypatch.setenv("WORKBENCH_EVAL_PRICES", "scripted:eval=1000/2000")
+    return jp_server_config
+
+
+async def test_a_runs_report_is_what_the_report_computes_from_its_rows_with_errors_apart(jp_fetch, jp_serverapp):
+    """`GET /evals/{id}/report` gives the numbers `summary` and `compare` give for the run's rows read through Python;
+    the listing counts passes, failures and errors apart."""
+    from workbench.evals import results
+    from workbench.evals.report import summary
+    from workbench.evals.stats import comparisons
+
+    body = {"tasks": [task_to_json(t) for t in CHEAP], "models": ["scripted:eval", "scripted"], "epochs": 2,
+            "run": "report-run"}
+    assert (await call(jp_fetch, "POST", "evals", body))[0] == 202
+    for _ in range(600):
+        code, rep = await call(jp_fetch, "GET", "evals/report-run/report")
+        assert code == 200, rep
+        if rep["state"] != "running":
+            break
+        await asyncio.sleep(0.2)
+    assert rep["state"] == "done" and (rep["total"], rep["finished"]) == (8, 8), rep
+    assert rep["models"] == ["scripted", "scripted:eval"] and rep["tasks"] == ["explain", "greet"]
+    log = jp_serverapp.web_app.settings["workbench_runtime"].host.log
+    df = results(log, "report-run")
+    want = summary(df)
+    by = {s["model"]: s for s in rep["summary"]}
+    for s in want:
+        got = dict(by[s["model"]])
+        assert got.pop("priced") is (s["model"] == "scripted:eval")
+        assert got.keys() == s.keys()
+        for k, v in s.items():
+            assert (got[k] is None) if v != v else got[k] == pytest.approx(v), (s["model"], k, got[k], v)
+    ours, plain = by["scripted:eval"], by["scripted"]
+    assert (ours["passed"], ours["failed"], ours["errors"], ours["rate"]) == (4, 0, 0, 1.0)
+    assert (plain["passed"], plain["failed"], plain["errors"], plain["retried"]) == (0, 2, 2, 4)  # errors apart
+    assert ours["cost"] > 0 and plain["cost"] == 0 and ours["tokens"] == ours["input_tokens"] + ours["output_tokens"]
+    (pair,) = rep["comparisons"]
+    (c,) = comparisons(df)
+    assert pair == {**{k: pytest.approx(v) for k, v in vars(c).items()}, "verdict": c.verdict}
+    assert (pair["a"], pair["b"], pair["n"], pair["estimate"], pair["wins"]) == ("scripted", "scripted:eval", 1, 1.0, 1)
+    assert [r["session_id"] for r in rep["results"]] == list(df["session_id"])
+    assert sorted(r["outcome"] for r in rep["results"]) == ["error"] * 2 + ["fail"] * 2 + ["pass"] * 4
+    (listed,) = (await call(jp_fetch, "GET", "evals"))[1]["runs"]
+    assert {k: listed[k] for k in ("state", "total", "attempts", "finished", "passed", "failed", "errors", "retried")} \
+        == {"state": "done", "total": 8, "attempts": 8, "finished": 8, "passed": 4, "failed": 2, "errors": 2, "retried": 4}
+
+
+async def test_a_report_of_no_run_or_a_hostile_id_is_a_json_refusal_never_a_500(jp_fetch, http_server_client,
+                                                                              jp_base_url, jp_auth_header):
+    """Unknown, malformed, oversized, non-UTF-8 and script-bearing run ids, unknown query arguments and other verbs,
+    sent as raw request targets (jp_fetch would escape them)."""
+    cases = [("nope/report", 404), ("%3Cscript%3Ealert(1)%3C%2Fscript%3E/report", 404), ("r" * 1001 + "/report", 404),
+             ("r" * 20_000 + "/report", 404), ("%FF%FE/report", 400), ("a%00b/report", 404),
+             ("%F0%9F%92%A5/report", 404), ("..%2F..%2Fsessions/report", 404), ("%20/report", 404),
+             ("nope/report?extra=1", 400), ("nope/report?x=%FF", 400), ("nope/report?a=1&a=2", 400)]
+    for target, status in cases:
+        r = await http_server_client.fetch(f"{jp_base_url}workbench/api/evals/{target}", headers=jp_auth_header,
+                                           raise_error=False)
+        body = json.loads(r.body)
+        assert r.code == status and isinstance(body.get("error"), str) and body["error"], (target[:80], r.code, body)
+    assert (await call(jp_fetch, "POST", "evals/nope/report", {}))[0] == 405
+    assert (await call(jp_fetch, "GET", "evals"))[1] == {"runs": []}

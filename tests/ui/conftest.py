@@ -20,15 +20,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the tests import their helpers from wbui.py
 
-from wbui import CHROMIUM, JupyterProcess, seed_legacy_session  # noqa: E402
+from wbui import CHROMIUM, JupyterProcess, seed_hostile_eval, seed_legacy_session  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def shared_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterProcess]:
     """The worker's JupyterLab with the workbench server and lab extensions; its log holds a session an older
-    workbench recorded (wbui.LEGACY_SESSION), as a researcher's log may."""
+    workbench recorded (wbui.LEGACY_SESSION), as a researcher's log may, and an eval run from elsewhere whose names
+    carry markup (wbui.HOSTILE_EVAL)."""
     proc = JupyterProcess(tmp_path_factory.mktemp("lab"))
     seed_legacy_session(proc.db)
+    seed_hostile_eval(proc.db)
     try:
         yield proc.start()
     finally:

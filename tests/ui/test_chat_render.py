@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
-from wbui import (CHROMIUM, LEGACY_SESSION, LEGACY_TEXT, JupyterProcess, artifact, lab_api, new_session, open_sidebar,
-                  send, shot, wait_idle)
+from wbui import (CHROMIUM, LEGACY_SESSION, LEGACY_TEXT, JupyterProcess, artifact, axe_violations, lab_api, new_session,
+                  open_sidebar, send, shot, wait_idle)
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs the Debian package chromium (scripts/test.sh installs it)")
 
@@ -275,19 +274,6 @@ def contrast(fg: str, bg: str) -> float:
         return 0.2126 * f[0] + 0.7152 * f[1] + 0.0722 * f[2]
     a, b = sorted((lum(fg), lum(bg)), reverse=True)
     return (a + 0.05) / (b + 0.05)
-
-
-AXE = Path(__import__("axe_playwright_python").__file__).parent / "axe.min.js"
-
-
-def axe_violations(page, selector: str) -> list[dict]:
-    """axe-core (from the installed package, no CDN) over `selector`: the serious and critical violations."""
-    if not page.evaluate("typeof window.axe !== 'undefined'"):
-        page.add_script_tag(path=str(AXE))
-    result = page.evaluate("(sel) => axe.run(document.querySelector(sel), {resultTypes: ['violations']})", selector)
-    return [{"id": v["id"], "impact": v["impact"], "help": v["help"],
-             "nodes": [n["html"][:160] for n in v["nodes"][:3]]}
-            for v in result["violations"] if v["impact"] in ("serious", "critical")]
 
 
 def test_keyboard_contrast_and_axe(page, lab: JupyterProcess):

@@ -15,9 +15,9 @@ import httpx
 
 from workbench.testing.jupyter import JupyterProcess as _Jupyter, free_port
 
-__all__ = ["ARTIFACTS", "CHROMIUM", "LEGACY_SESSION", "LEGACY_TEXT", "REPO", "JupyterProcess", "artifact", "dream",
-           "free_port", "lab_api", "new_session", "open_sidebar", "seed_legacy_session", "send", "session_ids", "shot",
-           "wait_idle"]
+__all__ = ["ARTIFACTS", "CHROMIUM", "HOSTILE_EVAL", "LEGACY_SESSION", "LEGACY_TEXT", "REPO", "JupyterProcess", "artifact",
+           "axe_violations", "dream", "free_port", "lab_api", "new_session", "open_sidebar", "seed_hostile_eval", "seed_legacy_session",
+           "send", "session_ids", "shot", "wait_idle"]
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "ui"
@@ -36,6 +36,19 @@ def shot(page: Any, name: str, full_page: bool = False) -> Path:
     path = artifact(f"{name}.png")
     page.screenshot(path=str(path), full_page=full_page)
     return path
+
+AXE = Path(__import__("axe_playwright_python").__file__).parent / "axe.min.js"
+
+
+def axe_violations(page: Any, selector: str) -> list[dict]:
+    """axe-core (from the installed package, no CDN) over `selector`: the serious and critical violations."""
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.add_script_tag(path=str(AXE))
+    result = page.evaluate("(sel) => axe.run(document.querySelector(sel), {resultTypes: ['violations']})", selector)
+    return [{"id": v["id"], "impact": v["impact"], "help": v["help"],
+             "nodes": [n["html"][:160] for n in v["nodes"][:3]]}
+            for v in result["violations"] if v["impact"] in ("serious", "critical")]
+
 
 # JupyterLab settings for the test user: no news toast, no update check, a notebook's kernel
 # started without asking, and every cell of a notebook rendered (not only those in view), so a
@@ -164,6 +177,41 @@ def seed_legacy_session(db: Path) -> None:
             "content": [{"type": "text", "text": LEGACY_TEXT}],
             "observation": {"stdout": "", "stderr": "", "result": LEGACY_TEXT, "displays": [], "error": None}})
         log.append(LEGACY_SESSION, "turn_ended", {"stop_reason": "end_turn"})
+
+
+# An eval run recorded elsewhere (the API and the task format refuse such names, a log from another tool need not):
+# its run id, task and model carry markup, and so do its transcript's texts. Each payload sets `top.wbXss` if it runs.
+HOSTILE_EVAL = {
+    "run": """<svg onload="top.wbXss='run'">""",
+    "task": """<img src=x onerror="top.wbXss='task'">""",
+    "model": """</td><script>top.wbXss='model'</script>""",
+    "prompt": """Say <img src=x onerror="top.wbXss='prompt'"> please""",
+    "answer": """<iframe srcdoc="<script>top.wbXss='answer'</script>"></iframe> done""",
+    "reason": """error: <b onmouseover="top.wbXss='reason'">boom</b>""",
+}
+
+
+def seed_hostile_eval(db: Path) -> str:
+    """Write the HOSTILE_EVAL run's one attempt (ended as an error) into the log at `db` (no server holds it yet); its
+    session id."""
+    from workbench.evals.plugin import EVENT_TYPES as EVAL_EVENTS
+    from workbench.log.duckdb_log import DuckDBLog
+    from workbench.log.events import EVENT_TYPES
+
+    h, sid = HOSTILE_EVAL, "ev-hostile-attempt"
+    with DuckDBLog(db, event_types={**EVENT_TYPES, **EVAL_EVENTS}) as log:
+        log.create_session(sid, title=h["task"], model=h["model"], kind="eval", payload={
+            "title": h["task"], "model": h["model"], "system": "", "tools": [], "max_tokens": 1024, "thinking": None,
+            "output_config": None, "context": None, "config": {}})
+        log.append(sid, "eval_started", {"run": h["run"], "task": h["task"], "model": h["model"], "epoch": 1, "try": 1,
+                                         "digest": "x", "verifier": "rubric", "limits": {"turns": 1}})
+        log.append(sid, "user_message", {"text": h["prompt"]})
+        log.append(sid, "assistant_turn", {"message": {"role": "assistant", "stop_reason": "end_turn", "content": [
+            {"type": "text", "text": h["answer"]}]}, "usage": {"input_tokens": 7, "output_tokens": 3}})
+        log.append(sid, "turn_ended", {"stop_reason": "end_turn"})
+        log.append(sid, "eval_finished", {"outcome": "error", "passed": None, "score": None, "reason": h["reason"],
+                                          "cost": 0.0})
+    return sid
 
 
 def dream(lab: JupyterProcess, sessions: list[str]) -> list[dict[str, Any]]:

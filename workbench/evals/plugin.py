@@ -125,10 +125,15 @@ class EvalPlugin(Plugin):
             kw["workspace_root"] = Path(s.workspace_root).expanduser()
         kw = {"retries": s.retries, "grader_model": s.grader_model, **kw, **kept}
         run = EvalRun(self.host, list(tasks), list(models), epochs=epochs, parallel=parallel or s.parallel,
-                      prices=Prices.parse(s.prices) if s.prices else self.host.prices, progress=progress, **kw)
+                      prices=self.prices(), progress=progress, **kw)
         for t in tasks:
             self.by_prompt.setdefault(t.prompt.strip(), t)
         return run
+
+    def prices(self) -> Prices:
+        """The price table attempts are priced by: the eval setting `prices`, else the host's."""
+        assert self.host is not None, "attached"
+        return Prices.parse(self.settings.prices) if self.settings.prices else self.host.prices
 
     def start(self, run: EvalRun) -> None:
         """Run in the background of the host (the API's runs); TurnBusy when this run is running already."""

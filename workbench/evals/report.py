@@ -41,9 +41,10 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def summary(df: Any) -> list[dict[str, Any]]:
-    """Per model: n (attempts graded: passed or failed), passed, rate (passed / n: errors are not in it), Wilson
-    low/high, errors (attempts that ended as an error after their retries), retried (errors tried again, over all
-    its attempts), and over its finished attempts the total cost, mean wall time and tokens."""
+    """Per model: n (attempts graded: passed or failed), passed, failed, rate (passed / n: errors are not in it),
+    Wilson low/high, errors (attempts that ended as an error after their retries), unfinished, retried (errors tried
+    again, over all its attempts), and over its finished attempts the total cost, mean wall time and tokens (input
+    and output, and their sum)."""
     out = []
     finished = df[df["outcome"].notna()]
     for model in sorted(set(df["model"])):
@@ -52,10 +53,12 @@ def summary(df: Any) -> list[dict[str, Any]]:
         graded = m[m["outcome"] != "error"]
         n, k = len(graded), int((graded["outcome"] == "pass").sum())
         low, high = wilson(k, n)
-        out.append({"model": model, "n": n, "passed": k, "rate": k / n if n else math.nan, "low": low, "high": high,
-                    "errors": int((m["outcome"] == "error").sum()), "retried": int((rows["tries"].fillna(1) - 1).sum()),
-                    "cost": float(m["cost"].sum()), "mean_wall_s": float(m["wall_s"].mean()) if len(m) else math.nan,
-                    "tokens": int(m["input_tokens"].sum() + m["output_tokens"].sum())})
+        tokens_in, tokens_out = int(m["input_tokens"].sum()), int(m["output_tokens"].sum())
+        out.append({"model": model, "n": n, "passed": k, "failed": n - k, "rate": k / n if n else math.nan, "low": low,
+                    "high": high, "errors": int((m["outcome"] == "error").sum()), "unfinished": len(rows) - len(m),
+                    "retried": int((rows["tries"].fillna(1) - 1).sum()), "cost": float(m["cost"].sum()),
+                    "mean_wall_s": float(m["wall_s"].mean()) if len(m) else math.nan, "input_tokens": tokens_in,
+                    "output_tokens": tokens_out, "tokens": tokens_in + tokens_out})
     return out
 
 

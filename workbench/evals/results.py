@@ -10,6 +10,7 @@ tries (an attempt that ended as an error is tried again, as a session of its own
 from __future__ import annotations
 
 from collections.abc import Iterable
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 COLUMNS = ("run", "task", "model", "epoch", "outcome", "passed", "score", "turns", "tool_calls", "input_tokens",
            "output_tokens", "cost", "wall_s", "session_id", "reason", "tries")
 OUTCOMES = ("pass", "fail", "error")
+OUTCOME_COUNTS = MappingProxyType({"pass": "passed", "fail": "failed", "error": "errors"})  # an outcome's count in `runs`
 
 # one row per (run, task, model, epoch): its latest try (an error is tried again as a new session)
 VIEW = """
@@ -136,26 +138,28 @@ def results(log: SessionLog, run: str | None = None) -> Any:
 
 
 def runs(log: SessionLog) -> list[dict[str, Any]]:
-    """Each run: its id, models, tasks, attempts, finished attempts (by their latest try), errors retried and when it
-    started, oldest first."""
+    """Each run: its id, models, tasks, attempts, finished attempts (by their latest try) and of those how many
+    passed, failed and ended as an error, errors retried and when it started, oldest first."""
     by: dict[str, dict[str, Any]] = {}
-    tries: dict[tuple[Any, ...], tuple[int, bool]] = {}  # (run, task, model, epoch) -> its latest try, finished
+    tries: dict[tuple[Any, ...], tuple[int, str | None]] = {}  # (run, task, model, epoch) -> its latest try, outcome
     for s in log.sessions(kind="eval"):
         evs = log.events(s["id"], types=["eval_started", "eval_finished"])
         if not evs or evs[0].type != "eval_started":
             continue
         p = evs[0].payload
         r = by.setdefault(p["run"], {"run": p["run"], "started_at": evs[0].ts.isoformat(), "models": set(), "tasks": set(),
-                                     "attempts": 0, "finished": 0, "retried": 0})
+                                     "attempts": 0, "finished": 0, "passed": 0, "failed": 0, "errors": 0, "retried": 0})
         r["models"].add(p["model"])
         r["tasks"].add(p["task"])
         r["started_at"] = min(r["started_at"], evs[0].ts.isoformat())
         key, n = (p["run"], p["task"], p["model"], p["epoch"]), int(p.get("try", 1))
         if key not in tries or n > tries[key][0]:
-            tries[key] = (n, any(e.type == "eval_finished" for e in evs))
-    for (run, *_), (n, finished) in tries.items():
+            tries[key] = (n, next((outcome_of(e.payload) for e in evs if e.type == "eval_finished"), None))
+    for (run, *_), (n, outcome) in tries.items():
         by[run]["attempts"] += 1
-        by[run]["finished"] += finished
+        by[run]["finished"] += outcome is not None
+        if outcome is not None and outcome in OUTCOME_COUNTS:
+            by[run][OUTCOME_COUNTS[outcome]] += 1
         by[run]["retried"] += n - 1
     out = sorted(by.values(), key=lambda r: r["started_at"])
     for r in out:

@@ -1,4 +1,4 @@
-"""The eval routes of the API (docs/api.md, "Evals"): start a run, follow it, interrupt it, list runs.
+"""The eval routes of the API (docs/api.md, "Evals"): start a run, follow it, read its report, interrupt it, list runs.
 
 A run started here runs in the server's host, in the background; the notebook client
 (`wb.eval(...)`) starts one and polls it for its progress and results. Tasks come in their
@@ -8,14 +8,18 @@ JSON form (files as text or base64) and are checked as strictly as a task set fi
 from __future__ import annotations
 
 import asyncio
+import math
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from tornado import web
 
 from ..plugins.errors import ConfigError, UnknownSession
 from ..plugins.web import API, MAX_MODEL_CHARS, Body, Handler, Int, Items, Text, api, check_model, parse
-from .results import result_rows, runs
+from .report import summary
+from .results import frame, result_rows, runs
 from .runner import MAX_EPOCHS, MAX_MODELS, MAX_PARALLEL
+from .stats import comparisons
 from .tasks import MAX_TASKS, load_tasks
 
 if TYPE_CHECKING:
@@ -48,7 +52,7 @@ class EvalsHandler(EvalHandlerBase):
     @web.authenticated
     @api
     async def get(self) -> None:
-        self.reply({"runs": await asyncio.to_thread(runs, self.host.log)})
+        self.reply({"runs": await asyncio.to_thread(listing, self.plugin, self.host.log)})
 
     @web.authenticated
     @api
@@ -66,26 +70,57 @@ class EvalsHandler(EvalHandlerBase):
                     "parallel": run.parallel}, 202)
 
 
-def run_status(plugin: Any, log: SessionLog, run_id: str) -> dict[str, Any]:
-    rows = result_rows(log, run_id)
+def run_state(plugin: Any, run_id: str, attempts: int) -> tuple[str, int, str | None]:
+    """A run's state, its attempts in all and the error that failed it: `running`, `done`, `interrupted` or `failed`
+    for a run this server runs (its total from its specs), else `stopped` (its total the attempts it has)."""
     entry = plugin.running.get(run_id)
     if entry is None:
-        if not rows:
-            raise UnknownSession(f"no eval run {run_id!r}")
-        state, total, error = "stopped", len(rows), None
-    else:
-        run, task = entry
-        total, error = len(run.specs()), None
-        if not task.done():
-            state = "running"
-        elif task.cancelled():
-            state = "interrupted"
-        elif task.exception() is not None:
-            state, error = "failed", f"{type(task.exception()).__name__}: {task.exception()}"
-        else:
-            state = "done"
+        return "stopped", attempts, None
+    run, task = entry
+    if not task.done():
+        return "running", len(run.specs()), None
+    if task.cancelled():
+        return "interrupted", len(run.specs()), None
+    if task.exception() is not None:
+        return "failed", len(run.specs()), f"{type(task.exception()).__name__}: {task.exception()}"
+    return "done", len(run.specs()), None
+
+
+def run_status(plugin: Any, log: SessionLog, run_id: str) -> dict[str, Any]:
+    rows = result_rows(log, run_id)
+    if not rows and run_id not in plugin.running:
+        raise UnknownSession(f"no eval run {run_id!r}")
+    state, total, error = run_state(plugin, run_id, len(rows))
     finished = sum(1 for r in rows if r["outcome"] is not None)
     return {"run": run_id, "state": state, "total": total, "finished": finished, "error": error, "results": rows}
+
+
+def listing(plugin: Any, log: SessionLog) -> list[dict[str, Any]]:
+    """Every run in the log (`runs`), each with its state and total as its status says them."""
+    out = []
+    for r in runs(log):
+        state, total, _ = run_state(plugin, r["run"], r["attempts"])
+        out.append({**r, "state": state, "total": total})
+    return out
+
+
+def _finite(value: Any) -> Any:
+    """A statistic as JSON can hold it: a non-finite float (a rate of no graded attempt, a mean of none) is null."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def report(plugin: Any, log: SessionLog, run_id: str) -> dict[str, Any]:
+    """What the report shows, in JSON: the run's status and rows, the per-model summary and the paired comparisons,
+    computed by the code the HTML report and the DataFrame helpers use (report.summary, stats.comparisons)."""
+    st = run_status(plugin, log, run_id)
+    df = frame(st["results"])
+    prices = plugin.prices()
+    rows = [{**{k: _finite(v) for k, v in r.items()}, "priced": prices.priced(r["model"]) or r["cost"] > 0}
+            for r in summary(df)]
+    pairs = [{"error": c} if isinstance(c, str) else {**{k: _finite(v) for k, v in asdict(c).items()},
+                                                       "verdict": c.verdict} for c in comparisons(df)]
+    return {**st, "models": sorted(set(df["model"])), "tasks": sorted(set(df["task"])), "summary": rows,
+            "comparisons": pairs, "results": [{k: _finite(v) for k, v in r.items()} for r in st["results"]]}
 
 
 class EvalHandler(EvalHandlerBase):
@@ -93,6 +128,13 @@ class EvalHandler(EvalHandlerBase):
     @api
     async def get(self, id: str) -> None:
         self.reply(await asyncio.to_thread(run_status, self.plugin, self.host.log, id))
+
+
+class EvalReportHandler(EvalHandlerBase):
+    @web.authenticated
+    @api
+    async def get(self, id: str) -> None:
+        self.reply(await asyncio.to_thread(report, self.plugin, self.host.log, id))
 
 
 class EvalInterruptHandler(EvalHandlerBase):
@@ -110,5 +152,6 @@ class EvalInterruptHandler(EvalHandlerBase):
 ROUTES: tuple[tuple[str, type], ...] = (
     (f"{API}/evals", EvalsHandler),
     (f"{API}/evals/{{id}}", EvalHandler),
+    (f"{API}/evals/{{id}}/report", EvalReportHandler),
     (f"{API}/evals/{{id}}/interrupt", EvalInterruptHandler),
 )
