@@ -1,0 +1,29 @@
+"""One real JupyterHub per module: its proxy, two users (alice and bob) and each one's single-user server."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # the tests import their helpers from hubproc.py
+
+from hubproc import Hub  # noqa: E402
+
+USERS = ("alice", "bob")
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory, request) -> Iterator[Hub]:
+    """A running hub with alice's and bob's servers spawned (the module's `HUB_ENV` is their WORKBENCH settings)."""
+    h = Hub(tmp_path_factory.mktemp("hub"), USERS, env=getattr(request.module, "HUB_ENV", None))
+    try:
+        h.start()
+        with ThreadPoolExecutor(len(USERS)) as pool:  # the two spawns overlap: each waits mostly on its server's start
+            list(pool.map(h.start_server, USERS))
+        yield h
+    finally:
+        h.stop()
