@@ -37,6 +37,13 @@ LAB_SETTINGS = {
 }
 
 
+def maintainer() -> str:
+    """The team store's maintainer: whoever runs the tests (the actor `workbench memories export` records)."""
+    import getpass
+
+    return getpass.getuser()
+
+
 def proxy_command() -> str:
     """configurable-http-proxy: on PATH, or installed from npm into build/hub-proxy once."""
     found = shutil.which("configurable-http-proxy")

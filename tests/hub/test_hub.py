@@ -7,8 +7,12 @@ nothing of alice's changes; a review's actor is the hub's user name; each log li
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import websocket
-from hubproc import PASSWORD
+from hubproc import PASSWORD, maintainer
 
 from workbench.client import WorkbenchClient
 from workbench.server.app import all_handlers
@@ -238,3 +242,55 @@ def test_the_sidebar_runs_a_turn_for_a_user_who_logged_in_through_the_hub(hub, b
         page.screenshot(path=str(out / "sidebar.png"))
     finally:
         context.close()
+
+
+# -- the team store: published by its maintainer, read by both, written by neither --------------------------------
+
+def maintainer_cli(hub, *args: str) -> str:
+    """`workbench ...` as the team store's maintainer, on the maintainer's own log (no server holds it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "WORKBENCH_"))}
+    env.update(WORKBENCH_DB=str(hub.root / "maintainer" / "workbench.duckdb"), WORKBENCH_HANDS_POOL_SIZE="0")
+    (hub.root / "maintainer").mkdir(exist_ok=True)
+    r = subprocess.run([sys.executable, "-m", "workbench", *args], env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_a_team_store_its_maintainer_publishes_reaches_both_users_and_neither_can_write_it(hub, people, alice_session):
+    shared = hub.root / "shared" / "team.json"
+    shared.parent.mkdir(exist_ok=True)
+    # the maintainer dreams over their own session into store `team`, accepts the proposal, and publishes the store
+    maintainer_cli(hub, "run", "note: the lab's figures are saved as SVG files")
+    maintainer_cli(hub, "dream", "--store", "team", "--model", "scripted:dream")
+    proposed = [json.loads(line) for line in maintainer_cli(hub, "memories", "--store", "team", "--json").splitlines()]
+    assert len(proposed) == 1
+    maintainer_cli(hub, "memory", proposed[0]["id"], "--action", "accept")
+    maintainer_cli(hub, "memories", "export", "--store", "team", "-o", str(shared))
+    for name in ("alice", "bob"):
+        wb = client(hub, people, name)
+        try:
+            # a new session reads the published file: it is told the accepted memory, and recall finds it
+            sid = wb.create_session(title=f"{name}'s figures")["id"]
+            injected = [e for e in wb.events(sid) if e["type"] == "memories_injected"]
+            assert injected and proposed[0]["id"] in [m["id"] for m in injected[0]["payload"]["memories"]]
+            assert {"store": "team", "access": "read_only"} in injected[0]["payload"]["stores"]
+            team = wb.call("GET", "/memories", params={"store": "team"})["memories"]
+            assert [(m["id"], m["status"]) for m in team] == [(proposed[0]["id"], "accepted")]
+            # neither REST nor an import nor a dream writes it: each refusal names the store, its file and maintainer
+            refusals = []
+            for method, path, body, params in (
+                    ("PATCH", f"memories/{team[0]['id']}", {"action": "retire"}, None),
+                    ("PATCH", f"memories/{team[0]['id']}", {"action": "edit", "text": "use PNG"}, None),
+                    ("POST", "dreams", {"sessions": [sid], "model": "scripted:dream", "store": "team"}, None),
+                    ("POST", "memories/import", None, {"store": "team"})):
+                content = shared.read_bytes() if path.endswith("import") else json.dumps(body).encode()
+                r = httpx.request(method, f"{hub.url}/user/{name}/workbench/api/{path}", params=params, content=content,
+                                  headers={"Authorization": f"token {people[name]['token']}",
+                                           "Content-Type": "application/json"}, timeout=60)
+                refusals.append((r.status_code, r.json()["error"]))
+            assert all(status == 403 and "store 'team' is shared" in error and str(shared) in error
+                       and f"maintainer {maintainer()}" in error for status, error in refusals), refusals
+            assert [(m["id"], m["version"]) for m in wb.call("GET", "/memories", params={"store": "team"})["memories"]] == \
+                [(team[0]["id"], team[0]["version"])]
+        finally:
+            wb.close()
