@@ -21,7 +21,8 @@ from wbmemory import build_host
 
 
 @pytest.mark.parametrize("value", ["team", "team=", "Team=/x.json", "team=rel/x.json", "../x=/x.json", "team=/a,team=/b",
-                                   "t" * 41 + "=/x.json", "te\x00am=/x.json", "=/x.json"])
+                                   "t" * 41 + "=/x.json", "te\x00am=/x.json", "=/x.json",
+                                   ",".join(f"s{i}=/s{i}.json" for i in range(8))])
 def test_a_bad_shared_stores_setting_is_refused_with_its_reason(value):
     with pytest.raises(ConfigError, match="WORKBENCH_MEMORY_SHARED_STORES"):
         parse_shared(value)

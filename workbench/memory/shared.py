@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..plugins.errors import ConfigError, MemoryConflict
+from .mounts import MAX_MOUNTS
 from .store import MemoryStore, check_store, person
 from .transfer import MAX_FILE_BYTES, mirror_store, parse_export, shown_fields
 
@@ -52,6 +53,9 @@ def parse_shared(value: str) -> tuple[Shared, ...]:
         if any(s.store == name for s in out):
             raise ConfigError(f"WORKBENCH_MEMORY_SHARED_STORES names store {name!r} twice")
         out.append(Shared(name, Path(path.strip())))
+    if len(out) > MAX_MOUNTS - 1:  # every session mounts each of them beside its own store
+        raise ConfigError(f"WORKBENCH_MEMORY_SHARED_STORES names {len(out)} stores; at most {MAX_MOUNTS - 1} "
+                          f"(a session mounts at most {MAX_MOUNTS} stores, its own among them)")
     return tuple(out)
 
 
