@@ -213,15 +213,16 @@ def browser():
             b.close()
 
 
-def test_the_sidebar_runs_a_turn_for_a_user_who_logged_in_through_the_hub(hub, browser):
+@pytest.mark.parametrize("name", ["alice", "bob"])
+def test_the_sidebar_runs_a_turn_for_a_user_who_logged_in_through_the_hub(hub, browser, name):
     context = browser.new_context(viewport={"width": 1360, "height": 860})
     try:
         page = context.new_page()
         page.goto(f"{hub.url}/hub/login")
-        page.fill("input[name=username]", "bob")
+        page.fill("input[name=username]", name)
         page.fill("input[name=password]", PASSWORD)
         page.locator("input[type=submit], button[type=submit]").first.click()
-        page.wait_for_url(re.compile(r"/user/bob/lab"), timeout=120_000)
+        page.wait_for_url(re.compile(rf"/user/{name}/lab"), timeout=120_000)
         tab = page.locator('.jp-SideBar.jp-mod-left [data-id="jp-workbench"]')
         tab.wait_for(timeout=120_000)
         page.locator("#jupyterlab-splash").wait_for(state="detached", timeout=120_000)
@@ -233,13 +234,13 @@ def test_the_sidebar_runs_a_turn_for_a_user_who_logged_in_through_the_hub(hub, b
         panel.locator(".jp-wb-session.jp-mod-selected").wait_for(timeout=60_000)
         panel.locator(".jp-wb-input").fill("```python\nprint('through the hub', 6*7)\n```")
         panel.get_by_role("button", name="Send").click()
-        # the scripted model runs the code in bob's hands: the call's output comes back over the websocket
+        # the scripted model runs the code in the user's hands: the call's output comes back over the websocket
         panel.locator(".jp-wb-stdout").filter(has_text="through the hub 42").wait_for(timeout=120_000)
         page.wait_for_function("(b => b.textContent === 'Send' && !b.disabled)"
                                "(document.querySelector('#jp-workbench .jp-wb-composer button'))", timeout=120_000)
         out = REPO / "test-artifacts" / "hub"
         out.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(out / "sidebar.png"))
+        page.screenshot(path=str(out / f"sidebar-{name}.png"))
     finally:
         context.close()
 
