@@ -80,7 +80,7 @@ async def brain(log, hands):
 
 # Modules by their path under tests/ (tests/test_structure.py checks that each one exists, so a moved file keeps its
 # tier); FAST_MODULES are pure checks that live beside the slow tests of their package.
-SLOW_DIRS = ("hands", "sandbox", "server", "service", "ui", "memory", "fidelity")
+SLOW_DIRS = ("hands", "sandbox", "server", "service", "ui", "memory", "fidelity", "hub")
 SLOW_MODULES = ("brain/test_loop.py", "cli/test_cli.py", "cli/test_manage.py", "bench/test_quick.py", "test_leakcheck.py")
 FAST_MODULES = ("hands/test_fold.py", "hands/test_workspace_copy.py", "server/test_fuzz_routes.py")
 # The sandbox, quota, identity and escape tests: CI runs them a second time as an unprivileged user

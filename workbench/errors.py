@@ -29,7 +29,8 @@
      ├── PluginError               a plugin could not be loaded or contributes something invalid
      └── MemoryStoreError          the memory store cannot do what was asked
           ├── UnknownMemory        no memory with that id
-          └── MemoryConflict       the review action does not fit the memory's status
+          ├── MemoryConflict       the review action does not fit the memory's status
+          └── SharedStoreReadOnly  a write to a store this server mounts read-only from its maintainer's file
 
 Hands failures (a dead kernel, a timeout, a traceback) are not exceptions:
 they are observations for the model. Every message here is one line a person
@@ -198,3 +199,9 @@ class MemoryConflict(MemoryStoreError):
     """A review action that does not fit the memory's current status."""
 
     http_status = 409
+
+
+class SharedStoreReadOnly(MemoryStoreError):
+    """A write to a shared store: this server mounts it read-only from the file its maintainer publishes."""
+
+    http_status = 403

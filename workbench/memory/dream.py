@@ -242,6 +242,7 @@ def create_dream(brain: Brain, store: MemoryStore, *, sessions: list[str] | None
     """Create a dream session (not yet run) that proposes into store `target` (default: `dream_store`), mounting
     the stores `read_only` names read-only (it reads them, never changes them); returns its id."""
     mounts = dream_mounts(target or store.settings.dream_store, read_only)  # ConfigError on a bad name
+    store.refuse_shared(mounts[0].store)  # a shared store is written by its maintainer's dream, in their own log
     if sessions is not None:
         sessions = list(dict.fromkeys(sessions))
         for sid in sessions:

@@ -81,7 +81,7 @@ class SessionMemory(BetaAbstractMemoryTool):
         self.written: list[dict[str, Any]] = []  # what the call wrote: memory id, version, status, store, action
         if ctx is not None:
             self.actor = f"agent:{ctx.session_id}"
-            self.mounts: tuple[Mount, ...] = of_session(ctx.log, ctx.session_id)
+            self.mounts: tuple[Mount, ...] = of_session(ctx.log, ctx.session_id, store.shared)
 
     # -- reading -----------------------------------------------------------------------
 

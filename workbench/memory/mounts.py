@@ -10,7 +10,7 @@ alone. The config is frozen in `session_created`, so the mounts of every session
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,15 +87,19 @@ def dream_target(config: Mapping[str, Any]) -> str:
     return check_store((config.get("dream") or {}).get("store") or DEFAULT_STORE)
 
 
-def session_mounts(config: Mapping[str, Any] | None, kind: str) -> tuple[Mount, ...]:
-    """The stores a session with this config and kind mounts: its `memory.stores`, else the default."""
+def session_mounts(config: Mapping[str, Any] | None, kind: str, shared: Collection[str] = ()) -> tuple[Mount, ...]:
+    """The stores a session with this config and kind mounts: its `memory.stores`, else the default (a session's
+    own store read-write, and the server's `shared` stores read-only). A shared store is read-only whatever the
+    config says: only its maintainer's file writes it (shared.py)."""
     config = config or {}
     memory = config.get("memory")
     if memory is not None:
         check_memory_config(memory)
         if "stores" in memory:
-            return parse_mounts(memory["stores"])
-    return (Mount(dream_target(config) if kind == "dream" else DEFAULT_STORE),)
+            return tuple(Mount(m.store, "read_only") if m.store in shared else m for m in parse_mounts(memory["stores"]))
+    own = dream_target(config) if kind == "dream" else DEFAULT_STORE
+    extra = () if kind == "dream" else tuple(Mount(s, "read_only") for s in shared if s != own)
+    return (Mount(own, "read_only" if own in shared else "read_write"), *extra)[:MAX_MOUNTS]
 
 
 def dream_mounts(target: str, read_only: list[str] | None = None) -> tuple[Mount, ...]:
@@ -107,11 +111,11 @@ def dream_mounts(target: str, read_only: list[str] | None = None) -> tuple[Mount
     return mounts
 
 
-def of_session(log: SessionLog, session_id: str) -> tuple[Mount, ...]:
+def of_session(log: SessionLog, session_id: str, shared: Collection[str] = ()) -> tuple[Mount, ...]:
     """The mounts of a session, from its `session_created` event (where its config is frozen)."""
     first = log.events(session_id, until=1)
     payload = first[0].payload if first else {}
-    return session_mounts(payload.get("config") or {}, log.session(session_id)["kind"])
+    return session_mounts(payload.get("config") or {}, log.session(session_id)["kind"], shared)
 
 
 def stores_of(mounts: tuple[Mount, ...]) -> list[str]:

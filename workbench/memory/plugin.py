@@ -36,6 +36,7 @@ from .dream_script import dream_script
 from .memtool import memory_tool
 from .mounts import check_memory_config, session_mounts, stores_of
 from .secretscan import SecretScanner
+from .shared import SharedStores, parse_shared
 from .store import MemorySettings, MemoryStore, check_store
 from .tools import dream_tools, recall_tool
 
@@ -59,6 +60,7 @@ class MemoryPlugin(Plugin):
     _stopping: bool = field(default=False, repr=False)
     _timer: asyncio.Future | None = field(default=None, repr=False)
     _driving: dict[str, asyncio.Future] = field(default_factory=dict, repr=False)  # dreams this host runs, by id
+    shared: SharedStores | None = field(default=None, repr=False)  # stores mounted read-only from files (shared.py)
 
     # -- without a host --------------------------------------------------------------
 
@@ -96,6 +98,9 @@ class MemoryPlugin(Plugin):
             hands_vault = host.hands.vault if host.hands is not None else None
             vault = self.vault or hands_vault or Vault.load(from_env(EgressSettings).vault)
             self.store = MemoryStore(sql, self.settings, SecretScanner(vault.redact))
+            shared = parse_shared(self.settings.shared_stores)  # ConfigError: the host does not start
+            if shared and not sql.read_only:  # a read-only command reads the mirror the server last made
+                self.shared = SharedStores(self.store, shared, self.settings.shared_maintainer)
         else:
             self.store = None
 
@@ -138,7 +143,9 @@ class MemoryPlugin(Plugin):
         with it: ranked by relevance to its first message (else its title), then newest, within `inject_chars`."""
         if self.store is None or session.kind == "dream":
             return None
-        mounts = session_mounts(session.config, session.kind)  # ConfigError: the session is not created
+        if self.shared is not None:
+            self.shared.refresh()  # a file its maintainer published since: this session is told what it holds now
+        mounts = session_mounts(session.config, session.kind, self.store.shared)  # ConfigError: the session is not created
         query, by = (session.message, "message") if session.message else (session.title, "title") if session.title else (None, "recency")
         text, injected, left_out, held = self.store.injection(query, stores_of(mounts))
         if not injected:
@@ -153,6 +160,8 @@ class MemoryPlugin(Plugin):
         host, loop = self._host(), asyncio.get_running_loop()
         # a dream whose turn ended just before its process stopped is committed now (idempotent)
         await asyncio.to_thread(commit_finished_dreams, self.store)
+        if self.shared is not None:
+            await asyncio.to_thread(self.shared.refresh)
 
         def on_commit(e: Event) -> None:  # on the log's writer thread: never wait for a write here
             if e.type == "turn_ended" and e.payload.get("stop_reason") == "end_turn" and self._is_dream(e.session_id) \

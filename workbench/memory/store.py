@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from ..plugins.errors import ConfigError, MemoryConflict, UnknownMemory
+from ..plugins.errors import ConfigError, MemoryConflict, SharedStoreReadOnly, UnknownMemory
 from ..plugins.log import SESSION_ID, SqlLog, one_row, scrub_text
 from .index import Indexes, MountIndex
 from .relevance import contradictions, contradictions_among
@@ -140,6 +140,9 @@ class MemorySettings:
     # the stores whose memory-tool writes are accepted at once (comma-separated names, `*`: every store); the
     # writes of sessions to any other store are proposals a person reviews
     tool_accept_stores: str = ""
+    # stores mounted read-only from files their maintainer publishes (NAME=PATH, comma-separated: memory/shared.py)
+    shared_stores: str = ""
+    shared_maintainer: str = ""  # who publishes them: a file exported by anyone else is not read (empty: not checked)
 
     def accepts_tool_writes(self, store: str) -> bool:
         """Whether a session's memory-tool write to `store` is accepted at once (else it is a proposal)."""
@@ -328,6 +331,13 @@ class MemoryStore:
         if not log.read_only:
             log.write(lambda tx: tx.execute(SCHEMA)).result()
         self._legacy: bool | None = None  # a read-only file from before stores (no `store` column): all in "default"
+        # the shared stores this log mirrors read-only (memory/shared.py), each with the line that refuses a write
+        self.shared: dict[str, str] = {}
+
+    def refuse_shared(self, store: str) -> None:
+        """SharedStoreReadOnly for a write to a shared store: only its mirror (shared.py) writes there."""
+        if store in self.shared:
+            raise SharedStoreReadOnly(self.shared[store])
 
     def _legacy_file(self, cur: Any) -> bool:
         if self._legacy is None:
@@ -562,7 +572,7 @@ class MemoryStore:
                   memory_id: str | None = None, store: str = DEFAULT_STORE) -> str:
         """`create` inside a transaction the caller owns (a dream commits many at once)."""
         check_actor(actor)
-        check_store(store)
+        self.refuse_shared(check_store(store))
         if proposal not in PROPOSALS or status not in STATUSES:
             raise ConfigError(f"bad proposal {proposal!r} or status {status!r}")
         for target in targets or []:  # a store holds its whole chain: nothing in it replaces a memory of another store
@@ -602,6 +612,7 @@ class MemoryStore:
 
     def _change(self, tx: Any, m: dict[str, Any], actor: str, action: str, *, note: str | None = None, **new: Any) -> dict[str, Any]:
         """Append the next version of memory m, with some fields changed."""
+        self.refuse_shared(m["store"])
         v = {k: m[k] for k in ("title", "text", "tags", "status", "provenance")}
         v.update({k: x for k, x in new.items() if x is not None})
         self._version(tx, m["id"], m["version"] + 1, actor, action, v["title"], v["text"], v["tags"],
@@ -616,6 +627,10 @@ class MemoryStore:
         unknown = set(kw) - {"title", "text", "tags", "note", "reason", "with", "by", "allow_secret"}
         if unknown:
             raise ConfigError(f"unknown fields for {action}: {', '.join(sorted(unknown))}")
+        if self.shared:  # before anything else is checked: no review of a shared store's memory is taken here
+            rows = self._rows("SELECT store FROM memory_items WHERE id = ?", [memory_id])
+            if rows:
+                self.refuse_shared(rows[0][0])
         if not kw.pop("allow_secret", False):
             self.refuse_secrets(kw.get("title"), kw.get("text"))
         if action == "redact":  # the source sentences are read from committed events, before the write

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Literal
@@ -46,12 +46,13 @@ def dream_scope(ctx: ToolContext) -> list[str] | None:
     return ((ctx.log.events(ctx.session_id, until=1)[0].payload.get("config") or {}).get("dream") or {}).get("sessions")
 
 
-def stores(ctx: ToolContext | None) -> tuple[str, tuple[Mount, ...]]:
-    """(the store this session writes into, the stores it mounts), from its frozen config (no session: the default)."""
+def stores(ctx: ToolContext | None, shared: Collection[str] = ()) -> tuple[str, tuple[Mount, ...]]:
+    """(the store this session writes into, the stores it mounts), from its frozen config (no session: the default);
+    `shared`: the server's shared stores, read-only in every session."""
     if ctx is None:
-        return session_mounts(None, "chat")[0].store, session_mounts(None, "chat")
+        return session_mounts(None, "chat", shared)[0].store, session_mounts(None, "chat", shared)
     config = ctx.log.events(ctx.session_id, until=1)[0].payload.get("config") or {}
-    return dream_target(config), session_mounts(config, ctx.log.session(ctx.session_id)["kind"])
+    return dream_target(config), session_mounts(config, ctx.log.session(ctx.session_id)["kind"], shared)
 
 
 def _chunk_range(ctx: ToolContext, sid: str) -> dict[str, Any] | None | Literal[False]:
@@ -145,7 +146,7 @@ def read_events(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> To
 def read_memories(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     if any(inp.get(k) is not None and not isinstance(inp.get(k), str) for k in ("status", "tag", "search")):
         return _out("status, tag and search must be strings", True)
-    target, mounts = stores(ctx)
+    target, mounts = stores(ctx, store.shared)
     rows = store.list(status=inp.get("status"), tag=inp.get("tag"), search=inp.get("search"), store=stores_of(mounts))
     if not rows:
         return _out("no memories match")
@@ -208,7 +209,7 @@ def _absorb(store: MemoryStore, inp: dict[str, Any], title: str, text: str, prov
 
 def _propose(kind: str, store: MemoryStore, inp: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     scope = dream_scope(ctx)
-    target, mounts = stores(ctx)
+    target, mounts = stores(ctx, store.shared)
     access = {m.store: m.access for m in mounts}
     if access.get(target) != "read_write":
         how = "mounts it read-only" if target in access else "does not mount it"
@@ -317,7 +318,7 @@ def recall(store: MemoryStore, inp: dict[str, Any], ctx: ToolContext | None) -> 
         return _out(f"query is {len(query):,} characters; a recall query takes at most {MAX_RECALL_QUERY:,}", True)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RECALL_RESULTS:
         return _out(f"limit must be an integer from 1 to {MAX_RECALL_RESULTS}", True)
-    mounted = stores_of(stores(ctx)[1])  # only what the session mounts, read-only or read-write
+    mounted = stores_of(stores(ctx, store.shared)[1])  # only what the session mounts, read-only or read-write
     found = store.recall(query, mounted, limit)
     if not found:
         return _out("no accepted memory matches; try other words (memories are searched by title, text and tags)",

@@ -336,7 +336,7 @@ def _redact(m: dict[str, Any]) -> None:
 # -- import ---------------------------------------------------------------------------------------
 
 
-def _shown_fields(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
+def shown_fields(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
     """(path, text) of every field of a checked export that a prompt, a panel or a listing may show: each goes
     through the secret guard (ids and times have strict formats besides; a tag list is one field)."""
     if doc["exported_by"] is not None:
@@ -376,7 +376,7 @@ def import_store(store: MemoryStore, data: bytes, actor: str, into: str | None =
     doc = parse_export(data)
     target = check_store(into or doc["store"])
     if not allow_secret:
-        problems = store.scanner.problems_of(_shown_fields(doc))
+        problems = store.scanner.problems_of(shown_fields(doc))
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise ConfigError(f"not imported: {problems[0]}{more}. Remove it from the file; if it is not a secret, "
@@ -394,17 +394,7 @@ def import_store(store: MemoryStore, data: bytes, actor: str, into: str | None =
         fresh = [m for m in doc["memories"] if m["id"] not in present]
         to_review: list[str] = []
         for m in fresh:
-            tx.execute("INSERT INTO memory_items (id, created_at, created_by, proposal, targets, dream_id, store) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       [m["id"], m["created_at"], m["created_by"], m["proposal"], m["targets"], m["dream_id"], target])
-            for v in m["versions"]:
-                tx.execute("INSERT INTO memory_versions (memory_id, version, ts, actor, action, title, text, tags, status, "
-                           "provenance, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                           [m["id"], v["version"], v["ts"], v["actor"], v["action"], v["title"], v["text"], v["tags"],
-                            v["status"], json.dumps(v["provenance"]), v["note"]])
-            for r in m["redactions"]:
-                tx.execute("INSERT INTO memory_redactions VALUES (?, ?, ?, ?, ?, ?)",
-                           [m["id"], r["version"], r["ts"], r["actor"], r["reason"], r["versions"]])
+            _insert(tx, m, target)
             last = m["versions"][-1]
             if review and last["status"] == "accepted":
                 tx.execute("INSERT INTO memory_versions (memory_id, version, ts, actor, action, title, text, tags, status, "
@@ -413,10 +403,7 @@ def import_store(store: MemoryStore, data: bytes, actor: str, into: str | None =
                             json.dumps(last["provenance"]),
                             f"imported from store {doc['store']!r} for review (it was accepted there)"])
                 to_review.append(m["id"])
-        new = {m["id"] for m in fresh}
-        links = [x for x in doc["links"] if x["memory_id"] in new and x["by_id"] in new]
-        for x in links:
-            tx.execute("INSERT INTO memory_links VALUES (?, ?, ?, ?, ?)", [x["memory_id"], x["by_id"], x["ts"], x["actor"], x["kind"]])
+        links = _insert_links(tx, doc, {m["id"] for m in fresh})
         import_id = "i" + uuid.uuid4().hex[:10]
         tx.execute("INSERT INTO memory_imports VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    [import_id, _now(), actor, target, doc["store"], doc["exported_at"], doc["exported_by"],
@@ -426,4 +413,54 @@ def import_store(store: MemoryStore, data: bytes, actor: str, into: str | None =
                 "versions": sum(len(m["versions"]) for m in fresh), "links": len(links)}
 
     check_actor(actor)
+    store.refuse_shared(target)
+    return store.log.write(write).result()
+
+
+def _insert(tx: Any, m: dict[str, Any], target: str) -> None:
+    """One checked memory of an export, with its versions and redaction records, into store `target`."""
+    tx.execute("INSERT INTO memory_items (id, created_at, created_by, proposal, targets, dream_id, store) "
+               "VALUES (?, ?, ?, ?, ?, ?, ?)",
+               [m["id"], m["created_at"], m["created_by"], m["proposal"], m["targets"], m["dream_id"], target])
+    for v in m["versions"]:
+        tx.execute("INSERT INTO memory_versions (memory_id, version, ts, actor, action, title, text, tags, status, "
+                   "provenance, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   [m["id"], v["version"], v["ts"], v["actor"], v["action"], v["title"], v["text"], v["tags"],
+                    v["status"], json.dumps(v["provenance"]), v["note"]])
+    for r in m["redactions"]:
+        tx.execute("INSERT INTO memory_redactions VALUES (?, ?, ?, ?, ?, ?)",
+                   [m["id"], r["version"], r["ts"], r["actor"], r["reason"], r["versions"]])
+
+
+def _insert_links(tx: Any, doc: dict[str, Any], new: set[str]) -> list[dict[str, Any]]:
+    links = [x for x in doc["links"] if x["memory_id"] in new and x["by_id"] in new]
+    for x in links:
+        tx.execute("INSERT INTO memory_links VALUES (?, ?, ?, ?, ?)", [x["memory_id"], x["by_id"], x["ts"], x["actor"], x["kind"]])
+    return links
+
+
+def mirror_store(store: MemoryStore, doc: dict[str, Any]) -> int:
+    """Make store `doc["store"]` of this log exactly the checked export `doc` (a shared store's file), in one
+    transaction: what the file no longer holds goes, what it holds comes in as it is. Returns the memories mirrored.
+    MemoryConflict when an id of the file is in another store of this log (nothing is written)."""
+    name = doc["store"]
+
+    def write(tx: Any) -> int:
+        ids = [m["id"] for m in doc["memories"]]
+        if ids:
+            other = tx.execute(f"SELECT id, store FROM memory_items WHERE store <> ? AND id IN ({', '.join('?' * len(ids))})",
+                               [name, *ids]).fetchall()
+            if other:
+                raise MemoryConflict(f"shared store {name!r} not read: its memory {other[0][0]} is in store {other[0][1]!r} "
+                                     "of this log (a memory is in one store)")
+        mine = "(SELECT id FROM memory_items WHERE store = ?)"
+        tx.execute(f"DELETE FROM memory_links WHERE memory_id IN {mine} OR by_id IN {mine}", [name, name])
+        for table in ("memory_redactions", "memory_versions"):
+            tx.execute(f"DELETE FROM {table} WHERE memory_id IN {mine}", [name])
+        tx.execute("DELETE FROM memory_items WHERE store = ?", [name])
+        for m in doc["memories"]:
+            _insert(tx, m, name)
+        _insert_links(tx, doc, set(ids))
+        return len(ids)
+
     return store.log.write(write).result()

@@ -11,6 +11,7 @@ from ..errors import (
                       PluginError,
                       RequestRefused,
                       ServerUnavailable,
+                      SharedStoreReadOnly,
                       TurnBusy,
                       UnknownMemory,
                       UnknownSession,
@@ -18,4 +19,4 @@ from ..errors import (
 )
 
 __all__ = ["BodyTooLarge", "ConfigError", "DatabaseLocked", "MemoryConflict", "PluginError", "RequestRefused",
-           "ServerUnavailable", "TurnBusy", "UnknownMemory", "UnknownSession", "WorkbenchError"]
+           "ServerUnavailable", "SharedStoreReadOnly", "TurnBusy", "UnknownMemory", "UnknownSession", "WorkbenchError"]
