@@ -46,6 +46,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jupyter_client import AsyncKernelManager
+from traitlets import default
+
+from workbench.hands.launching.channel import WakingKernelClient
 from workbench.hands.observing import TIMED_OUT
 from workbench.hands.observing.render import blocks
 from workbench.hands.observing.widgets import model_of, tree
@@ -199,6 +203,16 @@ def plan(nb: dict[str, Any]) -> tuple[list[tuple[int, str]], list[Cell], str]:
     return run, skipped, lang
 
 
+class ReferenceKernelManager(AsyncKernelManager):
+    """nbclient's kernel manager, with a client whose sends do not leave the wait for a cell's reply asleep: nbclient
+    sends an Output widget's state on the shell channel while it waits there, and with jupyter_client's own client
+    a reply that had just arrived then went unnoticed for the whole CELL_TIMEOUT (hands/launching/channel.py)."""
+
+    @default("client_factory")
+    def _waking_client(self) -> type:
+        return WakingKernelClient
+
+
 def reference_run(sources: list[str], cwd: Path) -> tuple[list[list[dict[str, Any]]], dict[str, Any], list[Snapshot]]:
     """Run the cells in a plain ipykernel with nbclient; each cell's outputs (as JupyterLab shows them), the
     widgets' state, and a snapshot of the whole notebook as it stood when each cell returned."""
@@ -229,7 +243,7 @@ def reference_run(sources: list[str], cwd: Path) -> tuple[list[list[dict[str, An
 
     client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": str(cwd)}}, on_cell_executed=executed,
-                            record_timing=False)
+                            record_timing=False, kernel_manager_class=ReferenceKernelManager)
     client.execute()
     widgets = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     outs = [outputs(i, c) for i, c in enumerate(nb.cells)]

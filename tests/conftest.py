@@ -82,7 +82,7 @@ async def brain(log, hands):
 # tier); FAST_MODULES are pure checks that live beside the slow tests of their package.
 SLOW_DIRS = ("hands", "sandbox", "server", "service", "ui", "memory", "fidelity", "hub")
 SLOW_MODULES = ("brain/test_loop.py", "cli/test_cli.py", "cli/test_manage.py", "bench/test_quick.py", "test_leakcheck.py")
-FAST_MODULES = ("hands/test_fold.py", "hands/test_workspace_copy.py", "server/test_fuzz_routes.py")
+FAST_MODULES = ("hands/test_fold.py", "hands/test_workspace_copy.py", "hands/test_channel.py", "server/test_fuzz_routes.py")
 # The sandbox, quota, identity and escape tests: CI runs them a second time as an unprivileged user
 # (scripts/unprivileged.sh -m isolation), since a researcher's server is not root and CI's is.
 ISOLATION_DIRS = ("sandbox",)

@@ -13,6 +13,11 @@ flight is dropped here, most of it with a note (`Dropped`) the model reads:
 - A reader task drains the socket into an inbox all the time, so nothing piles up in ZMQ's queue
   between calls; only messages of the call in flight (`expect`) are kept, within a byte budget.
 - Each message is deserialized (signature checked) here; one that fails becomes a note.
+
+The kernel client's channels (`WakingChannel`) also mend a missed wake-up of jupyter_client's: it sends
+through a blocking twin of the asyncio socket, and that send takes in the socket's pending notifications
+(ZMQ's edge-triggered FD), so a reply that had arrived no longer woke a receive already waiting on that
+socket: it waited for its whole timeout (nbclient: the cell's 120 s) with the reply there.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ from typing import Any
 
 import zmq
 from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.connect import channel_socket_types
+from traitlets import Type
 from zmq.utils.monitor import parse_monitor_message
 
 from ..base import Dropped
@@ -41,7 +48,28 @@ def inbox_budget(max_message: int) -> int:
     return 4 * max_message
 
 
-class HandsKernelClient(AsyncKernelClient):
+class WakingChannel(AsyncZMQSocketChannel):
+    """jupyter_client's channel, except that a send leaves a receive waiting on the same socket able to wake."""
+
+    def send(self, msg: dict[str, Any]) -> None:
+        super().send(msg)
+        # the send went through a blocking twin of this socket (jupyter_client's Session.send), which took in the
+        # socket's pending notifications: a message that had arrived raises no edge on the FD any more, so a
+        # poll or receive already waiting (nbclient's for the execute reply, while its iopub side sends an Output
+        # widget's state) would sleep on. Reading EVENTS through the asyncio socket makes it look again.
+        if self.socket is not None:
+            self.socket.get(zmq.EVENTS)
+
+
+class WakingKernelClient(AsyncKernelClient):
+    """An async kernel client whose sends cannot leave a waiting receive asleep (`WakingChannel`)."""
+
+    shell_channel_class = Type(WakingChannel)
+    control_channel_class = Type(WakingChannel)
+    stdin_channel_class = Type(WakingChannel)
+
+
+class HandsKernelClient(WakingKernelClient):
     """A kernel client whose sockets refuse messages over `max_message` bytes (ZMQ's MAXMSGSIZE)."""
 
     max_message = MAX_MESSAGE  # set before the channels start: ZMQ applies it when a socket connects
@@ -191,6 +219,7 @@ class IOPub:
             except zmq.ZMQError:
                 pass
             self.sock.connect(self.url)
+            self.sock.get(zmq.EVENTS)  # connect took in the socket's notifications: let the waiting reader look again
             self.lost_at = time.monotonic()
             self._drop(f"[output was lost: the kernel sent a message over the {self.max_message:,} bytes the hands read "
                        "(max_message_mb), so its output channel was reset; what it sent just before and after is gone "
