@@ -1,5 +1,6 @@
 """The gateway backend at scale: a dead kernel noticed by the hands' probe (not the gateway's restarter),
-a busy cell never taken for dead, the limits a kernel can set on itself, and the warm pool."""
+a busy cell never taken for dead, the limits a kernel can set on itself, and the warm pool; each against a
+Jupyter Kernel Gateway and a Jupyter Enterprise Gateway (the same tests, the gateway a parameter)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,21 @@ import pytest
 
 from workbench.hands.factory import HandsFactory, HandsSettings
 
+from .conftest import DEAF_GATEWAYS, GATEWAYS
+
 pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture(params=list(GATEWAYS))
+def gateway(request):
+    """Each kind of gateway, running, its restarter quick to notice a death."""
+    return request.getfixturevalue(GATEWAYS[request.param])
+
+
+@pytest.fixture(params=list(DEAF_GATEWAYS))
+def deaf_gateway(request):
+    """Each kind of gateway, running, its restarter 10 minutes from noticing a death."""
+    return request.getfixturevalue(DEAF_GATEWAYS[request.param])
 
 
 def settings(gw, tmp_path, **kw) -> HandsSettings:
