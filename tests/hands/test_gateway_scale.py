@@ -77,6 +77,9 @@ async def test_the_limits_a_gateway_kernel_can_set_on_itself(gateway, tmp_path, 
         assert set(limits) >= {"memory", "open_files", "file_size", "cpu", "processes"}
         assert limits["open_files"].startswith("rlimit 256, set in the kernel")
         assert limits["processes"].startswith("not enforced")
+        # and what a gateway's kernel lacks that one on this machine has
+        assert limits["workspace"].startswith("none here") and limits["spare"].startswith("none:"), limits
+        assert limits["egress"].startswith("the gateway's"), limits
 
 
 async def test_the_pool_serves_a_replacement_at_once(gateway, tmp_path, recorder):
