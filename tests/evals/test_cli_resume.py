@@ -113,6 +113,9 @@ def test_a_run_killed_halfway_goes_on_without_running_anything_twice(tmp_path, f
                 assert not any(e.type == "eval_verdict" for e in evs)
             else:
                 assert finished["outcome"] == "pass", (row, finished)
+                (verdict,) = [e.payload for e in evs if e.type == "eval_verdict"]
+                # on a gateway the verifier's hands cannot reach the agent's files: it checked the answer alone
+                assert ("answer alone" in " ".join(verdict["details"]["copy_notes"])) == (gateway is not None), verdict
         # a try whose code did not write its marker is one the kill cut off before its code ran
         assert {sid for sid in tries if sid not in ran} <= set(cut)
         if gateway is not None:
