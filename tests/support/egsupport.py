@@ -38,20 +38,26 @@ def _digest() -> str:
 
 
 def _make(venv: Path) -> None:
-    """Make the environment from the pins: uv when it is there (seconds), else venv and pip."""
-    shutil.rmtree(venv, ignore_errors=True)
+    """Make the environment from the pins: uv when it is there and can (seconds), else venv and pip (as
+    scripts/test.sh does: uv reads no pip configuration, so an index only pip is told of is pip's to reach)."""
     uv = Path(sys.executable).with_name("uv")
     py = venv / "bin" / "python"
+    ways = [[[sys.executable, "-m", "venv", str(venv)],
+             [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r", str(PINS)]]]
     if uv.exists():
-        steps = [[str(uv), "venv", "-q", "--python", sys.executable, str(venv)],
-                 [str(uv), "pip", "install", "-q", "--python", str(py), "-r", str(PINS)]]
-    else:
-        steps = [[sys.executable, "-m", "venv", str(venv)],
-                 [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r", str(PINS)]]
-    for cmd in steps:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        if done.returncode != 0:
-            raise Unavailable(f"making {venv.name} failed: {' '.join(cmd[:3])}: {done.stderr.strip()[-1500:]}")
+        ways.insert(0, [[str(uv), "venv", "-q", "--python", sys.executable, str(venv)],
+                        [str(uv), "pip", "install", "-q", "--python", str(py), "-r", str(PINS)]])
+    failed = []
+    for steps in ways:
+        shutil.rmtree(venv, ignore_errors=True)
+        for cmd in steps:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            if done.returncode != 0:
+                failed.append(f"{' '.join(cmd[:3])}: {done.stderr.strip()[-1000:]}")
+                break
+        else:
+            return
+    raise Unavailable(f"making {venv.name} failed: " + " | ".join(failed))
 
 
 def environment() -> Path:
