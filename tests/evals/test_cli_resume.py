@@ -1,6 +1,7 @@
 """`workbench eval` as a subprocess through the fake Messages API: 40 attempts, 8 at a time, SIGKILLed
 halfway and run again with its run id: no attempt runs twice, none is lost, and none fails because of the kill
-(what it cut off is an error, tried again)."""
+(what it cut off is an error, tried again). With local hands, and with every kernel (agents' and verifiers')
+on a Jupyter Enterprise Gateway: the same test, the hands a parameter."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from workbench.evals import attempt_id, load_tasks
 from workbench.evals.script import solver
 from workbench.log import DuckDBLog
 
+from egsupport import EnterpriseGateway, Unavailable, skip_or_fail
 from wbsupport import WORKBENCH, cli_env
 
 pytestmark = pytest.mark.slow
@@ -27,8 +29,9 @@ TASKS, EPOCHS = 10, 4
 def task_set(tmp_path: Path, markers: Path) -> Path:
     lines = []
     for i in range(TASKS):
-        # the kernel's working directory is the attempt's own workspace (.../<run>/<session id>/work)
-        code = (f"import os, time\nopen({str(markers)!r}, 'a').write(os.getcwd() + '\\n')\n"
+        # which kernel ran it: on a gateway its KERNEL_ID (hands_started names the session's); locally its working
+        # directory, the attempt's own workspace (.../<run>/<session id>/work)
+        code = (f"import os, time\nopen({str(markers)!r}, 'a').write((os.environ.get('KERNEL_ID') or os.getcwd()) + '\\n')\n"
                 f"time.sleep(0.5)\nprint({i} * {i})")
         lines.append({"id": f"square-{i}", "prompt": f"What is {i} squared? Answer with the number.",
                       "verifier": {"kind": "python", "code": f"assert answer.strip() == '{i * i}', 'wrong square'"},
@@ -40,14 +43,32 @@ def task_set(tmp_path: Path, markers: Path) -> Path:
     return path
 
 
-def test_a_run_killed_halfway_goes_on_without_running_anything_twice(tmp_path, fake_api):
+@pytest.fixture(params=["local", "enterprise-gateway"])
+def hands_env(request, tmp_path_factory):
+    """The hands' settings of the run: local kernels, or every kernel on a Jupyter Enterprise Gateway."""
+    if request.param == "local":
+        yield {"WORKBENCH_HANDS_BACKEND": "local"}, None
+        return
+    try:
+        gw = EnterpriseGateway(tmp_path_factory.mktemp("eg")).__enter__()
+    except Unavailable as e:
+        skip_or_fail(pytest, str(e))
+    try:
+        yield {"WORKBENCH_HANDS_BACKEND": "gateway", "WORKBENCH_HANDS_GATEWAY_URL": gw.url,
+               "WORKBENCH_HANDS_GATEWAY_TOKEN": gw.token}, gw
+    finally:
+        gw.__exit__()
+
+
+def test_a_run_killed_halfway_goes_on_without_running_anything_twice(tmp_path, fake_api, hands_env):
+    hands_env, gateway = hands_env
     markers, db = tmp_path / "markers.txt", tmp_path / "wb.duckdb"
     tasks_path = task_set(tmp_path, markers)
     tasks = {t.prompt.strip(): t for t in load_tasks(tasks_path)}
     fake_api.use(solver(lambda: tasks))
-    # local hands: the kernels write markers into this test's directory, which a sandbox does not mount
-    env = cli_env(ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=fake_api.url, WORKBENCH_HANDS_BACKEND="local",
-                  WORKBENCH_HANDS_POOL_SIZE="0")
+    # local hands or a gateway's on this machine: the kernels write markers into this test's directory, which a
+    # sandbox does not mount
+    env = cli_env(ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=fake_api.url, WORKBENCH_HANDS_POOL_SIZE="0", **hands_env)
     cmd = [*WORKBENCH, "eval", str(tasks_path), "--model", "anthropic:evalbot", "--epochs", str(EPOCHS),
            "--parallel", "8", "--run", "killed", "--db", str(db)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -59,6 +80,7 @@ def test_a_run_killed_halfway_goes_on_without_running_anything_twice(tmp_path, f
     assert proc.poll() is None, f"the run ended before it could be killed: {proc.communicate()[1].decode()[-2000:]}"
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
+    orphans = set(gateway.kernels()) if gateway is not None else set()
     before = Counter(markers.read_text().splitlines())
     assert 0 < len(before) < TASKS * EPOCHS
 
@@ -72,8 +94,11 @@ def test_a_run_killed_halfway_goes_on_without_running_anything_twice(tmp_path, f
     assert max(ran.values()) == 1, [k for k, n in ran.items() if n > 1]  # no attempt's code ran twice
     # every try of every attempt: an attempt whose try the kill cut off was tried again, as a session of its own
     tries = {attempt_id("killed", r["task"], r["model"], r["epoch"], n): (r, n) for r in rows for n in range(1, r["tries"] + 1)}
-    assert {Path(k).parent.name for k in ran} <= set(tries)
     with DuckDBLog(db, read_only=True) as log:
+        kernels = {e.payload["kernel_id"]: sid for sid in tries for e in log.events(sid)
+                   if e.type == "hands_started" and e.payload.get("kernel_id")}
+        ran = Counter(kernels.get(k) or Path(k).parent.name for k in ran.elements())  # by the session that ran it
+        assert max(ran.values()) == 1 and set(ran) <= set(tries), ran
         cut = []
         for sid, (row, n) in tries.items():
             evs = log.events(sid)
@@ -88,8 +113,16 @@ def test_a_run_killed_halfway_goes_on_without_running_anything_twice(tmp_path, f
                 assert not any(e.type == "eval_verdict" for e in evs)
             else:
                 assert finished["outcome"] == "pass", (row, finished)
+                (verdict,) = [e.payload for e in evs if e.type == "eval_verdict"]
+                # on a gateway the verifier's hands cannot reach the agent's files: it checked the answer alone
+                assert ("answer alone" in " ".join(verdict["details"]["copy_notes"])) == (gateway is not None), verdict
         # a try whose code did not write its marker is one the kill cut off before its code ran
-        assert {sid for sid in tries if not any(Path(k).parent.name == sid for k in ran)} <= set(cut)
+        assert {sid for sid in tries if sid not in ran} <= set(cut)
+        if gateway is not None:
+            # a host killed by SIGKILL cannot delete its kernels on the gateway: those it was using (agents' and
+            # verifiers', at most 8 each) stay there until the gateway culls them (docs/scale.md); every kernel the
+            # run that went on started was deleted
+            assert len(orphans) <= 16 and set(gateway.kernels()) <= orphans, (orphans, gateway.kernels())
     assert fake_api.rejections == []
     # what the kill cut off is tried again and passes: no attempt fails because of the crash
     assert [r["outcome"] for r in rows] == ["pass"] * (TASKS * EPOCHS)

@@ -156,6 +156,37 @@ def _gateway(hands_tmp, name: str, time_to_dead: float):
             proc.wait()
 
 
+def _enterprise_gateway(hands_tmp, name: str, time_to_dead: float):
+    from egsupport import EnterpriseGateway, Unavailable, skip_or_fail
+
+    try:
+        gw = EnterpriseGateway(hands_tmp, name, time_to_dead=time_to_dead)
+        gw.__enter__()
+    except Unavailable as e:
+        skip_or_fail(pytest, str(e))
+    try:
+        yield gw
+    finally:
+        gw.__exit__()
+
+
+@pytest.fixture(scope="session")
+def enterprise_gateway(hands_tmp):
+    """A real Jupyter Enterprise Gateway 3.3 (from its own environment, tests/support/egsupport.py)."""
+    yield from _enterprise_gateway(hands_tmp, "eg", 0.3)
+
+
+@pytest.fixture(scope="session")
+def deaf_enterprise_gateway(hands_tmp):
+    """An Enterprise Gateway whose restarter does not notice a dead kernel for 10 minutes: only the probe can."""
+    yield from _enterprise_gateway(hands_tmp, "deaf-eg", 600)
+
+
+# the gateways the gateway backend is tested against: the same tests, each gateway a parameter
+GATEWAYS = {"gateway": "gateway", "enterprise-gateway": "enterprise_gateway"}
+DEAF_GATEWAYS = {"gateway": "deaf_gateway", "enterprise-gateway": "deaf_enterprise_gateway"}
+
+
 @pytest_asyncio.fixture
 async def factory(settings):
     """A started local HandsFactory, closed at the end."""

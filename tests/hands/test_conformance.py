@@ -18,6 +18,8 @@ import pytest_asyncio
 from workbench.hands import Hands, Observation
 from workbench.hands.factory import HandsFactory, HandsSettings
 
+from .conftest import GATEWAYS
+
 
 # a 1x1 PNG
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
@@ -33,16 +35,22 @@ def _backend_settings(param: str, request, tmp_path) -> HandsSettings:
         if not check.ok:
             pytest.skip(f"no working bubblewrap here: {check.reason}")
     # "+pool": with a warm pool of one (the kernels of a session's first call and of its replacements)
-    s = HandsSettings(backend=backend, pool_size=1 if pooled else 0, registry_dir=str(tmp_path / "registry"))
-    if backend == "gateway":
-        gw = request.getfixturevalue("gateway")
+    s = HandsSettings(backend="gateway" if backend in GATEWAYS else backend, pool_size=1 if pooled else 0,
+                      registry_dir=str(tmp_path / "registry"))
+    if backend in GATEWAYS:  # a Jupyter Kernel Gateway, or an Enterprise Gateway: the same backend speaks to both
+        gw = request.getfixturevalue(GATEWAYS[backend])
         s.gateway_url, s.gateway_token = gw.url, gw.token
     return s
 
 
-@pytest.fixture(params=["local", "gateway", "gateway+pool", "sandbox"])
+@pytest.fixture(params=["local", "gateway", "gateway+pool", "enterprise-gateway+pool", "sandbox"])
 def backend(request):
     return request.param
+
+
+def gateway_of(backend: str, request):
+    """The running gateway of a gateway backend's parameter."""
+    return request.getfixturevalue(GATEWAYS[backend.partition("+")[0]])
 
 
 @pytest_asyncio.fixture
@@ -55,7 +63,7 @@ async def hands(backend, request, tmp_path):
 
     async with HandsFactory(_backend_settings(backend, request, tmp_path)) as factory:
         h = factory("conformance", {"hands": SHORT}, sink)
-        h.events = events
+        h.events, h.factory = events, factory
         yield h
 
 
@@ -108,7 +116,7 @@ async def test_a_missing_module_says_where_to_install_it(hands: Hands, backend):
         pytest.skip("scikit-learn is installed here")
     assert obs.error["ename"] == "ModuleNotFoundError" and obs.hint, obs.error
     assert "`sklearn` is not installed" in obs.hint and "pip install scikit-learn" in obs.hint, obs.hint
-    if not backend.startswith("gateway"):  # the interpreter named is the one the kernel runs on
+    if "gateway" not in backend:  # the interpreter named is the one the kernel runs on
         python = (await hands.execute("import sys; print(sys.executable, end='')")).stdout
         assert f"{python} -m pip install scikit-learn" in obs.hint, (python, obs.hint)
     assert obs.content_blocks()[-1]["text"].endswith(f"[{obs.hint}]")
@@ -141,7 +149,7 @@ async def test_restart_gives_a_fresh_generation(hands: Hands, backend):
     before = (await hands.execute("%history ~1/")).stdout
     where = (await hands.execute("print(get_ipython().history_manager.hist_file)")).stdout.strip()
     kept = [p["history"] for t, p in hands.events if t == "hands_started"]
-    if backend.startswith("gateway"):
+    if "gateway" in backend:
         assert (kept, where) == (["memory", "memory"], ":memory:") and "x = 1" not in before, (kept, where, before)
     else:
         assert kept == ["session", "session"] and "x = 1" in before and where != ":memory:", (kept, where, before)
@@ -199,14 +207,55 @@ async def test_death_is_an_observation_and_the_next_call_works(hands: Hands, bac
     died = [p for t, p in hands.events if t == "hands_died"]
     assert len(died) == 1 and died[0]["generation"] == 1
     assert [p["generation"] for t, p in hands.events if t == "hands_started"] == [1, 2]
-    if backend.startswith("gateway"):
+    if "gateway" in backend:
         # the dead kernel is deleted on the gateway, also when its restarter brought it back in the meantime
         # (a DELETE during that restart is a 500 there, and the restarted kernel stayed, unseen, until the end)
-        gw = request.getfixturevalue("gateway")
+        gw = gateway_of(backend, request)
         deadline = time.monotonic() + 60
         while first["kernel_id"] in gw.kernels():
             assert time.monotonic() < deadline, "the dead kernel was left running on the gateway"
             await asyncio.sleep(0.1)
+
+
+def _kernel_alive(hands: Hands, status: dict, backend: str, request) -> bool:
+    if "gateway" in backend:
+        return status["kernel_id"] in gateway_of(backend, request).kernels()
+    return psutil.pid_exists(status["pid"]) and psutil.Process(status["pid"]).status() != psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.asyncio
+async def test_live_output_is_heard_while_the_call_runs(hands: Hands):
+    """What a cell prints reaches the call's sink before the cell ends, and is what the observation holds."""
+    heard: list[tuple[str, str]] = []
+    call = asyncio.ensure_future(hands.execute("print('first', flush=True)\nimport time\ntime.sleep(60)",
+                                               timeout=120, on_output=lambda kind, text: heard.append((kind, text))))
+    deadline = time.monotonic() + 60
+    while "first" not in "".join(t for k, t in heard if k == "stdout"):
+        assert time.monotonic() < deadline and not call.done(), (heard, call.done())
+        await asyncio.sleep(0.02)
+    assert not call.done()  # heard while the cell still runs
+    await hands.interrupt()
+    obs = await asyncio.wait_for(call, 60)
+    assert obs.stdout == "first\n" and obs.error["ename"] == "KeyboardInterrupt", obs.to_json()
+
+
+@pytest.mark.asyncio
+async def test_idle_hands_are_closed_and_the_next_call_starts_a_kernel(hands: Hands, backend, request):
+    """The host's idle reaper stops a session's kernel that made no call for idle_timeout; the next call works."""
+    await hands.execute("v = 1")
+    status = hands.status()
+    hands.factory.settings.idle_timeout = 0.5  # read again at each of the reaper's rounds
+    deadline = time.monotonic() + 60
+    while hands.factory.idle_closed < 1:
+        assert time.monotonic() < deadline, "the idle hands were not closed"
+        await asyncio.sleep(0.05)
+    hands.factory.settings.idle_timeout = 1800.0
+    while _kernel_alive(hands, status, backend, request):
+        assert time.monotonic() < deadline, "the idle kernel was left running"
+        await asyncio.sleep(0.05)
+    assert [p["reason"] for t, p in hands.events if t == "hands_stopped"] == ["idle"]
+    obs = await hands.execute("'v' in dir()")
+    assert obs.result == "False" and hands.status()["state"] != "closed", obs.to_json()
 
 
 @pytest.mark.asyncio
@@ -215,8 +264,8 @@ async def test_shutdown_leaves_no_process(hands: Hands, backend, request):
     status = hands.status()
     await hands.shutdown()
     assert hands.status()["state"] == "stopped"
-    if backend.startswith("gateway"):
-        assert status["kernel_id"] not in request.getfixturevalue("gateway").kernels()
+    if "gateway" in backend:
+        assert status["kernel_id"] not in gateway_of(backend, request).kernels()
     else:
         assert status["pid"] and not psutil.pid_exists(status["pid"])
     assert any(t == "hands_stopped" for t, _ in hands.events)

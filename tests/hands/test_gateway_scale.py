@@ -1,5 +1,6 @@
 """The gateway backend at scale: a dead kernel noticed by the hands' probe (not the gateway's restarter),
-a busy cell never taken for dead, the limits a kernel can set on itself, and the warm pool."""
+a busy cell never taken for dead, the limits a kernel can set on itself, and the warm pool; each against a
+Jupyter Kernel Gateway and a Jupyter Enterprise Gateway (the same tests, the gateway a parameter)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,21 @@ import pytest
 
 from workbench.hands.factory import HandsFactory, HandsSettings
 
+from .conftest import DEAF_GATEWAYS, GATEWAYS
+
 pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture(params=list(GATEWAYS))
+def any_gateway(request):
+    """Each kind of gateway, running, its restarter quick to notice a death."""
+    return request.getfixturevalue(GATEWAYS[request.param])
+
+
+@pytest.fixture(params=list(DEAF_GATEWAYS))
+def any_deaf_gateway(request):
+    """Each kind of gateway, running, its restarter 10 minutes from noticing a death."""
+    return request.getfixturevalue(DEAF_GATEWAYS[request.param])
 
 
 def settings(gw, tmp_path, **kw) -> HandsSettings:
@@ -20,13 +35,13 @@ def settings(gw, tmp_path, **kw) -> HandsSettings:
                          registry_dir=str(tmp_path / "registry"), **{"pool_size": 0, **kw})
 
 
-async def test_the_probe_notices_a_dead_kernel_the_restarter_does_not(deaf_gateway, tmp_path, recorder):
+async def test_the_probe_notices_a_dead_kernel_the_restarter_does_not(any_deaf_gateway, tmp_path, recorder):
     events, sink = recorder
-    async with HandsFactory(settings(deaf_gateway, tmp_path, gateway_probe=1.0)) as factory:
+    async with HandsFactory(settings(any_deaf_gateway, tmp_path, gateway_probe=1.0)) as factory:
         hands = factory("probe", {"hands": {"startup_timeout": 60}}, sink)
         assert (await hands.execute("x = 1")).ok
         kernel = hands.kernel
-        os.kill(deaf_gateway.kernel_pid(hands.status()["kernel_id"]), signal.SIGKILL)
+        os.kill(any_deaf_gateway.kernel_pid(hands.status()["kernel_id"]), signal.SIGKILL)
         deadline = time.monotonic() + 120  # generous for a loaded machine; the restarter would take 600 s
         while await kernel.death() is None:
             assert time.monotonic() < deadline, "the probe did not notice the dead kernel"
@@ -38,8 +53,8 @@ async def test_the_probe_notices_a_dead_kernel_the_restarter_does_not(deaf_gatew
         assert len(died) == 1 and died[0]["during"] == "idle" and "answered nothing" in died[0]["how"]
 
 
-async def test_a_cell_holding_the_gil_is_not_taken_for_dead(gateway, tmp_path):
-    async with HandsFactory(settings(gateway, tmp_path, gateway_probe=0.5)) as factory:
+async def test_a_cell_holding_the_gil_is_not_taken_for_dead(any_gateway, tmp_path):
+    async with HandsFactory(settings(any_gateway, tmp_path, gateway_probe=0.5)) as factory:
         hands = factory("gil", {"hands": {"startup_timeout": 60}}, None)
         # catastrophic backtracking: the regex engine holds the GIL for seconds, so the control thread cannot answer
         code = "import re, time\nt = time.monotonic()\nre.match('(a*)*b', 'a' * 26)\nprint(time.monotonic() - t > 1.0)"
@@ -48,9 +63,9 @@ async def test_a_cell_holding_the_gil_is_not_taken_for_dead(gateway, tmp_path):
         assert hands.status()["generation"] == 1
 
 
-async def test_the_limits_a_gateway_kernel_can_set_on_itself(gateway, tmp_path, recorder):
+async def test_the_limits_a_gateway_kernel_can_set_on_itself(any_gateway, tmp_path, recorder):
     events, sink = recorder
-    s = settings(gateway, tmp_path, memory_mb=2048, max_open_files=256, max_file_mb=8, cpu_seconds=100)
+    s = settings(any_gateway, tmp_path, memory_mb=2048, max_open_files=256, max_file_mb=8, cpu_seconds=100)
     async with HandsFactory(s) as factory:
         hands = factory("limits", {}, sink)
         obs = await hands.execute("import resource as r; print(r.getrlimit(r.RLIMIT_NOFILE), r.getrlimit(r.RLIMIT_FSIZE), "
@@ -62,18 +77,21 @@ async def test_the_limits_a_gateway_kernel_can_set_on_itself(gateway, tmp_path, 
         assert set(limits) >= {"memory", "open_files", "file_size", "cpu", "processes"}
         assert limits["open_files"].startswith("rlimit 256, set in the kernel")
         assert limits["processes"].startswith("not enforced")
+        # and what a gateway's kernel lacks that one on this machine has
+        assert limits["workspace"].startswith("none here") and limits["spare"].startswith("none:"), limits
+        assert limits["egress"].startswith("the gateway's"), limits
 
 
-async def test_the_pool_serves_a_replacement_at_once(gateway, tmp_path, recorder):
+async def test_the_pool_serves_a_replacement_at_once(any_gateway, tmp_path, recorder):
     events, sink = recorder
-    async with HandsFactory(settings(gateway, tmp_path, pool_size=1)) as factory:
+    async with HandsFactory(settings(any_gateway, tmp_path, pool_size=1)) as factory:
         hands = factory("pooled", {}, sink)
         assert (await hands.execute("x = 1")).ok
         deadline = time.monotonic() + 120
         while factory.pool.status()["ready"] < 1:
             assert time.monotonic() < deadline
             await asyncio.sleep(0.05)
-        os.kill(gateway.kernel_pid(hands.status()["kernel_id"]), signal.SIGKILL)
+        os.kill(any_gateway.kernel_pid(hands.status()["kernel_id"]), signal.SIGKILL)
         for _ in range(5):
             obs = await hands.execute("1+1", timeout=60)
             if obs.ok:

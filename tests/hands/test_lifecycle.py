@@ -21,6 +21,8 @@ from workbench.hands.factory import HandsFactory, HandsSettings
 from workbench.hands.launching import KernelRegistry, LocalLauncher, reap_orphans
 from workbench.log import DuckDBLog
 
+from .conftest import GATEWAYS
+
 WORKBENCH = [sys.executable, "-m", "workbench.cli"]
 
 
@@ -308,11 +310,12 @@ async def test_a_kill_cut_short_still_closes_the_kernels_zmq_contexts(gone):
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("backend", ["local", "gateway", "sandbox"])
+@pytest.mark.parametrize("backend", ["local", "gateway", "enterprise-gateway", "sandbox"])
 async def test_every_launcher_fills_the_pool_and_says_which_sessions_a_pooled_kernel_fits(backend, request, tmp_path):
-    settings = HandsSettings(backend=backend, pool_size=1, registry_dir=str(tmp_path / "registry"))
-    if backend == "gateway":
-        gw = request.getfixturevalue("gateway")
+    settings = HandsSettings(backend="gateway" if backend in GATEWAYS else backend, pool_size=1,
+                             registry_dir=str(tmp_path / "registry"))
+    if backend in GATEWAYS:
+        gw = request.getfixturevalue(GATEWAYS[backend])
         settings.gateway_url, settings.gateway_token = gw.url, gw.token
     if backend == "sandbox":
         from workbench.hands.isolating import preflight

@@ -114,7 +114,10 @@ class Attempt:
                              config=config, kind="eval", then=[("eval_started", started)])
 
     async def _place_files(self) -> None:
-        """Put the task's files in the attempt's workspace (again, whole, if a crash came before its first turn)."""
+        """Put the task's files in the attempt's workspace (again, whole, if a crash came before its first turn).
+        NoWorkspace when there are files and the kernels run on a gateway, whose files are not on this machine."""
+        if not self.spec.task.files:
+            return  # nothing to put: a gateway's hands, which have no workspace here, serve such a task too
         hands = await self.host.brain.hands(self.spec.id)
         root = await hands.workspace(create=True)
         owner = hands.workspace_owner()
@@ -139,7 +142,10 @@ class Attempt:
                 turns = sum(1 for e in events if e.type == "user_message")
                 verdicts = [e for e in events if e.type == "eval_verdict"]
                 if turns == 0:
-                    await self._place_files()
+                    try:
+                        await self._place_files()
+                    except NoWorkspace as e:
+                        return await self._finish(events, {}, "error", f"error: the task's files cannot be put in: {e}")
                     await self.within(brain.run_turn(s.id, s.task.prompt, interrupted_by="eval"), t0)
                     continue
                 if len(verdicts) < turns:

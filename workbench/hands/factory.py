@@ -53,6 +53,7 @@ class HandsSettings:
     pool_size: int = 1  # kernels kept started and ready, per host (any backend)
     gateway_url: str = ""  # e.g. http://127.0.0.1:8888 (backend "gateway")
     gateway_token: str = ""  # sent as `Authorization: token ...`
+    gateway_kernel: str = "python3"  # the kernelspec the gateway starts (on Kubernetes: deploy/kubernetes's)
     gateway_probe: float = 2.0  # seconds a gateway kernel that runs no cell may leave a request unanswered; 0 = off
     memory_mb: int = 4096  # per kernel: cgroup memory limit where writable, else RLIMIT_AS (see docs)
     max_processes: int = 512  # per kernel: cgroup pids.max where writable, RLIMIT_NPROC for a dedicated uid
@@ -139,7 +140,9 @@ class HandsFactory:
             _seconds("gateway_probe", s.gateway_probe, "off")
             from .launching.gateway import GatewayLauncher
 
-            self.launcher = GatewayLauncher(s.gateway_url, s.gateway_token, max_message=self.max_message,
+            if not isinstance(s.gateway_kernel, str) or not s.gateway_kernel.strip() or len(s.gateway_kernel) > 255:
+                raise ConfigError(f"gateway_kernel must name a kernelspec of the gateway, not {str(s.gateway_kernel)[:60]!r}")
+            self.launcher = GatewayLauncher(s.gateway_url, s.gateway_token, s.gateway_kernel, max_message=self.max_message,
                                             limits=self.limits, probe=float(s.gateway_probe))
         else:
             self.seccomp = seccomp if isinstance(seccomp, SeccompFilter) else prepare(seccomp or from_env(SeccompSettings))

@@ -9,6 +9,11 @@ kernel as the cell's text (no file the agent could rewrite); its verdict comes b
 a random nonce that the agent never sees: a file the agent wrote that claims a verdict is just a file.
 The kernel starts in a directory holding only the copy's folder; before the check runs, the copy is
 taken off `sys.path`, so a `pandas.py` the agent left there is not what `import pandas` finds.
+
+Where the kernels run on a gateway, the agent's files are on the gateway's machine and neither they nor
+its kernel can be reached from here: the check then runs in fresh hands on the gateway, in an empty
+directory made for it there, over the answer alone, and `copy_notes` says so (a check that reads the
+agent's files fails there: such tasks need hands on this machine).
 """
 
 from __future__ import annotations
@@ -101,9 +106,26 @@ def listing(workspace: Path | None) -> str:
     return "\n".join(rows) or "(no files)"
 
 
-def harness_code(check: str, answer: str, nonce: str) -> str:
-    """The verifier's cell: the check wrapped so that its verdict comes back on a line marked with `nonce`."""
-    return HARNESS.format(answer=json.dumps(json.dumps(answer)), code=json.dumps(json.dumps(check)), nonce=json.dumps(nonce))
+# Around the cell on a gateway: an empty `workspace` folder in a directory of its own, removed after
+REMOTE_BEFORE = """\
+import os as _wb_o, shutil as _wb_sh, tempfile as _wb_t
+_wb_tmp = _wb_t.mkdtemp(prefix="wbcheck-")
+_wb_o.mkdir(_wb_o.path.join(_wb_tmp, "workspace"))
+_wb_o.chdir(_wb_tmp)
+"""
+REMOTE_AFTER = """
+_wb_o.chdir(_wb_t.gettempdir())
+_wb_sh.rmtree(_wb_tmp, True)
+"""
+ANSWER_ONLY = ("the agent's files are on the gateway's machine, out of reach from here: the check ran over the "
+               "answer alone, in an empty directory")
+
+
+def harness_code(check: str, answer: str, nonce: str, *, remote: bool = False) -> str:
+    """The verifier's cell: the check wrapped so that its verdict comes back on a line marked with `nonce`
+    (`remote`: in an empty directory of its own, made for it on the gateway's machine and removed after)."""
+    cell = HARNESS.format(answer=json.dumps(json.dumps(answer)), code=json.dumps(json.dumps(check)), nonce=json.dumps(nonce))
+    return REMOTE_BEFORE + cell + REMOTE_AFTER if remote else cell
 
 
 def read_verdict(out: str, nonce: str) -> dict[str, Any] | None:
@@ -139,26 +161,30 @@ async def python_verdict(hands_factory: Any, agent: Hands, code: str, answer: st
     if hands_factory is None:
         return unchecked("not checked: this host runs no code")
     source = await agent.workspace()
-    if source is None or not source.is_dir():
-        return unchecked("not checked: there is no workspace to check on this machine (no code ran, "
-                         "its workspace did not survive a restart, or its kernels run on a gateway)")
     # one call, then closed: a spare kernel beside it would boot for nothing (as many kernels again as checks)
     config = {"hands": {"spare": False, **({"timeout": float(timeout)} if timeout else {})}}
     hands = hands_factory(label, config, None, None)  # no log of their own: the verdict is the record
     try:
         try:
-            root = await hands.workspace(create=True)
-        except NoWorkspace as e:  # e.g. this host's hands refuse to run code (see its sandbox status)
-            return unchecked(f"not checked: {e}")
-        assert root is not None, "workspace(create=True) makes one or raises"
-        async with agent.frozen() as notes:
-            # into a folder of the kernel's directory: `python -m` puts that directory on sys.path at start,
-            # so an `ipykernel_launcher.py` or `sitecustomize.py` the agent wrote must not be in it
-            details["copy_notes"] = notes + await asyncio.to_thread(
-                copy_tree, source, root / "workspace", limit_bytes=limit_bytes, max_entries=max_entries,
-                owner=hands.workspace_owner())
+            root: Path | None = await hands.workspace(create=True)
+        except NoWorkspace as e:
+            if hands.status()["state"] == "refused" or source is not None:  # this host's hands refuse to run code
+                return unchecked(f"not checked: {e}")
+            root = None  # the kernels run on a gateway, the agent's as well as this one
+        if root is None:
+            details["copy_notes"] = [ANSWER_ONLY]
+        elif source is None or not source.is_dir():
+            return unchecked("not checked: there is no workspace to check on this machine (no code ran, "
+                             "or its workspace did not survive a restart)")
+        else:
+            async with agent.frozen() as notes:
+                # into a folder of the kernel's directory: `python -m` puts that directory on sys.path at start,
+                # so an `ipykernel_launcher.py` or `sitecustomize.py` the agent wrote must not be in it
+                details["copy_notes"] = notes + await asyncio.to_thread(
+                    copy_tree, source, root / "workspace", limit_bytes=limit_bytes, max_entries=max_entries,
+                    owner=hands.workspace_owner())
         nonce = "WBVERDICT-" + secrets.token_hex(16)
-        obs = await hands.execute(harness_code(code, answer, nonce), timeout=timeout)
+        obs = await hands.execute(harness_code(code, answer, nonce, remote=root is None), timeout=timeout)
     finally:
         await hands.shutdown()
     v = read_verdict(obs.stdout, nonce)

@@ -39,6 +39,7 @@ import json
 import time
 import uuid
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -72,6 +73,15 @@ def _wb_limits(asked):
 _wb_how = __import__("json").dumps(_wb_limits(%r))
 del _wb_limits
 """
+
+# What a gateway's kernel lacks that the brain's own machine's kernels have, said in each `hands_started.limits`
+# (docs/settings.md "On a gateway"): the gateway's machine holds its files and its network, not this one
+GATEWAY_GAPS = MappingProxyType({
+    "workspace": "none here: its files are on the gateway's machine (no files routes, attachments or task files; "
+                 "a python verifier checks the answer alone)",
+    "spare": "none: a dead kernel is replaced from the warm pool, or started cold",
+    "egress": "the gateway's: no egress proxy of the workbench between it and the network, no credential injected",
+})
 
 PROBE_EVERY = 0.2  # seconds between control-channel probes of a kernel that runs no cell
 DELETE_RETRY_S = 30.0  # how long a kernel's DELETE is asked again while the gateway answers it with a 5xx
@@ -142,6 +152,7 @@ class GatewayLauncher:
             await kernel.reply(kernel.send("shell", "kernel_info_request", {}), timeout)
             if self.limits is not None and self.limits.any():
                 kernel.limits = await kernel.set_limits(self.limits, timeout)
+            kernel.limits.update(GATEWAY_GAPS)
             if self.probe > 0:
                 kernel.watch(self.probe)
         except BaseException:
