@@ -44,16 +44,18 @@ SELECT seq, type, CASE type
                                         'observation', CASE WHEN (payload->'content') IS NULL THEN payload->'observation' END)
     WHEN 'tool_started' THEN json_object('tool_use_id', payload->'tool_use_id')
     ELSE payload END::VARCHAR
-FROM events WHERE session_id = ? AND type IN ({_TYPES})
-  AND (seq = 1 OR seq >= coalesce((SELECT request_from FROM sessions WHERE id = ?), 1))
-ORDER BY seq
+FROM events WHERE session_id = ? AND type IN ({_TYPES}) AND seq {{where}}
 """
-# the keys of the messages before request_from: read after the rows, so a request_from that moved on meanwhile
-# (it only moves forward) makes the two reads overlap, never miss a message
+# the session_created, then the rows from request_from on: each a range of seq given as a value, which DuckDB
+# filters while it scans (under `seq = 1 OR seq >= (SELECT ...)` it read every payload of the session first:
+# 90 ms instead of 27 for the last 300 events of 100,000, opened cold)
+_ROWS_SQL = (f"SELECT * FROM ({_SQL.format(where='= 1')} UNION ALL {_SQL.format(where='>= ?')}) "
+             "ORDER BY seq")
+_FROM_SQL = "SELECT coalesce(max(request_from), 1) FROM sessions WHERE id = ?"
+# the keys of the messages before request_from (the same value the rows were read from: no message is missed)
 _KEYS_SQL = """
 SELECT seq, payload->>'idempotency_key', payload->>'text' FROM events
-WHERE session_id = ? AND type = 'user_message' AND seq > 1
-  AND seq < coalesce((SELECT request_from FROM sessions WHERE id = ?), 1)
+WHERE session_id = ? AND type = 'user_message' AND seq > 1 AND seq < ?
   AND payload->>'idempotency_key' IS NOT NULL
 ORDER BY seq
 """
@@ -87,8 +89,9 @@ def _sql_rows(source: SqlLog, session_id: str) -> tuple[list[tuple[int, str, str
 
     cur = source.cursor()
     try:
-        rows = cur.execute(_SQL, [session_id, session_id]).fetchall()
-        return rows, cur.execute(_KEYS_SQL, [session_id, session_id]).fetchall()
+        start = cur.execute(_FROM_SQL, [session_id]).fetchall()[0][0]
+        rows = cur.execute(_ROWS_SQL, [session_id, session_id, max(start, 2)]).fetchall()  # seq 1 once
+        return rows, cur.execute(_KEYS_SQL, [session_id, start]).fetchall()
     except duckdb.Error:  # e.g. a row an older version wrote that DuckDB's JSON functions refuse
         log.warning("workbench: the projected read of session %s failed; reading every event", session_id, exc_info=True)
         return None

@@ -429,8 +429,9 @@ class DuckDBLog(WriterLog):
             con.execute("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS archived BOOLEAN DEFAULT false")
             con.execute("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS parent_id VARCHAR")
             con.execute("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS request_from BIGINT")
-            con.execute("INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT DO NOTHING", [SCHEMA_VERSION])
             meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+            if "schema_version" not in meta:  # a write (and its fsync) only for a new file, not at every open
+                con.execute("INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT DO NOTHING", [SCHEMA_VERSION])
             if "summary_version" not in meta or meta.get("summary_clean") == "0" or "parents_version" not in meta:
                 # a database from before the summary (or the parent column), or whose last writer died before
                 # writing the summary it kept in memory: built from the events, once

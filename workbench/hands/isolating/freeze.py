@@ -50,6 +50,44 @@ def parents() -> dict[int, int]:
     return out
 
 
+def _children(pid: int) -> list[int] | None:
+    """The child pids of every thread of `pid` (the kernel's `children` lists); [] when it is gone, None when this
+    kernel keeps no such list (CONFIG_PROC_CHILDREN off)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out.extend(int(x) for x in f.read().split())
+        except FileNotFoundError:
+            if os.path.isdir(f"/proc/{pid}/task/{tid}"):
+                return None  # the thread is there and its list is not: this kernel keeps none
+        except OSError:
+            continue  # the thread ended meanwhile
+    return out
+
+
+def tree(root: int) -> set[int]:
+    """The pids under `root` (not root itself): read down from it through each thread's `children` list, a few
+    files per process of the tree, where `parents()` reads every process of the machine (a few ms of CPU on a
+    busy one); through `parents()` where the kernel keeps no such lists. A process forking meanwhile may be
+    missed by either: `stop` looks again, in rounds, until a round finds nothing new."""
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        kids = _children(todo.pop())
+        if kids is None:
+            return descendants(root, parents())
+        for child in kids:
+            if child not in found and child != root:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
 def descendants(root: int, parent_of: dict[int, int]) -> set[int]:
     """The pids under `root` (not root itself)."""
     children: dict[int, list[int]] = {}
@@ -96,7 +134,7 @@ def stop(root: int, *, keep_root: bool, members: Callable[[], Iterable[int]] = t
     done = Stopped()
     seen: set[int] = set()
     for _ in range(MAX_ROUNDS):
-        found = descendants(root, parents()) | set(members())
+        found = tree(root) | set(members())
         if keep_root:
             found.discard(root)
         else:

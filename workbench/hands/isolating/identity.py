@@ -110,7 +110,10 @@ class Identities:
                 f"{s.inotify_watches} watches per session; not a uid of its own (an unprivileged server cannot "
                 "run anything as another uid)"), own=False)
         directory = self._directory()
-        busy = _uids_in_use()
+        # Locked first, then looked at: a look after the lock is the one that decides (a process that took the
+        # number before it is seen), so one scan of /proc serves a lease (a few ms of CPU on a busy machine). A uid
+        # an earlier look of this lease saw in use is skipped without a lock.
+        busy: set[int] = set()
         for k in range(self.count):
             uid = self.first_uid + k
             if uid in busy:
@@ -121,7 +124,8 @@ class Identities:
             except BlockingIOError:
                 os.close(fd)
                 continue
-            if uid in _uids_in_use():  # a process took the number between the look and the lock
+            busy = _uids_in_use()
+            if uid in busy:  # a process of this machine runs as it (a dead server's sandbox, say)
                 os.close(fd)
                 continue
             return Identity(uid, self.first_gid + k, f"uid {uid} of its own (leased from {self.first_uid}-"
