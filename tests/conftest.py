@@ -19,6 +19,18 @@ sys.path.insert(0, str(REPO / "tests" / "support"))  # the helpers several folde
 FILE_SECONDS = REPO / "tests" / "file_seconds.json"  # seconds per test file in a CI run: the order files start in
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _asyncio_unpatched():
+    """No test module leaves asyncio patched for the tests after it in its worker (inspect_ai applies nest_asyncio
+    when its synchronous API is called where a loop runs: a later `asyncio.run` then fails on a closed loop)."""
+    import asyncio
+
+    run = asyncio.run
+    yield
+    assert asyncio.run is run, f"this module left asyncio.run patched ({asyncio.run.__module__}): call what patches " \
+                               "it off the event loop (workbench.evals.inspect_log.off_loop)"
+
+
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch, tmp_path_factory):
     """No test sees the developer's key, database or Jupyter dirs."""

@@ -22,6 +22,15 @@ from evalsupport import open_host
 
 inspect_log = pytest.importorskip("inspect_ai.log")
 
+
+def read_log(*args, **kwargs):
+    """inspect_ai's reader, off this thread's event loop: called in an async test, it would patch asyncio for the
+    whole worker process (nest_asyncio), and later test files' asyncio.run would fail."""
+    from workbench.evals.inspect_log import off_loop
+
+    return off_loop(inspect_log.read_eval_log, *args, **kwargs)
+
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "evals" / "basic.jsonl"
 ANSWER = Verifier.python("assert answer.strip().endswith('done'), 'the answer does not end with done'")
 HOSTILE_CODE = (
@@ -59,7 +68,7 @@ async def test_a_run_read_back_with_inspects_reader_has_every_attempt_and_transc
             write_logs(rows, host.log.events, tmp_path / "one.eval", spec)
         events = {r["session_id"]: host.log.events(r["session_id"]) for r in rows}
 
-    log = inspect_log.read_eval_log(str(out / "scripted-eval.eval"), resolve_attachments=True)
+    log = read_log(str(out / "scripted-eval.eval"), resolve_attachments=True)
     mine = {r["task"]: r for r in rows if r["model"] == "scripted:eval"}
     assert log.status == "success" and log.eval.model == "workbench/scripted:eval" and log.eval.run_id == run.run_id
     assert {s.id for s in log.samples} == set(mine) and len(log.samples) == len(mine)
@@ -113,7 +122,7 @@ async def test_a_run_read_back_with_inspects_reader_has_every_attempt_and_transc
     assert any(getattr(c, "type", None) == "image" and c.image.startswith("data:image/png;base64,") for c in plot.content), plot
     assert hostile.output.completion == "done"
 
-    other = inspect_log.read_eval_log(str(out / "scripted.eval"))
+    other = read_log(str(out / "scripted.eval"))
     assert other.eval.model == "workbench/scripted" and {s.id for s in other.samples} == set(mine)
 
 
@@ -126,7 +135,7 @@ async def test_a_run_of_one_model_goes_to_a_json_file_that_the_reader_and_the_co
         df = await run.run()
         rows = df.to_dict("records")
         (path,) = write_logs(rows, host.log.events, tmp_path / "run.json", spec_of(host.log.sql(), run.run_id))
-    log = inspect_log.read_eval_log(str(path))
+    log = read_log(str(path))
     assert json.loads(path.read_text())["eval"]["run_id"] == run.run_id
     assert [s.scores["verifier"].value for s in log.samples] == ["C"]
     # the command, on the closed file, writes the same samples
@@ -134,7 +143,7 @@ async def test_a_run_of_one_model_goes_to_a_json_file_that_the_reader_and_the_co
                           "--db", str(tmp_path / "wb.duckdb")], capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0, cli.stderr
     assert cli.stdout.strip() == str(tmp_path / "cli.eval") and "inspect view" in cli.stderr
-    again = inspect_log.read_eval_log(str(tmp_path / "cli.eval"))
+    again = read_log(str(tmp_path / "cli.eval"))
     assert [m.model_dump(exclude={"id"}) for m in again.samples[0].messages] == \
         [m.model_dump(exclude={"id"}) for m in log.samples[0].messages]
     missing = subprocess.run([sys.executable, "-m", "workbench", "eval-export", "run-nope", "-o", str(tmp_path / "x.eval"),
@@ -177,7 +186,7 @@ def test_hostile_events_make_a_log_that_inspect_writes_and_reads_back(tmp_path):
            "score": float("nan"), "turns": 1, "tool_calls": 2, "input_tokens": 5, "output_tokens": 7, "cost": float("inf"),
            "wall_s": float("nan"), "session_id": "ev1", "reason": "turns", "tries": 1}
     (path,) = write_logs([row], lambda sid: synthetic(sid, text), tmp_path / "hostile.json")
-    log = inspect_log.read_eval_log(str(path))
+    log = read_log(str(path))
     (s,) = log.samples
     want = clean(text)
     assert "\udcff" not in want and "\ufffd" in want and "\x1b[2J" in want and "<img src=x onerror=alert(1)>" in want

@@ -19,6 +19,15 @@ import pytest
 
 inspect_log = pytest.importorskip("inspect_ai.log")
 
+
+def read_log(*args, **kwargs):
+    """inspect_ai's reader, off this thread's event loop: called in an async test, it would patch asyncio for the
+    whole worker process (nest_asyncio), and later test files' asyncio.run would fail."""
+    from workbench.evals.inspect_log import off_loop
+
+    return off_loop(inspect_log.read_eval_log, *args, **kwargs)
+
+
 from inspect_ai.util import SandboxUserUnsupportedError  # noqa: E402
 from inspect_ai.util._sandbox.registry import registry_find_sandboxenv  # noqa: E402
 
@@ -32,7 +41,7 @@ def test_the_example_task_runs_its_tools_in_workbench_hands_and_its_log_is_a_suc
     proc = subprocess.run([sys.executable, str(EXAMPLE), "--db", str(db), "--log-dir", str(logs)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    log = inspect_log.read_eval_log(proc.stdout.strip().splitlines()[-1])
+    log = read_log(proc.stdout.strip().splitlines()[-1])
     assert log.status == "success" and log.eval.sandbox.type == "workbench"
     (sample,) = log.samples
     assert sample.scores["note_written"].value == "C" and sample.scores["note_written"].answer == "hello from sandbox"

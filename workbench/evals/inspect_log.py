@@ -349,5 +349,20 @@ def write_logs(rows: Sequence[Mapping[str, Any]], events_of: EventsOf, out: Path
     if out.suffix not in SUFFIXES:
         out.mkdir(parents=True, exist_ok=True)
     for log, p in zip(logs, paths, strict=True):
-        write_eval_log(log, str(p), format="json" if p.suffix == ".json" else "eval")
+        off_loop(write_eval_log, log, str(p), format="json" if p.suffix == ".json" else "eval")
     return paths
+
+
+def off_loop(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call one of inspect_ai's synchronous functions. Called where an event loop runs in this thread (a notebook,
+    an async caller), inspect_ai would patch asyncio for the whole process (nest_asyncio) to run its coroutine
+    there: it runs in a thread of its own instead, where no loop runs, and this process's asyncio stays as it is."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return fn(*args, **kwargs)
+    with ThreadPoolExecutor(1, thread_name_prefix="inspect") as pool:
+        return pool.submit(fn, *args, **kwargs).result()
