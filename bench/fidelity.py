@@ -21,7 +21,8 @@ receives), and compares them cell by cell on what a person sees (docs/fidelity.m
   the model reads in the call that wrote them; the finished notebook shows them in the earlier
   cell, changed perhaps again by later calls;
 - a cell whose two reference runs differ is nondeterministic (time, random numbers) and is
-  not compared; a cell that differs only in a way docs/fidelity.md lists as intended (the
+  not compared, nor is one whose output ZMQ dropped before the hands read it (dropped: a
+  reader that fell behind on a loaded machine; the model is told); a cell that differs only in a way docs/fidelity.md lists as intended (the
   output cap) counts as intended; anything else is different.
 
 Cells that cannot run the same way in both are skipped and counted: cells that kill the kernel,
@@ -49,6 +50,7 @@ from typing import Any
 from jupyter_client import AsyncKernelManager
 from traitlets import default
 
+from workbench.hands.base import IDLE_NEVER_CAME
 from workbench.hands.launching.channel import WakingKernelClient
 from workbench.hands.observing import TIMED_OUT
 from workbench.hands.observing.render import blocks
@@ -72,7 +74,7 @@ class Cell:
 
     notebook: str
     index: int
-    outcome: str  # passed, at_return, intended, different, nondeterministic, skipped
+    outcome: str  # passed, at_return, intended, different, nondeterministic, dropped, skipped
     why: str = ""
     reference: str = ""
     model: str = ""
@@ -101,7 +103,7 @@ class Report:
         compared = self.compared
         return {"cells": len(self.cells), "compared": compared, "passed": self.count("passed"),
                 "at_return": self.count("at_return"), "intended": intended, "different": self.count("different"),
-                "nondeterministic": self.count("nondeterministic"), "skipped": skipped,
+                "nondeterministic": self.count("nondeterministic"), "dropped": self.count("dropped"), "skipped": skipped,
                 "passed_pct": round(100 * self.count("passed") / compared, 2) if compared else None,
                 "as_shown_pct": round(100 * (self.count("passed") + self.count("at_return")) / compared, 2) if compared else None}
 
@@ -340,6 +342,8 @@ def compare_notebook(nb: dict[str, Any], resources: Path | None, backend: str) -
         moment, moment2 = at_return(snaps, n), at_return(snaps2, n)
         if r != r2 or moment != moment2:
             cells.append(Cell(name, index, "nondeterministic", "", r, m))
+        elif IDLE_NEVER_CAME.note in (obs.get("truncated") or []):
+            cells.append(Cell(name, index, "dropped", "ZMQ dropped output before the hands read it", r, m))
         elif r == m:
             cells.append(Cell(name, index, "passed"))
         elif shown_at_return(*moment, m):
@@ -378,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
           f"({s['passed_pct']} %)  as the notebook showed them when the call returned: {s['at_return']}")
     print(f"as the notebook shows them (identical + when the call returned): {s['as_shown_pct']} %  "
           f"intended differences: {sum(s['intended'].values())} {s['intended']}  different: {s['different']}  "
-          f"nondeterministic: {s['nondeterministic']}  skipped: {sum(s['skipped'].values())}")
+          f"nondeterministic: {s['nondeterministic']}  dropped by ZMQ: {s['dropped']}  skipped: {sum(s['skipped'].values())}")
     for c in report.cells:
         if c.outcome in ("different", "intended") or (args.verbose and c.outcome in ("nondeterministic", "at_return")):
             print(f"\n--- {c.notebook} cell {c.index}: {c.outcome} {c.why}")

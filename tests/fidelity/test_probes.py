@@ -156,7 +156,7 @@ def test_the_model_reads_what_the_notebook_shows(probe, backend):
     assert len(cells) == len(PROBES[probe])
     for c in cells:
         expected = INTENDED.get((probe, c.index), "")
-        if c.outcome == "nondeterministic":
+        if c.outcome in ("nondeterministic", "dropped"):  # the two references differ; ZMQ dropped output (noted)
             continue
         if (probe, c.index) in AT_RETURN:
             assert c.outcome == "at_return", (c.index, c.outcome, c.reference, c.model)

@@ -77,7 +77,7 @@ async def hands(settings):
 
 
 MALFORMED = [
-    ("no msg_type", "raw(header=_s.pack({'msg_id': 'm1'}))", "KeyError"),
+    ("no msg_type", "raw(header=_s.pack({'msg_id': 'm1'}))", "type is not a string"),
     ("content not JSON", "raw(content=b'\\xff{not json')", "malformed message"),
     ("content a list", "raw('stream', content=[1, 2])", "content is not an object"),
     ("parent a list", "raw('stream', {'name': 'stdout', 'text': 'x'}, parent=_s.pack([1]))", "parent header is not an object"),

@@ -137,6 +137,15 @@ class Dropped:
     note: str
 
 
+# seconds from a call's execute_reply to taking that reply as its end when its idle status does not come
+IDLE_AFTER_REPLY = 2.0
+# the note of a call whose idle status never came, though nothing was seen lost: ZMQ's PUB socket drops, silently,
+# what a reader that fell behind has not taken in (a flood of output on a loaded machine)
+IDLE_NEVER_CAME = Dropped("[the kernel's end-of-call status never arrived (ZMQ drops messages a busy reader does not "
+                          "take in time), so the call's reply was taken as its end: output sent just before may be "
+                          "missing]")
+
+
 @runtime_checkable
 class Kernel(Protocol):
     """One started, ready kernel: the channel the execute loop talks through."""

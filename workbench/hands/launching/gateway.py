@@ -47,7 +47,7 @@ import httpx
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
-from ..base import Death, Dropped, Kernel, Place
+from ..base import IDLE_AFTER_REPLY, IDLE_NEVER_CAME, Death, Dropped, Kernel, Place
 from ..files import NoWorkspace
 from ..isolating.limits import AS_OVERHEAD_MB, Limits
 from .channel import MAX_MESSAGE, RESERVE, SMALL, inbox_budget
@@ -87,7 +87,6 @@ PROBE_EVERY = 0.2  # seconds between control-channel probes of a kernel that run
 DELETE_RETRY_S = 30.0  # how long a kernel's DELETE is asked again while the gateway answers it with a 5xx
 WAKE = object()  # put on a kernel's queue when it dies, so that a reader waiting on it looks again
 RECONNECTS = 10  # websockets a kernel may lose (and get again) before it counts as gone
-IDLE_AFTER_REPLY = 2.0  # after output was lost: seconds from a call's execute_reply to taking it as the end
 
 
 class GatewayError(RuntimeError):
@@ -398,12 +397,15 @@ class GatewayKernel:
                     return Dropped("[a malformed message from the kernel was dropped: its type is not a string or its "
                                    "content is not an object]")
                 return msg["msg_type"], msg["content"]
-        if msg is None and self._lost_at is not None and await self._idle_after_loss(msg_id):
+        if msg is None and await self._idle_after_reply(msg_id):
+            if self._lost_at is None:  # nothing was seen lost: say what may be missing, then end
+                self._lost_at = time.monotonic()
+                return IDLE_NEVER_CAME
             return "status", {"execution_state": "idle"}  # its idle status was lost with the rest
         return None
 
-    async def _idle_after_loss(self, msg_id: str) -> bool:
-        """Whether a call whose output was lost has ended: its execute_reply, or the reply to the probe sent
+    async def _idle_after_reply(self, msg_id: str) -> bool:
+        """Whether a call whose idle status did not come has ended: its execute_reply, or the reply to the probe sent
         after the websocket was made again (the kernel answers it only once the call is done), came a while ago."""
         replied = self._replied.get(msg_id)
         return replied is not None and time.monotonic() - replied > IDLE_AFTER_REPLY

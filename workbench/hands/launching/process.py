@@ -28,7 +28,7 @@ from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.provisioning import LocalProvisioner
 
-from ..base import Death, Dropped, Workspace
+from ..base import IDLE_AFTER_REPLY, IDLE_NEVER_CAME, Death, Dropped, Workspace
 from ..isolating import freeze, limits as _limits
 from ..isolating.limits import Limits
 from . import launch
@@ -37,9 +37,6 @@ from .output import OutputTail
 
 REPLY_LOOK = 0.25  # seconds between looks at a kernel that has not replied yet
 SUPERVISOR_GRACE = 2.0  # seconds a supervising launch wrapper has to end its sandbox before a SIGKILL
-# after output was lost, how long a call whose execute_reply came may wait for its idle status
-# (which may have been lost with the rest) before the hands take the reply as its end
-IDLE_AFTER_REPLY = 2.0
 __all__ = ["MAX_MESSAGE", "ProcessKernel", "start_process"]
 
 
@@ -168,12 +165,13 @@ class ProcessKernel:
         if self.iopub is None:
             return None
         got = await self.iopub.next(msg_id, timeout)
-        if got is None and self.iopub.lost_at is not None:
-            return await self._idle_after_loss(msg_id)
+        if got is None:
+            return await self._idle_after_reply(msg_id)
         return got
 
-    async def _idle_after_loss(self, msg_id: str) -> tuple[str, dict[str, Any]] | None:
-        """The call's end when output was lost, its idle status perhaps with it: its execute_reply, then a wait."""
+    async def _idle_after_reply(self, msg_id: str) -> tuple[str, dict[str, Any]] | Dropped | None:
+        """The call's end when its idle status does not come (lost with other output, or dropped by ZMQ unseen):
+        its execute_reply, then a wait. Where nothing was seen lost, a note says what may be missing first."""
         kc = self._client()
         while msg_id not in self._replied:
             try:
@@ -190,7 +188,8 @@ class ProcessKernel:
         if time.monotonic() - self._replied[msg_id] < IDLE_AFTER_REPLY:
             return None
         del self._replied[msg_id]
-        return "status", {"execution_state": "idle"}
+        assert self.iopub is not None
+        return self.iopub.end(msg_id, IDLE_NEVER_CAME if self.iopub.lost_at is None else None)
 
     async def reply(self, msg_id: str, timeout: float) -> dict[str, Any]:
         """The content of the shell reply to `msg_id`; a kernel that dies meanwhile is an error at once."""
