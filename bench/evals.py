@@ -19,7 +19,7 @@ def tasks(n: int) -> list:
 
     return [Task(f"sq-{i}", f"What is {i} squared? Answer with the number.", Verifier.python(f"assert answer.strip() == '{i * i}'"),
                  files={"input.txt": f"{i}\n".encode()}, limits=TaskLimits(turns=1),
-                 scripted=({"code": [f"print(int(open('input.txt').read()) ** 2)"], "answer": "{output}"},))
+                 scripted=({"code": ["print(int(open('input.txt').read()) ** 2)"], "answer": "{output}"},))
             for i in range(n)]
 
 

@@ -13,7 +13,6 @@ the systems, so no system runs a cell on a kernel that has just finished the pre
 from __future__ import annotations
 
 import asyncio
-import queue
 import tempfile
 import time
 from pathlib import Path

@@ -35,6 +35,10 @@ fi
 # runs from .venv so it checks against the dependencies installed above
 .venv/bin/python -m ruff check workbench || {
   echo "scripts/test.sh: ruff check workbench failed (above); many are fixed by .venv/bin/ruff check --fix workbench" >&2; exit 1; }
+# the tests, benchmarks and scripts by pyflakes' rules only (a name used but never defined, an unused import): their
+# style is not the product's, but a typo in a test is a test that cannot fail
+.venv/bin/python -m ruff check --select F,E9 tests bench scripts || {
+  echo "scripts/test.sh: ruff check of tests, bench and scripts failed (above)" >&2; exit 1; }
 .venv/bin/python -m mypy workbench || {
   echo "scripts/test.sh: mypy workbench failed: the type errors are listed above" >&2; exit 1; }
 # several worker processes, each test file whole in one of them (its module fixtures, servers and browser shared

@@ -14,7 +14,7 @@ from workbench.memory.events import check_citations
 from workbench.memory.memcommands import SessionMemory, call
 from workbench.memory.memtool import memory_tool
 from workbench.testing import FakeMessagesAPI
-from wbmemory import build_host, model_factory
+from wbmemory import build_host
 
 MOUNTS = {"memory": {"stores": ["default", {"name": "team", "access": "read_only"}]}}
 TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"  # the shape of a GitHub token: the secret guard knows it
