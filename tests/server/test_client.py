@@ -20,7 +20,10 @@ from workbench.errors import RequestRefused, ServerUnavailable
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("client")
-    s = ServerProcess(home / "home", home / "wb.duckdb", env={"WORKBENCH_MODEL": "scripted", "ANTHROPIC_API_KEY": ""})
+    # a shared store whose maintainer has published nothing yet: this server mounts it read-only all the same
+    s = ServerProcess(home / "home", home / "wb.duckdb", env={
+        "WORKBENCH_MODEL": "scripted", "ANTHROPIC_API_KEY": "",
+        "WORKBENCH_MEMORY_SHARED_STORES": f"team={home / 'shared' / 'team.json'}", "WORKBENCH_MEMORY_SHARED_MAINTAINER": "carol"})
     try:
         yield s.start()
     finally:
@@ -85,7 +88,14 @@ def test_client_operations_and_errors(server):
     assert e.value.status == 400 and "unknown model" in str(e.value)
     with pytest.raises(RequestRefused) as e:
         connect(server.url, "wrong-token")
-    assert e.value.status == 403
+    assert e.value.status == 403 and "refused the token" in str(e.value)
+    # a 403 of the workbench's own says why, not that the token was wrong
+    from workbench.memory.client import import_memories
+
+    empty = {"format": "workbench-memory-store", "format_version": 1, "store": "elsewhere", "memories": [], "links": []}
+    with pytest.raises(RequestRefused) as e:
+        import_memories(c, json.dumps(empty).encode(), store="team")
+    assert e.value.status == 403 and "store 'team' is shared" in str(e.value) and "token" not in str(e.value), e.value
 
 
 def test_client_manages_sessions(server):

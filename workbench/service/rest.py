@@ -111,7 +111,12 @@ class Rest:
                 "run `jupyter server extension enable workbench` and restart it"
             )
         if r.status_code == 403:
-            raise RequestRefused(403, f"the server at {self.url} refused the token; pass workbench.connect(url=..., token=...)")
+            refusal = self._refusal(403, r.text, r.reason_phrase, unknown)
+            # Jupyter's own refusal of the token is a bare "Forbidden"; the workbench's says why (a shared store)
+            if refusal.message.strip().rstrip(".").lower() in ("forbidden", "http 403", r.reason_phrase.lower(), ""):
+                raise RequestRefused(403, f"the server at {self.url} refused the token; pass workbench.connect(url=..., "
+                                          "token=...)")
+            raise refusal
         return self._checked(r, unknown)
 
     def _checked(self, r: Any, unknown: type[WorkbenchError] = UnknownSession) -> Any:
