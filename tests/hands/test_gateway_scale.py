@@ -99,3 +99,49 @@ async def test_the_pool_serves_a_replacement_at_once(any_gateway, tmp_path, reco
         assert obs.result == "2"
         started = [p for t, p in events if t == "hands_started"]
         assert [p["pooled"] for p in started] == [True, True]
+
+
+HOST = """
+import asyncio, sys, time
+from workbench.hands.factory import HandsFactory, HandsSettings
+async def main():
+    settings = HandsSettings(backend="gateway", gateway_url=sys.argv[1], gateway_token=sys.argv[2], pool_size=0,
+                             registry_dir=sys.argv[3])
+    async with HandsFactory(settings) as factory:
+        hands = factory("doomed", {"hands": {"startup_timeout": 120}}, None)
+        assert (await hands.execute("x = 1")).ok
+        print(hands.status()["kernel_id"], flush=True)
+        await asyncio.sleep(3600)
+asyncio.run(main())
+"""
+
+
+async def test_kernels_a_killed_host_left_on_the_gateway_are_deleted_by_the_next_host(any_gateway, tmp_path):
+    """A host killed by SIGKILL cannot delete its kernels on the gateway; the registry names them (by id and
+    gateway, never the token), and the next host's start deletes them there. A live host's kernel is left alone."""
+    import subprocess
+    import sys
+
+    registry = tmp_path / "registry"
+    async with HandsFactory(settings(any_gateway, tmp_path)) as live:  # a host that stays: its kernel is not touched
+        mine = live("alive", {"hands": {"startup_timeout": 120}}, None)
+        assert (await mine.execute("y = 2")).ok
+        mine_id = mine.status()["kernel_id"]
+        proc = subprocess.Popen([sys.executable, "-c", HOST, any_gateway.url, any_gateway.token, str(registry)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 180)
+            assert line.strip(), proc.stderr.read()[-2000:] if proc.poll() is not None else "the host printed nothing"
+            orphan = line.strip()
+        finally:
+            proc.kill()
+            proc.wait()
+        assert orphan in any_gateway.kernels() and mine_id in any_gateway.kernels()
+        assert len(list(registry.glob("gateway-*.json"))) == 2
+        async with HandsFactory(settings(any_gateway, tmp_path)):  # the next host: its start reaps
+            pass
+        assert orphan not in any_gateway.kernels(), "the killed host's kernel is still on the gateway"
+        assert mine_id in any_gateway.kernels(), "a live host's kernel was deleted"
+        assert [p.stem for p in registry.glob("gateway-*.json")] == [f"gateway-{mine_id}"]
+        assert (await mine.execute("y")).result == "2"
+    assert mine_id not in any_gateway.kernels() and not list(registry.glob("gateway-*.json"))

@@ -34,6 +34,7 @@ from .kernel import HandsConfig, KernelHands, ReplaySource
 from .launching.reaper import KernelRegistry, default_registry_dir
 
 if TYPE_CHECKING:
+    from .launching.gateway import GatewayLauncher
     from .launching.pool import KernelPool
 
 log = logging.getLogger("workbench.hands")
@@ -132,6 +133,7 @@ class HandsFactory:
         self.message = ""  # the loud line when the sandbox does not work here
         self.vault: Vault | None = None
         self.launcher: Launcher | None = None  # None: model code is refused
+        self._gateway: GatewayLauncher | None = None  # the launcher, when it is a gateway's (it reaps there too)
         if s.backend == "local":
             from .launching.local import LocalLauncher  # here: a host that starts no kernel does not import them
 
@@ -142,8 +144,9 @@ class HandsFactory:
 
             if not isinstance(s.gateway_kernel, str) or not s.gateway_kernel.strip() or len(s.gateway_kernel) > 255:
                 raise ConfigError(f"gateway_kernel must name a kernelspec of the gateway, not {str(s.gateway_kernel)[:60]!r}")
-            self.launcher = GatewayLauncher(s.gateway_url, s.gateway_token, s.gateway_kernel, max_message=self.max_message,
-                                            limits=self.limits, probe=float(s.gateway_probe))
+            self._gateway = GatewayLauncher(s.gateway_url, s.gateway_token, s.gateway_kernel, max_message=self.max_message,
+                                            limits=self.limits, probe=float(s.gateway_probe), registry=self.registry)
+            self.launcher = self._gateway
         else:
             self.seccomp = seccomp if isinstance(seccomp, SeccompFilter) else prepare(seccomp or from_env(SeccompSettings))
             self.workspaces = workspaces or from_env(WorkspaceSettings)
@@ -231,6 +234,10 @@ class HandsFactory:
             reaped = await asyncio.to_thread(quota.reap, root)
             if reaped:
                 log.info("workbench: removed %d workspace(s) left behind by a host that died", len(reaped))
+        if reap and self._gateway is not None:
+            deleted = await self._gateway.reap()
+            if deleted:
+                log.info("workbench: deleted %d kernel(s) on the gateway that a host which died left running", len(deleted))
         if self.pool is not None:
             self.pool.fill()
         if self.settings.idle_timeout > 0 and self._idle_task is None:

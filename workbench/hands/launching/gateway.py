@@ -51,6 +51,7 @@ from ..base import IDLE_AFTER_REPLY, IDLE_NEVER_CAME, Death, Dropped, Kernel, Pl
 from ..files import NoWorkspace
 from ..isolating.limits import AS_OVERHEAD_MB, Limits
 from .channel import MAX_MESSAGE, RESERVE, SMALL, inbox_budget
+from .reaper import KernelRegistry, host_alive
 
 # Run in a gateway kernel when it starts: the rlimits a process may set on itself, and how each was set.
 LIMITS_CODE = """\
@@ -104,10 +105,13 @@ class GatewayLauncher:
     python = ""  # its kernels' interpreter is on the gateway's machine
 
     def __init__(self, url: str, token: str = "", kernel_name: str = "python3", max_message: int = MAX_MESSAGE,
-                 *, limits: Limits | None = None, probe: float = 2.0):
+                 *, limits: Limits | None = None, probe: float = 2.0, registry: KernelRegistry | None = None):
         self.url, self.token, self.kernel_name = url.rstrip("/"), token, kernel_name
         self.max_message = max_message
         self.limits = limits
+        # each kernel started here is recorded (its id and this gateway, never the token) until it is deleted, so
+        # the next host deletes what a host killed by SIGKILL left running on the gateway (`reap`)
+        self.registry = registry
         self.probe = probe  # seconds a kernel may leave a request unanswered (no cell running); 0: no probe
         self._http: httpx.AsyncClient | None = None
 
@@ -142,11 +146,21 @@ class GatewayLauncher:
         t0 = time.perf_counter()
         kernel = GatewayKernel(self)
         try:
-            model = await self.rest("POST", "/api/kernels", {"name": self.kernel_name, "env": dict(place.env if place else {})},
+            env = dict(place.env if place else {})
+            # the kernel's id is chosen here and recorded before it is asked for (Enterprise Gateway takes it from
+            # KERNEL_ID, a kernel gateway from `kernel_id`), so a host killed while the gateway starts it is no
+            # reason for it to run there unseen
+            asked = env.setdefault("KERNEL_ID", str(uuid.uuid4()))
+            self._record(asked)
+            kernel.kernel_id = asked  # a start that fails from here (a timeout, say) deletes it: it may be there
+            model = await self.rest("POST", "/api/kernels", {"name": self.kernel_name, "env": env, "kernel_id": asked},
                                     timeout)
             if not isinstance(model, dict) or not isinstance(model.get("id"), str):
                 raise GatewayError("the gateway's answer to starting a kernel has no kernel id")
-            kernel.kernel_id = model["id"]  # from here on a failed start deletes it
+            kernel.kernel_id = model["id"]
+            if kernel.kernel_id != asked:  # a gateway that chose its own id
+                self._record(kernel.kernel_id)
+                self._forget(asked)
             await kernel.connect(timeout)
             await kernel.reply(kernel.send("shell", "kernel_info_request", {}), timeout)
             if self.limits is not None and self.limits.any():
@@ -179,6 +193,29 @@ class GatewayLauncher:
     async def adopt(self, kernel: Kernel, place: Place) -> str:
         """Nothing to do: the workdir is the gateway's business."""
         return ""
+
+    def _record(self, kernel_id: str) -> None:
+        if self.registry is not None:
+            self.registry.add(registry_key(kernel_id), 0, gateway_url=self.url, kernel_id=kernel_id)
+
+    def _forget(self, kernel_id: str) -> None:
+        if self.registry is not None:
+            self.registry.remove(registry_key(kernel_id))
+
+    async def reap(self) -> list[str]:
+        """Delete the kernels on this gateway that hosts now gone started and could not delete (a SIGKILL); their ids.
+        A kernel the gateway no longer has is forgotten; one it could not be asked about is kept for the next start."""
+        reaped: list[str] = []
+        if self.registry is None:
+            return reaped
+        for entry in self.registry.entries().values():
+            kernel_id = entry.get("kernel_id")
+            if entry.get("gateway_url") != self.url or not isinstance(kernel_id, str) or host_alive(entry):
+                continue
+            if await _delete(self, kernel_id):
+                self._forget(kernel_id)
+                reaped.append(kernel_id)
+        return reaped
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
@@ -459,23 +496,31 @@ class GatewayKernel:
         for task in (reader, watcher):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
-        if self.kernel_id is not None:
-            await self._delete()
+        if self.kernel_id is not None and await _delete(self.gateway, self.kernel_id):
+            self.gateway._forget(self.kernel_id)
 
-    async def _delete(self) -> None:
-        """Delete the kernel on the gateway. A gateway whose restarter is bringing a dead kernel back answers
-        a DELETE in that moment with a 500 and keeps the restarted kernel (jupyter_client's shutdown reads a
-        restart future that is not done yet), so a 5xx is asked again for a while: a kernel left there would
-        run, unseen, until the gateway stops."""
-        deadline = time.monotonic() + DELETE_RETRY_S
-        while True:
-            try:
-                await self.gateway.rest("DELETE", f"/api/kernels/{self.kernel_id}")
-                return
-            except GatewayError as e:
-                if e.status is None or e.status < 500 or time.monotonic() > deadline:
-                    return  # gone already (404), or the gateway is: nothing left that we can stop
-            await asyncio.sleep(0.2)
+
+def registry_key(kernel_id: str) -> str:
+    """A gateway kernel's name in the kernel registry (beside local kernels' pids)."""
+    return f"gateway-{kernel_id}"
+
+
+async def _delete(gateway: GatewayLauncher, kernel_id: str) -> bool:
+    """Delete a kernel on the gateway; whether it is gone (deleted, or unknown to the gateway). A gateway whose
+    restarter is bringing a dead kernel back answers a DELETE in that moment with a 500 and keeps the restarted
+    kernel (jupyter_client's shutdown reads a restart future that is not done yet), so a 5xx is asked again for a
+    while: a kernel left there would run, unseen, until the gateway stops."""
+    deadline = time.monotonic() + DELETE_RETRY_S
+    while True:
+        try:
+            await gateway.rest("DELETE", f"/api/kernels/{kernel_id}")
+            return True
+        except GatewayError as e:
+            if e.status == 404:
+                return True  # gone already
+            if e.status is None or e.status < 500 or time.monotonic() > deadline:
+                return False  # the gateway is not there, or will not: nothing we can stop now
+        await asyncio.sleep(0.2)
 
 
 def _parse(raw: str | bytes) -> dict[str, Any] | None:

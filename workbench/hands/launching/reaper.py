@@ -6,6 +6,8 @@ host that stops cleanly removes its files. A host that was killed cannot,
 so the next host calls `reap_orphans()` at start: it kills each registered
 kernel whose host is gone, after checking (pid *and* start time) that the
 process is still the kernel we started and not a stranger reusing its pid.
+A kernel on a gateway is recorded by its id and its gateway's URL; the next
+host with that gateway deletes it there (`GatewayLauncher.reap`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ def _same(pid: int | None, started: float | None) -> bool:
         return False
     now = _start_time(pid)
     return now is not None and abs(now - started) < 0.5
+
+
+def host_alive(entry: dict[str, Any]) -> bool:
+    """Whether the host that registered a kernel is still running (its pid, started when it was)."""
+    return _same(entry.get("host_pid"), entry.get("host_started"))
 
 
 class KernelRegistry:
@@ -127,8 +134,10 @@ def reap_orphans(directory: str | Path | None = None, *, grace: float = 1.0) -> 
     reg = KernelRegistry(Path(directory) if directory else default_registry_dir())
     reaped = []
     for kid, e in reg.entries().items():
-        if _same(e.get("host_pid"), e.get("host_started")):
+        if host_alive(e):
             continue  # its host is alive and will stop it
+        if e.get("gateway_url"):
+            continue  # a kernel on a gateway: deleted by the next host with that gateway's token (GatewayLauncher.reap)
         _stop(kid, e, reg, grace)
         reaped.append({"id": kid, **e})
     return reaped
