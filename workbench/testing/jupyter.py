@@ -21,6 +21,9 @@ from typing import Any
 
 __all__ = ["JupyterProcess", "free_port"]
 
+PORT_TAKEN = "could not be started because port"  # what Jupyter's server says when another process took its port
+PORT_TRIES = 5
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nobody listens on right now."""
@@ -74,7 +77,24 @@ class JupyterProcess:
         ]
 
     def start(self, timeout: float = 60.0) -> JupyterProcess:
-        """Start the server and wait until `probe` answers; raises with the log's tail if it does not."""
+        """Start the server and wait until `probe` answers; raises with the log's tail if it does not.
+
+        The port was free when it was chosen; another process may take it before the server binds it (seconds
+        later, on a loaded machine running many tests). A server that exits because its port is in use is started
+        again on another free port (`port` and `url` change), a few times."""
+        for attempt in range(PORT_TRIES):
+            size = self.logfile.stat().st_size if self.logfile.exists() else 0
+            try:
+                return self._start(timeout)
+            except RuntimeError:
+                taken = PORT_TAKEN in self.logfile.read_bytes()[size:].decode(errors="replace")
+                if not taken or attempt == PORT_TRIES - 1:
+                    raise
+                self.port = free_port()
+                self.url = f"http://127.0.0.1:{self.port}"
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> JupyterProcess:
         import httpx
 
         for d in ("runtime", "data", "config"):
