@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,16 +23,11 @@ import pytest
 import pytest_asyncio
 
 from workbench.hands.factory import HandsFactory, HandsSettings
+from workbench.testing import free_port
 
 
 TOKEN = "test-gateway-token"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+PORT_TRIES = 5
 
 
 def _leftovers(root: str) -> list[psutil.Process]:
@@ -115,25 +109,25 @@ def deaf_gateway(hands_tmp):
 
 
 def _gateway(hands_tmp, name: str, time_to_dead: float):
-    port = free_port()
     runtime = hands_tmp / name
     runtime.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "WORKBENCH_"))}
     env.update(JUPYTER_RUNTIME_DIR=str(runtime), KG_AUTH_TOKEN=TOKEN)
-    cmd = [
-        sys.executable, "-m", "kernel_gateway",
-        "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.port={port}", "--KernelGatewayApp.port_retries=0",
-        "--JupyterWebsocketPersonality.list_kernels=True",
-        # the gateway's restarter is one way a dead kernel is noticed over a gateway (the probe is the other)
-        f"--KernelRestarter.time_to_dead={time_to_dead}", "--KernelRestarter.restart_limit=100",
-    ]  # fmt: skip
     # its log goes to a file: a pipe nobody reads fills after some 64 KiB of log lines, and then the gateway
     # blocks on its next line and answers nothing more (the later gateway tests of a full run timed out)
     log_path = hands_tmp / f"{name}.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=hands_tmp, env=env, stdout=subprocess.DEVNULL, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    try:
+    for attempt in range(PORT_TRIES):  # a port chosen free may be taken by another process before the gateway binds it
+        port = free_port()
+        cmd = [
+            sys.executable, "-m", "kernel_gateway",
+            "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.port={port}", "--KernelGatewayApp.port_retries=0",
+            "--JupyterWebsocketPersonality.list_kernels=True",
+            # the gateway's restarter is one way a dead kernel is noticed over a gateway (the probe is the other)
+            f"--KernelRestarter.time_to_dead={time_to_dead}", "--KernelRestarter.restart_limit=100",
+        ]  # fmt: skip
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(cmd, cwd=hands_tmp, env=env, stdout=subprocess.DEVNULL, stderr=log)
+        url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -142,10 +136,18 @@ def _gateway(hands_tmp, name: str, time_to_dead: float):
                 break
             except OSError:
                 if proc.poll() is not None:
-                    raise RuntimeError("the kernel gateway exited: " + log_path.read_text(errors="replace")[-2000:])
+                    break
                 if time.monotonic() > deadline:
-                    raise RuntimeError("the kernel gateway did not answer within 60 s")
+                    proc.kill()
+                    proc.wait()
+                    raise RuntimeError("the kernel gateway did not answer within 60 s") from None
                 time.sleep(0.1)
+        if proc.poll() is None:
+            break
+        told = log_path.read_text(errors="replace")
+        if "already in use" not in told or attempt == PORT_TRIES - 1:
+            raise RuntimeError("the kernel gateway exited: " + told[-2000:])
+    try:
         yield Gateway(url, TOKEN, proc.pid)
     finally:
         proc.terminate()

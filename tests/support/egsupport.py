@@ -23,10 +23,13 @@ from pathlib import Path
 
 import psutil
 
+from workbench.testing import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 PINS = Path(__file__).with_name("enterprise-gateway.txt")
 VENV = REPO / ".venv-eg"
 TOKEN = "test-eg-token"
+PORT_TRIES = 5
 
 
 class Unavailable(RuntimeError):
@@ -97,7 +100,6 @@ class EnterpriseGateway:
 
     def __enter__(self) -> EnterpriseGateway:
         bin_dir = environment()
-        port = free_port()
         runtime = self.root / f"{self.name}-runtime"
         runtime.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items()
@@ -105,6 +107,19 @@ class EnterpriseGateway:
         # its kernels run on its own environment's python and ipykernel (its `python3` kernelspec)
         env.update(JUPYTER_RUNTIME_DIR=str(runtime), JUPYTER_DATA_DIR=str(self.root / f"{self.name}-data"),
                    PATH=str(bin_dir) + os.pathsep + env.get("PATH", ""))
+        try:
+            for attempt in range(PORT_TRIES):  # a port chosen free may be taken by another process before EG binds it
+                if self._start(bin_dir, env, free_port()):
+                    return self
+                if attempt == PORT_TRIES - 1:
+                    raise RuntimeError("Enterprise Gateway found no free port: " + self.log.read_text(errors="replace")[-2000:])
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _start(self, bin_dir: Path, env: dict[str, str], port: int) -> bool:
+        """Start EG on `port` and wait for it; False when another process had taken the port."""
         cmd = [str(bin_dir / "jupyter-enterprisegateway"), "--ip=127.0.0.1", f"--port={port}", "--port_retries=0",
                f"--EnterpriseGatewayApp.auth_token={self.token}",
                "--EnterpriseGatewayApp.unauthorized_users=['nobody']",  # root may start kernels (CI runs as root)
@@ -114,22 +129,20 @@ class EnterpriseGateway:
         with open(self.log, "wb") as log:  # a file, not a pipe nobody reads: a full pipe would stall the gateway
             self.proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=subprocess.DEVNULL, stderr=log)
         self.pid, self.url = self.proc.pid, f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    self._get("/api")
-                    break
-                except OSError:
-                    if self.proc.poll() is not None:
-                        raise RuntimeError("Enterprise Gateway exited: " + self.log.read_text(errors="replace")[-2000:])
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("Enterprise Gateway did not answer within 120 s")
-                    time.sleep(0.1)
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                self._get("/api")
+                return True
+            except OSError:
+                if self.proc.poll() is not None:
+                    told = self.log.read_text(errors="replace")
+                    if "already in use" in told:
+                        return False
+                    raise RuntimeError("Enterprise Gateway exited: " + told[-2000:]) from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError("Enterprise Gateway did not answer within 120 s") from None
+                time.sleep(0.1)
 
     def __exit__(self, *exc) -> None:
         if self.proc is None:
@@ -158,12 +171,3 @@ class EnterpriseGateway:
             except psutil.NoSuchProcess:
                 continue
         raise LookupError(f"no process of kernel {kernel_id} under the gateway")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
