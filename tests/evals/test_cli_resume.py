@@ -99,18 +99,22 @@ def test_a_run_killed_halfway_goes_on_without_running_anything_twice(tmp_path, f
                    if e.type == "hands_started" and e.payload.get("kernel_id")}
         ran = Counter(kernels.get(k) or Path(k).parent.name for k in ran.elements())  # by the session that ran it
         assert max(ran.values()) == 1 and set(ran) <= set(tries), ran
-        cut = []
+        cut, errors = [], []
         for sid, (row, n) in tries.items():
             evs = log.events(sid)
             assert sum(e.type == "eval_started" for e in evs) == 1 and sum(e.type == "eval_finished" for e in evs) == 1
             calls = [e.payload["tool_use_id"] for e in evs if e.type == "tool_started"]
             assert len(calls) == len(set(calls))
             (finished,) = [e.payload for e in evs if e.type == "eval_finished"]
-            if n < row["tries"]:  # a try the kill cut off: an error, never graded on the interruption
-                cut.append(sid)
-                assert finished["outcome"] == "error" and finished["reason"].startswith(
-                    "error: the process running the turn died mid-turn"), finished
-                assert not any(e.type == "eval_verdict" for e in evs)
+            if n < row["tries"]:  # a try that did not finish: an error, tried again, never a failure
+                assert finished["outcome"] == "error" and finished["passed"] is None, finished
+                if finished["reason"].startswith("error: the process running the turn died mid-turn"):
+                    cut.append(sid)  # the kill cut it off: never graded on the interruption
+                    assert not any(e.type == "eval_verdict" for e in evs)
+                else:  # something else outside the model cut it off: on a loaded machine, a verifier's kernel that
+                    # the gateway did not connect within its startup timeout
+                    assert finished["reason"].startswith("error: the verifier could not run"), finished
+                    errors.append(sid)
             else:
                 assert finished["outcome"] == "pass", (row, finished)
                 (verdict,) = [e.payload for e in evs if e.type == "eval_verdict"]
@@ -126,4 +130,4 @@ def test_a_run_killed_halfway_goes_on_without_running_anything_twice(tmp_path, f
     assert fake_api.rejections == []
     # what the kill cut off is tried again and passes: no attempt fails because of the crash
     assert [r["outcome"] for r in rows] == ["pass"] * (TASKS * EPOCHS)
-    assert len(cut) <= 8 and sum(r["tries"] - 1 for r in rows) == len(cut)  # at most 8 ran when it was killed
+    assert len(cut) <= 8 and sum(r["tries"] - 1 for r in rows) == len(cut) + len(errors)  # at most 8 ran
