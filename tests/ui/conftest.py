@@ -11,6 +11,7 @@ then refuse to run in that process, which the worker's next, non-UI, test file w
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -20,7 +21,18 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the tests import their helpers from wbui.py
 
-from wbui import CHROMIUM, JupyterProcess, seed_hostile_eval, seed_legacy_session  # noqa: E402
+from wbui import CHROMIUM, JupyterProcess, artifact, seed_hostile_eval, seed_legacy_session  # noqa: E402
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed browser test leaves what its page showed and said (keep_failure), in its report as well: a CI
+    log then says why, e.g. the sidebar's error banner or a refused request."""
+    outcome = yield
+    rep = outcome.get_result()
+    page = item.funcargs.get("page") if rep.when == "call" and rep.failed else None
+    if page is not None and hasattr(page, "said"):
+        rep.sections.append(("the page at the failure", keep_failure(page, item.name, page.said)))
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +95,28 @@ def page(browser):
     context.route("**/*", only_loopback)
     page = context.new_page()
     page.blocked = blocked
+    page.said = said = []  # what the page's scripts printed and threw, and what the server refused
+    page.on("console", lambda m: said.append(f"console.{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: said.append(f"pageerror: {e}"))
+    page.on("requestfailed", lambda r: said.append(f"requestfailed: {r.method} {r.url} {r.failure}"))
+    page.on("response", lambda r: r.status >= 400 and said.append(f"response: {r.status} {r.request.method} {r.url}"))
     try:
         yield page
     finally:
         context.close()
+
+
+def keep_failure(page, name: str, said: list[str]) -> str:
+    """What the page showed and said when its test failed, kept as test-artifacts/ui/failed-NAME.png and .txt (the
+    sidebar's text, its error banner included, and the page's console, errors and refused requests); returns the
+    text, with the token cut out of the URLs."""
+    stem = "failed-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in name)[:120]
+    try:
+        page.screenshot(path=str(artifact(f"{stem}.png")))
+        sidebar = page.evaluate("document.querySelector('#jp-workbench')?.innerText ?? '(no sidebar)'")
+    except Exception as e:  # the page itself is what failed: keep what was said
+        sidebar = f"(the page could not be read: {e})"
+    text = re.sub(r"token=[^&\s]+", "token=…", f"url: {page.url}\n--- sidebar ---\n{sidebar[-3000:]}\n--- page ---\n"
+                  + "\n".join(said[-60:]))
+    artifact(f"{stem}.txt").write_text(text + "\n", encoding="utf-8")
+    return text
