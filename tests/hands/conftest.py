@@ -23,11 +23,10 @@ import pytest
 import pytest_asyncio
 
 from workbench.hands.factory import HandsFactory, HandsSettings
-from workbench.testing import free_port
+from workbench.testing.jupyter import PortTaken, on_a_free_port
 
 
 TOKEN = "test-gateway-token"
-PORT_TRIES = 5
 
 
 def _leftovers(root: str) -> list[psutil.Process]:
@@ -116,8 +115,8 @@ def _gateway(hands_tmp, name: str, time_to_dead: float):
     # its log goes to a file: a pipe nobody reads fills after some 64 KiB of log lines, and then the gateway
     # blocks on its next line and answers nothing more (the later gateway tests of a full run timed out)
     log_path = hands_tmp / f"{name}.log"
-    for attempt in range(PORT_TRIES):  # a port chosen free may be taken by another process before the gateway binds it
-        port = free_port()
+
+    def launch(port: int) -> tuple[subprocess.Popen, str]:
         cmd = [
             sys.executable, "-m", "kernel_gateway",
             "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.port={port}", "--KernelGatewayApp.port_retries=0",
@@ -133,20 +132,19 @@ def _gateway(hands_tmp, name: str, time_to_dead: float):
             try:
                 req = urllib.request.Request(url + "/api", headers={"Authorization": f"token {TOKEN}"})
                 urllib.request.urlopen(req, timeout=2).read()
-                break
+                return proc, url
             except OSError:
                 if proc.poll() is not None:
-                    break
+                    told = log_path.read_text(errors="replace")
+                    error = PortTaken if "already in use" in told else RuntimeError
+                    raise error("the kernel gateway exited: " + told[-2000:]) from None
                 if time.monotonic() > deadline:
                     proc.kill()
                     proc.wait()
                     raise RuntimeError("the kernel gateway did not answer within 60 s") from None
                 time.sleep(0.1)
-        if proc.poll() is None:
-            break
-        told = log_path.read_text(errors="replace")
-        if "already in use" not in told or attempt == PORT_TRIES - 1:
-            raise RuntimeError("the kernel gateway exited: " + told[-2000:])
+
+    proc, url = on_a_free_port(launch)
     try:
         yield Gateway(url, TOKEN, proc.pid)
     finally:

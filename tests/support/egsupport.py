@@ -23,13 +23,12 @@ from pathlib import Path
 
 import psutil
 
-from workbench.testing import free_port
+from workbench.testing.jupyter import PortTaken, on_a_free_port
 
 REPO = Path(__file__).resolve().parents[2]
 PINS = Path(__file__).with_name("enterprise-gateway.txt")
 VENV = REPO / ".venv-eg"
 TOKEN = "test-eg-token"
-PORT_TRIES = 5
 
 
 class Unavailable(RuntimeError):
@@ -108,18 +107,13 @@ class EnterpriseGateway:
         env.update(JUPYTER_RUNTIME_DIR=str(runtime), JUPYTER_DATA_DIR=str(self.root / f"{self.name}-data"),
                    PATH=str(bin_dir) + os.pathsep + env.get("PATH", ""))
         try:
-            for attempt in range(PORT_TRIES):  # a port chosen free may be taken by another process before EG binds it
-                if self._start(bin_dir, env, free_port()):
-                    return self
-                if attempt == PORT_TRIES - 1:
-                    raise RuntimeError("Enterprise Gateway found no free port: " + self.log.read_text(errors="replace")[-2000:])
+            return on_a_free_port(lambda port: self._start(bin_dir, env, port))
         except BaseException:
             self.__exit__()
             raise
-        return self
 
-    def _start(self, bin_dir: Path, env: dict[str, str], port: int) -> bool:
-        """Start EG on `port` and wait for it; False when another process had taken the port."""
+    def _start(self, bin_dir: Path, env: dict[str, str], port: int) -> EnterpriseGateway:
+        """Start EG on `port` and wait for it; PortTaken when another process had taken the port."""
         cmd = [str(bin_dir / "jupyter-enterprisegateway"), "--ip=127.0.0.1", f"--port={port}", "--port_retries=0",
                f"--EnterpriseGatewayApp.auth_token={self.token}",
                "--EnterpriseGatewayApp.unauthorized_users=['nobody']",  # root may start kernels (CI runs as root)
@@ -133,13 +127,12 @@ class EnterpriseGateway:
         while True:
             try:
                 self._get("/api")
-                return True
+                return self
             except OSError:
                 if self.proc.poll() is not None:
                     told = self.log.read_text(errors="replace")
-                    if "already in use" in told:
-                        return False
-                    raise RuntimeError("Enterprise Gateway exited: " + told[-2000:]) from None
+                    error = PortTaken if "already in use" in told else RuntimeError
+                    raise error("Enterprise Gateway exited: " + told[-2000:]) from None
                 if time.monotonic() > deadline:
                     raise RuntimeError("Enterprise Gateway did not answer within 120 s") from None
                 time.sleep(0.1)

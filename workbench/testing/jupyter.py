@@ -16,10 +16,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["JupyterProcess", "free_port"]
+__all__ = ["JupyterProcess", "PortTaken", "free_port", "on_a_free_port"]
+
+T = TypeVar("T")
 
 PORT_TAKEN = "could not be started because port"  # what Jupyter's server says when another process took its port
 PORT_TRIES = 5
@@ -30,6 +33,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class PortTaken(RuntimeError):
+    """A server exited because another process had taken its port (chosen free) before it bound it."""
+
+
+def on_a_free_port(start: Callable[[int], T], port: int | None = None) -> T:
+    """`start(port)` on `port` (or a free one); when it raises PortTaken, again on another free port, up to
+    PORT_TRIES times. A port is free when chosen, but on a loaded machine running many tests another process may
+    take it in the seconds before the server binds it; any other failure is raised at once."""
+    for attempt in range(PORT_TRIES):
+        try:
+            return start(port or free_port())
+        except PortTaken:
+            if attempt == PORT_TRIES - 1:
+                raise
+            port = None
+    raise AssertionError("unreachable")
 
 
 class JupyterProcess:
@@ -82,20 +103,12 @@ class JupyterProcess:
         The port was free when it was chosen; another process may take it before the server binds it (seconds
         later, on a loaded machine running many tests). A server that exits because its port is in use is started
         again on another free port (`port` and `url` change), a few times."""
-        for attempt in range(PORT_TRIES):
-            size = self.logfile.stat().st_size if self.logfile.exists() else 0
-            try:
-                return self._start(timeout)
-            except RuntimeError:
-                taken = PORT_TAKEN in self.logfile.read_bytes()[size:].decode(errors="replace")
-                if not taken or attempt == PORT_TRIES - 1:
-                    raise
-                self.port = free_port()
-                self.url = f"http://127.0.0.1:{self.port}"
-        raise AssertionError("unreachable")
+        return on_a_free_port(lambda port: self._start(port, timeout), self.port)
 
-    def _start(self, timeout: float) -> JupyterProcess:
+    def _start(self, port: int, timeout: float) -> JupyterProcess:
         import httpx
+
+        self.port, self.url = port, f"http://127.0.0.1:{port}"
 
         for d in ("runtime", "data", "config"):
             (self.home / d).mkdir(parents=True, exist_ok=True)
@@ -104,6 +117,7 @@ class JupyterProcess:
             # the user-level config wins over the environment's, so this turns extensions on or off
             (self.home / "config" / "jupyter_server_config.json").write_text(
                 json.dumps({"ServerApp": {"jpserver_extensions": self.extensions}}))
+        size = self.logfile.stat().st_size if self.logfile.exists() else 0
         with open(self.logfile, "ab") as log:
             # own process group: stop() can take the kernels down with the server
             self.proc = subprocess.Popen(self.command(), env=self.env, stdout=log, stderr=subprocess.STDOUT,
@@ -111,7 +125,9 @@ class JupyterProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.app} exited with {self.proc.returncode}: {self.log_tail()}")
+                said = self.logfile.read_bytes()[size:].decode(errors="replace")
+                error = PortTaken if PORT_TAKEN in said else RuntimeError
+                raise error(f"{self.app} exited with {self.proc.returncode}: {self.log_tail()}")
             try:
                 if httpx.get(self.url + self.probe, headers=self.headers, timeout=2).status_code == 200:
                     return self
