@@ -15,13 +15,12 @@ import re
 import sys
 from pathlib import Path
 from typing import Iterator
-from urllib.parse import urlparse
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the tests import their helpers from wbui.py
 
-from wbui import CHROMIUM, JupyterProcess, artifact, seed_hostile_eval, seed_legacy_session  # noqa: E402
+from wbui import CHROMIUM, JupyterProcess, artifact, loopback_page, seed_hostile_eval, seed_legacy_session  # noqa: E402
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -80,30 +79,9 @@ def browser():
 
 @pytest.fixture
 def page(browser):
-    """A fresh page that may reach loopback only; `page.blocked` lists what it tried beyond."""
-    context = browser.new_context(viewport={"width": 1360, "height": 860})
-    blocked: list[str] = []
-
-    def only_loopback(route):
-        url = route.request.url
-        if url.startswith(("data:", "blob:")) or urlparse(url).hostname in ("127.0.0.1", "localhost"):
-            route.continue_()
-        else:
-            blocked.append(url)
-            route.abort()
-
-    context.route("**/*", only_loopback)
-    page = context.new_page()
-    page.blocked = blocked
-    page.said = said = []  # what the page's scripts printed and threw, and what the server refused
-    page.on("console", lambda m: said.append(f"console.{m.type}: {m.text}"))
-    page.on("pageerror", lambda e: said.append(f"pageerror: {e}"))
-    page.on("requestfailed", lambda r: said.append(f"requestfailed: {r.method} {r.url} {r.failure}"))
-    page.on("response", lambda r: r.status >= 400 and said.append(f"response: {r.status} {r.request.method} {r.url}"))
-    try:
+    """A fresh page that may reach loopback only (wbui.loopback_page)."""
+    with loopback_page(browser) as page:
         yield page
-    finally:
-        context.close()
 
 
 def keep_failure(page, name: str, said: list[str]) -> str:

@@ -11,11 +11,10 @@ import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlparse
 
 import pytest
 from hostile import assert_control_runs, ran
-from wbui import CHROMIUM, HOSTILE_EVAL, REPO, JupyterProcess, axe_violations, lab_api, open_sidebar, shot
+from wbui import CHROMIUM, HOSTILE_EVAL, REPO, JupyterProcess, axe_violations, lab_api, loopback_page, open_sidebar, shot
 
 from workbench.evals import Task, TaskLimits, Verifier, load_tasks, task_to_json
 from workbench.evals.attempt import attempt_id
@@ -38,24 +37,8 @@ GATE = Task("gate", "Wait for the go, then print six times seven.",
 @pytest.fixture(scope="module")
 def page(browser, lab: JupyterProcess) -> Iterator[Any]:
     """One page for the module's tests (they go on from where the one before left it), loopback only."""
-    context = browser.new_context(viewport={"width": 1360, "height": 860})
-    blocked: list[str] = []
-
-    def only_loopback(route: Any) -> None:
-        url = route.request.url
-        if url.startswith(("data:", "blob:")) or urlparse(url).hostname in ("127.0.0.1", "localhost"):
-            route.continue_()
-        else:
-            blocked.append(url)
-            route.abort()
-
-    context.route("**/*", only_loopback)
-    page = context.new_page()
-    page.blocked = blocked
-    try:
+    with loopback_page(browser) as page:
         yield page
-    finally:
-        context.close()
 
 
 @pytest.fixture(scope="module")

@@ -6,16 +6,18 @@ from __future__ import annotations
 import json
 import shutil
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlparse
 
 import httpx
 
 from workbench.testing.jupyter import JupyterProcess as _Jupyter, free_port
 
-__all__ = ["ARTIFACTS", "CHROMIUM", "HOSTILE_EVAL", "LEGACY_SESSION", "LEGACY_TEXT", "REPO", "JupyterProcess", "artifact",
+__all__ = ["ARTIFACTS", "CHROMIUM", "HOSTILE_EVAL", "LEGACY_SESSION", "LEGACY_TEXT", "REPO", "JupyterProcess", "artifact", "loopback_page",
            "axe_violations", "dream", "free_port", "lab_api", "new_session", "open_sidebar", "seed_hostile_eval", "seed_legacy_session",
            "send", "session_ids", "shot", "wait_idle"]
 
@@ -38,6 +40,36 @@ def shot(page: Any, name: str, full_page: bool = False) -> Path:
     return path
 
 AXE = Path(__import__("axe_playwright_python").__file__).parent / "axe.min.js"
+
+
+@contextmanager
+def loopback_page(browser: Any) -> Iterator[Any]:
+    """A page of a fresh browser context that may reach loopback only: `page.blocked` lists what it tried beyond,
+    `page.said` what its scripts printed and threw and which requests the server refused or that failed (what
+    tests/ui/conftest.py reports when its test fails)."""
+    context = browser.new_context(viewport={"width": 1360, "height": 860})
+    blocked: list[str] = []
+
+    def only_loopback(route: Any) -> None:
+        url = route.request.url
+        if url.startswith(("data:", "blob:")) or urlparse(url).hostname in ("127.0.0.1", "localhost"):
+            route.continue_()
+        else:
+            blocked.append(url)
+            route.abort()
+
+    context.route("**/*", only_loopback)
+    page = context.new_page()
+    page.blocked = blocked
+    page.said = said = []
+    page.on("console", lambda m: said.append(f"console.{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: said.append(f"pageerror: {e}"))
+    page.on("requestfailed", lambda r: said.append(f"requestfailed: {r.method} {r.url} {r.failure}"))
+    page.on("response", lambda r: r.status >= 400 and said.append(f"response: {r.status} {r.request.method} {r.url}"))
+    try:
+        yield page
+    finally:
+        context.close()
 
 
 def axe_violations(page: Any, selector: str) -> list[dict]:
