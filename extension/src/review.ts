@@ -142,6 +142,7 @@ export class ReviewPanel extends Widget {
   private timer = 0;
   private busy = false;
   private again = false;
+  private histories = new Set<string>(); // the memories whose history a reader opened: a redraw keeps them open
   private list = h('div', { class: 'jp-wb-review-list', role: 'list', 'aria-label': 'Memories' });
   private info = h('div', { class: 'jp-wb-review-info', role: 'status', 'aria-live': 'polite' });
   private onChanged = () => void this.refresh();
@@ -298,6 +299,17 @@ export class ReviewPanel extends Widget {
         details.open = true;
       }
     }
+    // and the histories a reader opened (asked again: an action may have added a version)
+    for (const m of memories) {
+      if (this.histories.has(m.id)) {
+        const card = this.list.querySelector<HTMLElement>(`.jp-wb-review-card[data-memory-id="${CSS.escape(m.id)}"]`);
+        const box = card?.querySelector<HTMLElement>('.jp-wb-review-history');
+        const button = card?.querySelector<HTMLElement>('.jp-wb-review-history-toggle');
+        if (box && button) {
+          void this.showHistory(m, box, button);
+        }
+      }
+    }
   }
 
   private card(m: IMemory): HTMLElement {
@@ -378,7 +390,7 @@ export class ReviewPanel extends Widget {
       h(
         'button',
         {
-          class: 'jp-wb-link',
+          class: 'jp-wb-link jp-wb-review-history-toggle',
           'aria-expanded': 'false',
           onclick: (e: Event) => void this.toggleHistory(m, history, e.currentTarget as HTMLElement)
         },
@@ -454,11 +466,17 @@ export class ReviewPanel extends Widget {
   }
 
   private async toggleHistory(m: IMemory, box: HTMLElement, button: HTMLElement): Promise<void> {
-    if (!box.hidden) {
+    if (this.histories.has(m.id)) {
+      this.histories.delete(m.id);
       box.hidden = true;
       button.setAttribute('aria-expanded', 'false');
       return;
     }
+    this.histories.add(m.id); // open from now: a redraw while it is asked for opens it on the new card
+    await this.showHistory(m, box, button);
+  }
+
+  private async showHistory(m: IMemory, box: HTMLElement, button: HTMLElement): Promise<void> {
     try {
       const full = await this.api.request<IMemory>(`memories/${encodeURIComponent(m.id)}`);
       const versions: any[] = full.history || [];
@@ -482,6 +500,9 @@ export class ReviewPanel extends Widget {
       );
     } catch (err) {
       box.replaceChildren(h('span', {}, String((err as Error).message || err)));
+    }
+    if (!this.histories.has(m.id)) {
+      return; // closed while it was asked for
     }
     box.hidden = false;
     button.setAttribute('aria-expanded', 'true');
