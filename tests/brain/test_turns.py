@@ -459,3 +459,47 @@ async def test_a_turn_cancelled_before_its_first_step_tells_its_starter():
                                                             return_exceptions=True), 30)
     assert isinstance(started, TurnBusy) and "nothing was written" in str(started), started
     assert closed is None and [e.type for e in log.events(sid)] == ["session_created"]
+
+
+@pytest.mark.asyncio
+async def test_a_turn_cancelled_while_its_first_event_is_written_is_closed():
+    """A cancel landing while a turn's user_message is being committed (a delegating parent interrupted while its
+    child's turn starts: the child's starter is cancelled, then the child's turn): the message is committed, so the
+    turn is open and must be closed (interrupted), never left unfinished with nothing running it. A fuzz run of the
+    server found a child session so: user_message, model_request, and nothing more."""
+    gate = asyncio.Event()
+
+    class Slow(MemoryLog):
+        def write_soon(self, fn):
+            done = super().write_soon(fn)  # committed now; heard by its waiter once the gate opens
+            later = asyncio.get_running_loop().create_future()
+
+            async def hand_over():
+                result = await done
+                await gate.wait()
+                later.set_result(result)
+
+            asyncio.get_running_loop().create_task(hand_over())
+            return later
+
+    log = Slow()
+    brain = make_brain(log, [Reply(text="never")])
+    sid = brain.create_session(model="scripted")["id"]
+    await brain.conversation(sid)
+    brain.model("scripted")
+    starter = asyncio.ensure_future(brain.start_turn(sid, "hello"))
+    while brain.turn_task(sid) is None:
+        await asyncio.sleep(0)
+    for _ in range(10):  # the first write is in flight
+        await asyncio.sleep(0)
+    starter.cancel()  # its starter gives up (the lock is let go) ...
+    interrupt = asyncio.ensure_future(brain.interrupt(sid, by="parent interrupted"))  # ... and the turn is interrupted
+    for _ in range(10):
+        await asyncio.sleep(0)
+    gate.set()
+    assert await asyncio.wait_for(interrupt, 30) is True
+    with pytest.raises(asyncio.CancelledError):
+        await starter
+    assert consistent(log, sid)[1:] == ["user_message", "model_request", "interrupted", "turn_ended"]
+    assert log.events(sid)[-2].payload["by"] == "parent interrupted"
+    await brain.close()

@@ -56,17 +56,19 @@ class Loop:
                 asked = await self._model_request(session_id, 1, (await self.views.folded(session_id)).size_with_message())
                 message = {"text": text, **({"idempotency_key": key} if key is not None else {}),
                            **({"attachments": attachments} if attachments else {})}
-                first = await self.views.append(session_id, "user_message", message, before=name, then=[asked])
+                first, cut = await _written(self.views.append(session_id, "user_message", message, before=name, then=[asked]))
             else:
-                first = await self.views.append(session_id, "resumed", {})
+                first, cut = await _written(self.views.append(session_id, "resumed", {}))
         except BaseException as e:
-            if isinstance(e, asyncio.CancelledError):
+            if isinstance(e, asyncio.CancelledError):  # before the first write: nothing was written
                 started.cancel()
                 raise
             started.set_exception(e)
             return None
         started.set_result(first)
         try:
+            if cut:  # a cancel came while the first event was committed: the turn is open now, so it is closed
+                raise asyncio.CancelledError
             if close_by is not None:
                 return await self._close_cut_off(session_id, close_by)
             return await (self._loop(session_id, asked=True) if text is not None else self._resume(session_id))
@@ -188,6 +190,22 @@ class Loop:
         await self.calls.answer_pending(session_id, CUT_OFF_CALL, how="cut off")
         await _to_the_end(self._close(session_id, "interrupted", by))
         return "interrupted"
+
+
+async def _written(write: Any) -> tuple[Any, bool]:
+    """A turn's first write, run to its commit even when cancelled meanwhile (an interrupt, a shutdown, the
+    starter's own cancel): its event, and whether a cancel came. A cancel caught here must still close the turn,
+    since the turn is open once the event is committed; left to `turn`'s first handler, which takes a cancel for
+    one before anything was written, the turn stayed open with nothing running it."""
+    task = asyncio.ensure_future(write)
+    cut = False
+    while True:
+        try:
+            return await asyncio.shield(task), cut
+        except asyncio.CancelledError:
+            if task.done():
+                return task.result(), True  # the write's own failure, if any, is raised here
+            cut = True
 
 
 async def _to_the_end(closing: Any) -> None:
