@@ -190,6 +190,18 @@ def test_a_turn_is_cut_off_by_what_its_model_did_not_cause_and_only_by_its_own_e
         "the model call failed (529) after 5 attempt(s): overloaded"
     assert cut_off(turn(("hands_died", {"signal": 9, "how": "signal SIGKILL"}))) == \
         "the kernel was killed from outside (signal SIGKILL)"
+    # a call whose kernel never started (a gateway that did not connect it within its startup timeout, on a loaded
+    # machine: it failed an attempt of test_cli_resume, graded on the agent's answer "KernelStartError: ...")
+    start = {"outputs": [], "error": {"ename": "KernelStartError", "evalue": "the kernel could not start: Timeout during request"}}
+    assert cut_off(turn(("tool_result", {"tool_use_id": "t", "is_error": True, "observation": start}))) == \
+        "the agent's kernel could not start: the kernel could not start: Timeout during request"
+    # the agent's own code raising an exception of that name ran in a kernel (it has a generation): graded
+    raised = {"outputs": [{"output_type": "error", "ename": "KernelStartError", "evalue": "mine", "traceback": []}],
+              "error": {"ename": "KernelStartError", "evalue": "mine", "traceback": []}, "generation": 1}
+    assert cut_off(turn(("tool_result", {"tool_use_id": "t", "is_error": True, "observation": raised}))) is None
+    assert cut_off(turn(("tool_result", {"tool_use_id": "t", "observation": {**start, "error": {"ename": "ValueError"}}}))) is None
+    assert cut_off(turn(("tool_result", {"tool_use_id": "t", "observation": "not an object"}))) is None
+    assert cut_off(turn(("tool_result", {"tool_use_id": "t", "observation": {"error": ["not", "an", "object"]}}))) is None
     assert verdict_error({"passed": False, "details": {"error": "not checked: x"}}) == "the verifier could not run: not checked: x"
     assert verdict_error({"passed": False, "details": {"copy_notes": []}}) is None
 

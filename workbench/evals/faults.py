@@ -11,6 +11,8 @@ again, docs/evals.md "Errors are not failures"). Read from the turn's events:
     model_error    the model call failed after the brain's retries (an overload, a 5xx, a refused request)
     hands_died     the kernel was killed from outside (`killed_from_outside`); a death of its own
                    (exit(), os._exit, a crash, its memory limit) is the model's doing: graded as usual
+    tool_result    a call whose kernel could not start (`KernelStartError`: a gateway that did not
+                   connect it in time, a kernel that died booting, a sandbox that would not start)
 
 A verdict that could not be reached (its hands died, it timed out, its harness or grading model
 failed) carries `details.error` (workbench/hands/verdict.py, verify.py): `verdict_error`.
@@ -69,6 +71,21 @@ def cut_off(events: Sequence[Any]) -> str | None:
             return f"the model call failed{status} after {p.get('attempts', 1)} attempt(s): {str(p.get('error'))[:300]}"
         if e.type == "hands_died" and killed_from_outside(p):
             return f"the kernel was killed from outside ({p.get('how')})"
+        if e.type == "tool_result" and (why := start_failure(p)) is not None:
+            return f"the agent's kernel could not start: {why[:300]}"
+    return None
+
+
+def start_failure(result: dict[str, Any]) -> str | None:
+    """What a `tool_result` says when its call never ran because its kernel could not start, else None. Such a
+    call has no kernel generation: every call a kernel ran has one, so code that raises an exception of that name
+    (to turn a failure into an error, left out of the pass rate) is graded as usual."""
+    observation = result.get("observation")
+    if not isinstance(observation, dict) or observation.get("generation") is not None:
+        return None
+    error = observation.get("error")
+    if isinstance(error, dict) and error.get("ename") == "KernelStartError":
+        return str(error.get("evalue") or "")
     return None
 
 
