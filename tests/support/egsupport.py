@@ -119,7 +119,13 @@ class EnterpriseGateway:
                "--EnterpriseGatewayApp.unauthorized_users=['nobody']",  # root may start kernels (CI runs as root)
                "--EnterpriseGatewayApp.list_kernels=True",  # the tests look for kernels left on it
                # its restarter is one way a dead kernel is noticed (the hands' probe is the other)
-               f"--KernelRestarter.time_to_dead={self.time_to_dead}", "--KernelRestarter.restart_limit=100"]
+               f"--KernelRestarter.time_to_dead={self.time_to_dead}", "--KernelRestarter.restart_limit=100",
+               # its kernels talk to it over Unix sockets in its runtime directory, not TCP ports: jupyter_client 6
+               # (EG 3.3's pin) picks a kernel's five ports by binding and letting them go, so on a machine busy
+               # with other servers a kernel may find one taken when it binds, die booting, and be restarted on the
+               # same ports, while its websocket waits for a kernel_info that never comes (its start then times
+               # out; a CI run of test_cli_resume lost minutes to it). jupyter_client 7 has a port cache for this
+               "--KernelManager.transport=ipc"]
         with open(self.log, "wb") as log:  # a file, not a pipe nobody reads: a full pipe would stall the gateway
             self.proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=subprocess.DEVNULL, stderr=log)
         self.pid, self.url = self.proc.pid, f"http://127.0.0.1:{port}"
