@@ -31,7 +31,7 @@ import re
 import socket
 import ssl
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, Protocol, overload
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
@@ -81,30 +81,7 @@ class EgressProxy:
         listener = Listener(self, Path(path))
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            # the listener's proxy, not this one: a pooled kernel is handed to a session's proxy
-            proxy = listener.proxy
-            task = asyncio.current_task()
-            assert task is not None, "asyncio runs each connection's handler as a task"
-            listener.tasks.add(task)
-            admitted = proxy.open < proxy.settings.egress_max_connections
-            if admitted:
-                proxy.open += 1
-            try:
-                if admitted:
-                    await proxy._serve(reader, writer)
-                else:
-                    await proxy._refuse(reader, writer)
-            except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
-                pass
-            except asyncio.CancelledError:
-                # Listener.close ends us; on Python 3.11 a cancelled handler is logged as an error by asyncio
-                if not listener.closing:
-                    raise
-            finally:
-                if admitted:
-                    proxy.open -= 1
-                listener.tasks.discard(task)
-                writer.close()
+            await connection(listener, reader, writer)
 
         # a backlog of the cap: a flood then waits in the operating system's listen queue, not as sockets accepted here
         backlog = self.settings.egress_max_connections
@@ -144,15 +121,13 @@ class EgressProxy:
 
     # -- one connection ----------------------------------------------------
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            async with asyncio.timeout(self.settings.egress_head_timeout):
-                head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.LimitOverrunError:
-            return await self._deny(writer, None, None, None, Denied(431, f"the request line and headers are over {MAX_HEAD // 1024} KiB"))
-        except TimeoutError:
-            why = f"no request line and headers within {self.settings.egress_head_timeout:g} s (egress_head_timeout)"
-            return await self._deny(writer, None, None, None, Denied(408, why))
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes | None = None) -> None:
+        """One connection: its request read (unless its head was read already: `head`), judged, and served."""
+        if head is None:
+            try:
+                head = await read_head(reader, self.settings)
+            except Denied as d:
+                return await self._deny(writer, None, None, None, d)
         lines = head.decode("latin-1").split("\r\n")
         method, target = (lines[0].split(" ") + ["", ""])[:2]
         headers = [(k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in lines[1:] if line)]
@@ -276,17 +251,35 @@ class EgressProxy:
         reason = _clean(d.reason, MAX_REASON)
         if emit:
             await self.denials.deny({"host": _clean(host, MAX_HOST), "port": port, "method": _clean(method, 32), "reason": reason})
-        body = (reason + "\n").encode()
-        # the reason is in the status line too: for CONNECT, clients show only that line
-        phrase = "".join(c if " " <= c <= "~" else "?" for c in reason[:400])
-        writer.write(
-            f"HTTP/1.1 {d.status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-            f"Content-Length: {len(body)}\r\nX-Workbench-Egress: denied\r\nConnection: close\r\n\r\n".encode()
-            + body
-        )
-        if drain:
-            with contextlib.suppress(ConnectionError):
-                await writer.drain()
+        await answer(writer, Denied(d.status, reason), drain=drain)
+
+
+async def read_head(reader: asyncio.StreamReader, settings: EgressSettings) -> bytes:
+    """A connection's request line and headers, within `egress_head_timeout` and MAX_HEAD; else Denied."""
+    try:
+        async with asyncio.timeout(settings.egress_head_timeout):
+            return await reader.readuntil(b"\r\n\r\n")
+    except asyncio.LimitOverrunError:
+        raise Denied(431, f"the request line and headers are over {MAX_HEAD // 1024} KiB") from None
+    except TimeoutError:
+        raise Denied(408, f"no request line and headers within {settings.egress_head_timeout:g} s "
+                          "(egress_head_timeout)") from None
+
+
+async def answer(writer: asyncio.StreamWriter, d: Denied, headers: tuple[str, ...] = (), drain: bool = True) -> None:
+    """Refuse a request: its status, and its reason (already fit for the client) in the status line and body."""
+    body = (d.reason + "\n").encode()
+    # the reason is in the status line too: for CONNECT, clients show only that line
+    phrase = "".join(c if " " <= c <= "~" else "?" for c in d.reason[:400])
+    extra = "".join(f"{h}\r\n" for h in headers)
+    writer.write(
+        f"HTTP/1.1 {d.status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n{extra}"
+        f"Content-Length: {len(body)}\r\nX-Workbench-Egress: denied\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
+    if drain:
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
 
 
 class Listener:
@@ -313,6 +306,44 @@ class Listener:
             await self.proxy.denials.flush()
         except Exception:  # the log may be closing too; the count must not vanish without a word
             log.warning("egress: %d denials were not written to the log", self.proxy.denials.pending, exc_info=True)
+
+
+class Way(Protocol):
+    """A kernel's way in to its session's proxy: a `Listener` (a Unix socket) or a `Lease` (network.py)."""
+
+    proxy: EgressProxy
+    tasks: set[asyncio.Task]
+    closing: bool
+
+
+async def connection(way: Way, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     head: bytes | None = None) -> None:
+    """Serve one connection of a kernel's way in by its proxy, within the session's cap of connections open at
+    once; `head` if it was read already."""
+    # the way's proxy at this moment: a pooled kernel is handed to a session's proxy
+    proxy: EgressProxy = way.proxy
+    task = asyncio.current_task()
+    assert task is not None, "asyncio runs each connection's handler as a task"
+    way.tasks.add(task)
+    admitted = proxy.open < proxy.settings.egress_max_connections
+    if admitted:
+        proxy.open += 1
+    try:
+        if admitted:
+            await proxy._serve(reader, writer, head)
+        else:
+            await proxy._refuse(reader, writer)
+    except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+        pass
+    except asyncio.CancelledError:
+        # closing the way ends us; on Python 3.11 a cancelled handler is logged as an error by asyncio
+        if not way.closing:
+            raise
+    finally:
+        if admitted:
+            proxy.open -= 1
+        way.tasks.discard(task)
+        writer.close()
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, watch: Silence) -> None:
