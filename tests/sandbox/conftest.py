@@ -6,9 +6,7 @@ import asyncio
 import json
 import os
 import secrets
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
@@ -20,47 +18,10 @@ from workbench.hands import HandsConfig, KernelHands
 from workbench.hands.isolating import preflight
 from workbench.hands.launching import SandboxLauncher
 
+from upstream import Upstream
+
 _CHECK = preflight()
 needs_sandbox = pytest.mark.skipif(not _CHECK.ok, reason=f"no working bubblewrap here: {_CHECK.reason}")
-
-
-class Upstream:
-    """An HTTP server on 127.0.0.1 that records every connection and request it gets."""
-
-    def __init__(self, body: bytes = b"ok from upstream\n", port: int = 0):
-        self.requests: list[dict] = []
-        self.connections = 0
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def setup(self):
-                outer.connections += 1
-                super().setup()
-
-            def do_GET(self):
-                outer.requests.append({"method": "GET", "path": self.path, "headers": dict(self.headers)})
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_POST = do_GET
-
-            def log_message(self, *a):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> "Upstream":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
 
 
 @pytest.fixture

@@ -416,7 +416,7 @@ def tls_upstream(tmp_path):
     import ssl
     import subprocess
 
-    from .conftest import Upstream
+    from upstream import Upstream
 
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed")
