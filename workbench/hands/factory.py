@@ -56,6 +56,10 @@ class HandsSettings:
     gateway_token: str = ""  # sent as `Authorization: token ...`
     gateway_kernel: str = "python3"  # the kernelspec the gateway starts (on Kubernetes: deploy/kubernetes's)
     gateway_probe: float = 2.0  # seconds a gateway kernel that runs no cell may leave a request unanswered; 0 = off
+    # HOST:PORT where this host's egress proxy listens for its gateway kernels (empty: none; port 0: a free one), and
+    # the HOST:PORT the kernels are told to use (empty: the address it listens on)
+    gateway_egress: str = ""
+    gateway_egress_advertise: str = ""
     memory_mb: int = 4096  # per kernel: cgroup memory limit where writable, else RLIMIT_AS (see docs)
     max_processes: int = 512  # per kernel: cgroup pids.max where writable, RLIMIT_NPROC for a dedicated uid
     max_open_files: int = 1024  # RLIMIT_NOFILE
@@ -144,8 +148,16 @@ class HandsFactory:
 
             if not isinstance(s.gateway_kernel, str) or not s.gateway_kernel.strip() or len(s.gateway_kernel) > 255:
                 raise ConfigError(f"gateway_kernel must name a kernelspec of the gateway, not {str(s.gateway_kernel)[:60]!r}")
+            network, out = None, None
+            if s.gateway_egress:
+                from ..egress.network import NetworkEgress
+
+                out = egress or from_env(EgressSettings)
+                self.vault = vault if vault is not None else Vault.load(out.vault)
+                network = NetworkEgress(s.gateway_egress, s.gateway_egress_advertise, out)
             self._gateway = GatewayLauncher(s.gateway_url, s.gateway_token, s.gateway_kernel, max_message=self.max_message,
-                                            limits=self.limits, probe=float(s.gateway_probe), registry=self.registry)
+                                            limits=self.limits, probe=float(s.gateway_probe), registry=self.registry,
+                                            egress=network, vault=self.vault, egress_settings=out)
             self.launcher = self._gateway
         else:
             self.seccomp = seccomp if isinstance(seccomp, SeccompFilter) else prepare(seccomp or from_env(SeccompSettings))

@@ -47,10 +47,13 @@ import httpx
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
+from ...egress import EgressSettings, Vault
+from ...egress.network import Lease, NetworkEgress, proxy_env
 from ..base import IDLE_AFTER_REPLY, IDLE_NEVER_CAME, Death, Dropped, Kernel, Place
 from ..files import NoWorkspace
 from ..isolating.limits import AS_OVERHEAD_MB, Limits
 from .channel import MAX_MESSAGE, RESERVE, SMALL, inbox_budget
+from .proxies import SessionProxies
 from .reaper import KernelRegistry, host_alive
 
 # Run in a gateway kernel when it starts: the rlimits a process may set on itself, and how each was set.
@@ -81,8 +84,12 @@ GATEWAY_GAPS = MappingProxyType({
     "workspace": "none here: its files are on the gateway's machine (no files routes, attachments or task files; "
                  "a python verifier checks the answer alone)",
     "spare": "none: a dead kernel is replaced from the warm pool, or started cold",
-    "egress": "the gateway's: no egress proxy of the workbench between it and the network, no credential injected",
+    "egress": "the gateway's: no egress proxy of the workbench offered (gateway_egress), no credential injected",
 })
+
+# the kernel's HTTP clients (urllib, requests, httpx, pip) go through the workbench's egress proxy: its variables set
+# in the kernel's own environment (a gateway passes a kernel only KERNEL_* variables); no name is left behind
+PROXY_CODE = "__import__('os').environ.update(%r)"
 
 PROBE_EVERY = 0.2  # seconds between control-channel probes of a kernel that runs no cell
 DELETE_RETRY_S = 30.0  # how long a kernel's DELETE is asked again while the gateway answers it with a 5xx
@@ -105,8 +112,13 @@ class GatewayLauncher:
     python = ""  # its kernels' interpreter is on the gateway's machine
 
     def __init__(self, url: str, token: str = "", kernel_name: str = "python3", max_message: int = MAX_MESSAGE,
-                 *, limits: Limits | None = None, probe: float = 2.0, registry: KernelRegistry | None = None):
+                 *, limits: Limits | None = None, probe: float = 2.0, registry: KernelRegistry | None = None,
+                 egress: NetworkEgress | None = None, vault: Vault | None = None,
+                 egress_settings: EgressSettings | None = None):
         self.url, self.token, self.kernel_name = url.rstrip("/"), token, kernel_name
+        # the workbench's egress proxy for its kernels, over the network (`gateway_egress`): each kernel a lease
+        self.egress = egress
+        self.proxies = SessionProxies(vault, egress_settings)
         self.max_message = max_message
         self.limits = limits
         # each kernel started here is recorded (its id and this gateway, never the token) until it is deleted, so
@@ -144,6 +156,8 @@ class GatewayLauncher:
         """Create a kernel on the gateway, connect to it and wait for its kernel_info reply."""
         timeout = place.startup_timeout if place else 60.0
         t0 = time.perf_counter()
+        # the session's egress proxy first: a bad policy (an unknown credential) fails before a kernel is made
+        proxy = self.proxies.of(place) if self.egress is not None else None
         kernel = GatewayKernel(self)
         try:
             env = dict(place.env if place else {})
@@ -166,6 +180,13 @@ class GatewayLauncher:
             if self.limits is not None and self.limits.any():
                 kernel.limits = await kernel.set_limits(self.limits, timeout)
             kernel.limits.update(GATEWAY_GAPS)
+            if self.egress is not None and proxy is not None:
+                await self.egress.start()
+                kernel.lease = self.egress.lease(proxy)
+                await kernel.run_quietly(PROXY_CODE % (proxy_env(kernel.lease.url),), timeout, "pointing it at the egress proxy")
+                kernel.limits["egress"] = (f"the workbench's egress proxy at {self.egress.address} (the kernel's HTTP(S)_PROXY): "
+                                           "this session's allowlist, credentials and budgets for what goes through it; "
+                                           "the kernel's own network is the gateway's to limit")
             if self.probe > 0:
                 kernel.watch(self.probe)
         except BaseException:
@@ -191,7 +212,11 @@ class GatewayLauncher:
         return not place.env
 
     async def adopt(self, kernel: Kernel, place: Place) -> str:
-        """Nothing to do: the workdir is the gateway's business."""
+        """A pooled kernel's egress now follows the session's policy and log; the workdir is the gateway's business."""
+        if not isinstance(kernel, GatewayKernel):
+            raise TypeError(f"a gateway launcher cannot adopt a {type(kernel).__name__}")
+        if kernel.lease is not None:
+            kernel.lease.proxy = self.proxies.of(place)
         return ""
 
     def _record(self, kernel_id: str) -> None:
@@ -218,7 +243,9 @@ class GatewayLauncher:
         return reaped
 
     async def aclose(self) -> None:
-        """Close the HTTP client."""
+        """Stop the egress listener; close the HTTP client."""
+        if self.egress is not None:
+            await self.egress.close()
         if self._http is not None:
             http, self._http = self._http, None
             await http.aclose()
@@ -254,6 +281,7 @@ class GatewayKernel:
         self._unanswered_since: float | None = None
         self._running: str | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self.lease: Lease | None = None  # its way out through the workbench's egress proxy, if the host offers one
 
     @property
     def ident(self) -> dict[str, Any]:
@@ -355,12 +383,8 @@ class GatewayKernel:
                 asked.append((key, name, value))
         if limits.max_processes:
             how["processes"] = "not enforced: the gateway's business (RLIMIT_NPROC counts every process of its uid)"
-        msg_id = self.send("shell", "execute_request", {
-            "code": LIMITS_CODE % (asked,), "silent": True, "store_history": False, "allow_stdin": False,
-            "stop_on_error": False, "user_expressions": {"how": "_wb_how"}})
-        reply = await self.reply(msg_id, timeout)
-        if reply.get("status") != "ok":
-            raise GatewayError(f"setting the kernel's limits failed: {reply.get('ename')}: {reply.get('evalue')}")
+        reply = await self.run_quietly(LIMITS_CODE % (asked,), timeout, "setting the kernel's limits",
+                                       {"how": "_wb_how"})
         try:
             text = reply["user_expressions"]["how"]["data"]["text/plain"]
             set_how = json.loads(ast.literal_eval(text))
@@ -370,6 +394,17 @@ class GatewayKernel:
             raise GatewayError("the kernel did not say how its limits were set")
         how.update({str(k): str(v)[:200] for k, v in set_how.items()})
         return how
+
+    async def run_quietly(self, code: str, timeout: float, doing: str,
+                          expressions: dict[str, str] | None = None) -> dict[str, Any]:
+        """Run the host's own code in the kernel (not in its history, no output kept); its reply, or GatewayError."""
+        msg_id = self.send("shell", "execute_request", {
+            "code": code, "silent": True, "store_history": False, "allow_stdin": False, "stop_on_error": False,
+            "user_expressions": expressions or {}})
+        reply = await self.reply(msg_id, timeout)
+        if reply.get("status") != "ok":
+            raise GatewayError(f"{doing} failed: {reply.get('ename')}: {reply.get('evalue')}")
+        return reply
 
     def _died(self, how: str) -> None:
         if self._death is None:
@@ -488,6 +523,8 @@ class GatewayKernel:
         if self.stopped:
             return
         self.stopped = True
+        if self.lease is not None:  # its token is refused from now on, its open connections end
+            await self.lease.close()
         if self._death is None:
             self._death = Death("it was stopped")
         ws, reader, watcher = self._ws, self._reader, self._watcher

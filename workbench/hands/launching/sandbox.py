@@ -27,7 +27,7 @@ from typing import Any
 from jupyter_client.kernelspec import KernelSpec
 
 from ...config import from_env
-from ...egress import EgressPolicy, EgressProxy, EgressSettings, Vault
+from ...egress import EgressProxy, EgressSettings, Vault
 from ..base import Kernel, Place
 from ..isolating import quota
 from ..isolating.bubblewrap import HOME, STATE, SandboxSettings, bwrap_argv, inside_args
@@ -37,6 +37,7 @@ from ..isolating.quota import WorkspaceSettings
 from ..isolating.seccomp import SeccompFilter, SeccompSettings, prepare
 from .local import kernel_env
 from .process import MAX_MESSAGE, ProcessKernel, start_process
+from .proxies import SessionProxies
 from .state import give_state, new_state
 
 OWN_WORKDIR = "none: the session's own workdir (hands.workdir), used as it is"
@@ -60,21 +61,12 @@ class SandboxLauncher:
         self.workspaces = workspaces if workspaces is not None else from_env(WorkspaceSettings)
         self.max_message = max_message
         self.identities = Identities(self.settings.sandbox_uid, self.settings.sandbox_gid, self.settings.sandbox_ids)
-        self._pool_proxy: EgressProxy | None = None
+        self.proxies = SessionProxies(vault, egress_settings)
         self.python = self.settings.sandbox_python or sys.executable
 
     def proxy(self, place: Place | None) -> EgressProxy:
         """A session's egress proxy, built once per session (its request count spans kernels); deny-all for the pool."""
-        if place is None:
-            if self._pool_proxy is None:
-                self._pool_proxy = EgressProxy(EgressPolicy.from_config(None, self.egress_settings), self.vault, None,
-                                               self.egress_settings)
-            return self._pool_proxy
-        if "egress" not in place.held:
-            policy = EgressPolicy.from_config(place.egress, self.egress_settings)
-            place.held["egress"] = EgressProxy(policy, self.vault, place.sink, self.egress_settings)
-        proxy: EgressProxy = place.held["egress"]
-        return proxy
+        return self.proxies.of(place)
 
     def owner(self, place: Place) -> tuple[int, int] | None:
         """The uid:gid of the session's sandboxes, when it is not ours (a root server leases one per workspace)."""
