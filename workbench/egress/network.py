@@ -20,15 +20,12 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import logging
 import secrets
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
-from .policy import EgressSettings, normalise_host
-from .proxy import MAX_HEAD, Denied, EgressProxy, answer, connection, read_head
-
-log = logging.getLogger("workbench.egress")
+from .policy import EgressSettings, split_hostport
+from .proxy import MAX_HEAD, Denied, EgressProxy, answer, connection, end, read_head
 
 MAX_PENDING = 64  # connections at once that have not yet shown a token; more are closed at once
 USER = "kernel"  # the user name of a lease's proxy URL (only its password, the token, counts)
@@ -49,16 +46,8 @@ class Lease:
 
     async def close(self) -> None:
         """End the lease: its token is refused from now on, its open connections end, its held denials are written."""
-        self.closing = True
         self.egress.leases.pop(self.token, None)
-        pending = list(self.tasks)
-        for t in pending:
-            t.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        try:
-            await self.proxy.denials.flush()
-        except Exception:  # the log may be closing too; the count must not vanish without a word
-            log.warning("egress: %d denials were not written to the log", self.proxy.denials.pending, exc_info=True)
+        await end(self)
 
 
 class NetworkEgress:
@@ -68,10 +57,11 @@ class NetworkEgress:
     kernels are told to use (where the brain's host is from where they run); by default the bound address."""
 
     def __init__(self, listen: str, advertise: str = "", settings: EgressSettings | None = None):
-        self.host, self.port = address(listen, "gateway_egress", any_port=True)
+        self.host, self.port = split_hostport(listen, "gateway_egress", "0.0.0.0:3128, or 127.0.0.1:0 for a free port",
+                                              any_port=True)
         self.advertise = advertise.strip()
-        if self.advertise:
-            address(self.advertise, "gateway_egress_advertise")  # a ConfigError now, not a kernel lost later
+        if self.advertise:  # a ConfigError now, not a kernel lost later
+            split_hostport(self.advertise, "gateway_egress_advertise", "brain.example.internal:3128")
         self.settings = settings or EgressSettings()
         self.leases: dict[str, Lease] = {}
         self.server: asyncio.AbstractServer | None = None
@@ -130,7 +120,7 @@ class NetworkEgress:
             finally:
                 self.pending -= 1
             lease = self.leases.get(token_of(head) or "")
-            if lease is None or lease.closing:
+            if lease is None:  # none, a wrong one, or a stopped kernel's (its lease left the table)
                 self.refused += 1
                 return await answer(writer, Denied(407, "this egress proxy serves workbench kernels only: send the "
                                                         "proxy URL's token (HTTP_PROXY) as Proxy-Authorization"),
@@ -138,16 +128,6 @@ class NetworkEgress:
             await connection(lease, reader, writer, head)
         finally:
             writer.close()
-
-
-def address(text: str, setting: str, any_port: bool = False) -> tuple[str, int]:
-    """`HOST:PORT` (`[V6]:PORT`) of a setting as (host, port); port 0 only where `any_port` (a free one)."""
-    host, sep, port = str(text).strip().rpartition(":")
-    low = 0 if any_port else 1
-    if not sep or not normalise_host(host) or not port.isdigit() or not low <= int(port) < 65536:
-        example = "0.0.0.0:3128, or 127.0.0.1:0 for a free port" if any_port else "brain.example.internal:3128"
-        raise ConfigError(f"{setting} must be HOST:PORT, e.g. {example}; not {str(text)[:80]!r}")
-    return normalise_host(host), int(port)
 
 
 def token_of(head: bytes) -> str | None:

@@ -60,11 +60,13 @@ def canonical(addr: str | Address) -> Address:
     return ip.ipv4_mapped or ip if isinstance(ip, IPv6Address) else ip
 
 
-def split_hostport(entry: str) -> tuple[str, int]:
-    """`host:port` (or `[v6]:port`) as a normalised (host, port); raises ConfigError."""
+def split_hostport(entry: str, what: str = "egress entry", example: str = "api.example.com:443",
+                   any_port: bool = False) -> tuple[str, int]:
+    """`host:port` (or `[v6]:port`) as a normalised (host, port); port 0 only where `any_port` (a free one to
+    listen on); raises ConfigError naming `what`."""
     host, sep, port = entry.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"egress entry {entry!r} must be host:port, e.g. api.example.com:443")
+    if not sep or not host or not port.isdigit() or not (0 if any_port else 1) <= int(port) < 65536:
+        raise ConfigError(f"{what} {entry!r} must be host:port, e.g. {example}")
     return normalise_host(host), int(port)
 
 

@@ -296,16 +296,9 @@ class Listener:
         self.closing = True
         if self.server is not None:
             self.server.close()
-        pending = list(self.tasks)
-        for t in pending:
-            t.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        await end(self)
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
-        try:
-            await self.proxy.denials.flush()
-        except Exception:  # the log may be closing too; the count must not vanish without a word
-            log.warning("egress: %d denials were not written to the log", self.proxy.denials.pending, exc_info=True)
 
 
 class Way(Protocol):
@@ -314,6 +307,19 @@ class Way(Protocol):
     proxy: EgressProxy
     tasks: set[asyncio.Task]
     closing: bool
+
+
+async def end(way: Way) -> None:
+    """End a way in: its open connections end, and its session's held-back denials are written."""
+    way.closing = True
+    pending = list(way.tasks)
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    try:
+        await way.proxy.denials.flush()
+    except Exception:  # the log may be closing too; the count must not vanish without a word
+        log.warning("egress: %d denials were not written to the log", way.proxy.denials.pending, exc_info=True)
 
 
 async def connection(way: Way, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
