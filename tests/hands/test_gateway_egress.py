@@ -17,21 +17,10 @@ import pytest_asyncio
 from workbench.egress import EgressSettings
 from workbench.hands.factory import HandsFactory, HandsSettings
 
-from upstream import Upstream
+from upstream import FETCH, Upstream
 
 from .conftest import GATEWAYS
 
-FETCH = textwrap.dedent("""
-    import json, os, urllib.request, urllib.error
-    def fetch(url):
-        try:
-            with urllib.request.urlopen(url, timeout=20) as r:
-                return [r.status, r.read().decode()]
-        except urllib.error.HTTPError as e:
-            return [e.code, e.read().decode()]
-        except OSError as e:
-            return [0, repr(e)]
-""")
 
 
 @pytest.fixture
@@ -88,6 +77,7 @@ async def test_a_gateway_kernel_goes_out_through_its_sessions_proxy_and_never_se
     allow = f"127.0.0.1:{upstream.port}"
     hands, events = session(factory, "allowed", {"allow": [allow], "credentials": ["example"]})
     out = await run(hands, FETCH + textwrap.dedent(f"""
+        import os
         print(json.dumps({{"allowed": fetch("http://{allow}/data?x=1"), "denied": fetch("http://example.com/"),
                            "tunnel": fetch("https://example.com/"),
                            "seen": [k for k, v in os.environ.items() if {secret!r} in v],

@@ -16,21 +16,12 @@ from workbench.errors import ConfigError, VaultUnsafe
 from workbench.hands import HandsConfig, KernelHands, Observation
 from workbench.hands.launching import SandboxLauncher
 
+from upstream import FETCH
+
 from .conftest import needs_sandbox, no_process_left, run
 
 pytestmark = needs_sandbox
 
-FETCH = """
-import json, urllib.request, urllib.error
-def fetch(url):
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return [r.status, r.read().decode()]
-    except urllib.error.HTTPError as e:
-        return [e.code, e.read().decode()]
-    except OSError as e:
-        return [0, repr(e)]
-"""
 
 SEARCH = """
 import os

@@ -43,3 +43,17 @@ class Upstream:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(5)
+
+
+# kernel code's fetch, as the egress tests run it in a kernel: [status, body], or [0, the error] when none came
+FETCH = """
+import json, urllib.request, urllib.error
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return [r.status, r.read().decode()]
+    except urllib.error.HTTPError as e:
+        return [e.code, e.read().decode()]
+    except OSError as e:
+        return [0, repr(e)]
+"""
