@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -278,6 +279,32 @@ async def test_kernels_stopped_while_they_boot_leave_no_process(hands_tmp, backe
     while (mounts_under(root) or list(root.glob("*.img"))) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     assert mounts_under(root) == [] and not list(root.glob("*.img"))
+
+
+@pytest.mark.asyncio
+async def test_a_start_cancelled_while_its_process_is_spawned_leaves_no_process(monkeypatch, gone):
+    """The kernel's spawn runs in a thread (off the event loop); a start cancelled meanwhile still learns the
+    process it spawned, so the start's own cleanup stops it instead of leaving it behind unknown."""
+    from workbench.hands.launching import process as proc_mod
+
+    entered, spawned, real = threading.Event(), [], proc_mod.launch_kernel
+
+    def slow_spawn(argv, **kw):
+        entered.set()
+        time.sleep(0.5)  # the cancel comes while the thread is here
+        p = real(argv, **kw)
+        spawned.append(p.pid)
+        return p
+
+    monkeypatch.setattr(proc_mod, "launch_kernel", slow_spawn)
+    start = asyncio.get_running_loop().create_task(LocalLauncher().start(None))
+    while not entered.is_set():
+        await asyncio.sleep(0.01)
+    start.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await start
+    assert len(spawned) == 1  # the spawn finished, and the start waited for it before it gave up
+    assert gone(spawned, timeout=30), "the kernel spawned under a cancelled start lives on"
 
 
 @pytest.mark.asyncio

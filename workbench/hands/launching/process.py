@@ -11,6 +11,7 @@ waits until it answers. A `ProcessKernel` is the handle the hands (or the pool) 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import queue
@@ -26,6 +27,7 @@ from typing import Any
 import zmq
 from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_client.launcher import launch_kernel
 from jupyter_client.provisioning import LocalProvisioner
 
 from ..base import IDLE_AFTER_REPLY, IDLE_NEVER_CAME, Death, Dropped, Workspace
@@ -51,6 +53,13 @@ class _OneSpec(KernelSpecManager):
         return self._spec
 
 
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
 class HandsProvisioner(LocalProvisioner):
     """Launches behind the launch wrapper with stdin /dev/null and stdout, stderr to the hands' pipes."""
 
@@ -64,8 +73,20 @@ class HandsProvisioner(LocalProvisioner):
         km = self.manager
         # close_fds is Popen's default, said out loud: the kernel gets these three descriptors and no other
         kw.update(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True)
-        info = await super().launch_kernel(km.wrap(cmd) if km.wrap is not None else cmd, **kw)
-        process = self.process
+        # LocalProvisioner.launch_kernel, with the spawn off the event loop: a fork and exec blocked it for 10-70 ms
+        # on a loaded machine, and a spare boots while the session's kernel runs a call (right after a death)
+        argv = km.wrap(cmd) if km.wrap is not None else cmd
+        spawn = asyncio.ensure_future(asyncio.to_thread(launch_kernel, argv, **LocalProvisioner._scrub_kwargs(kw)))
+        try:
+            await asyncio.shield(spawn)
+        finally:  # cancelled meanwhile: the process is still known, so the caller's kill stops it
+            while not spawn.done():  # a spawn takes milliseconds; a second cancel does not lose its process
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(spawn)
+            process = spawn.result()
+            self.process, self.pid, self.pgid = process, process.pid, _pgid(process.pid)
+            self.cwd = kw.get("cwd", Path.cwd())
+        info = self.connection_info
         assert process is not None and process.stdout is not None and process.stderr is not None
         pipes = {"stdout": process.stdout, "stderr": process.stderr}
         process.stdout = process.stderr = None  # ours to read and close, not jupyter_client's
@@ -261,7 +282,16 @@ class ProcessKernel:
         if self.iopub is not None:
             self.iopub.close()
         if self.kc is not None:
+            # the client's sockets with no linger (stop_channels would give them 100 ms): a request queued to a dead
+            # kernel is dropped at once instead of holding the event loop while the context terminates
+            self._close_contexts(self.kc)
             self.kc.stop_channels()
+        # jupyter_client's shutdown sends an interrupt first, on a control socket that lingers 100 ms: to a dead
+        # kernel it is never delivered, and terminating the context blocked the event loop for that long (100-200
+        # ms at load) per death, right when the replacement answers; a kill needs no interrupt delivered
+        control = self.km._control_socket
+        if control is not None and not control.closed:
+            control.linger = 0
         try:
             await self.km.shutdown_kernel(now=True)
         except Exception:  # jupyter_client's shutdown of a kernel that is half there; make sure it is gone
@@ -273,15 +303,16 @@ class ProcessKernel:
             # also when the shutdown failed or was cancelled (an event loop closing under a kill nobody awaits
             # any more): a context left to garbage collection is terminated there, and that blocks for good
             # while a socket of it is open (a test worker hung so in Context.__del__ -> term())
-            self._close_contexts()
+            self._close_contexts(self.km, self.kc)
         self.output.close()
         for close in self.closers:
             await close()
         await asyncio.to_thread(self._cleanup)
 
-    def _close_contexts(self) -> None:
+    @staticmethod
+    def _close_contexts(*owners: Any) -> None:
         """Close the ZMQ contexts that the manager and the client made for themselves, with their sockets."""
-        for owner in (self.km, self.kc):
+        for owner in owners:
             if owner is not None and owner._created_context and not owner.context.closed:
                 owner.context.destroy(linger=0)
 
