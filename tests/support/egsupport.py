@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -157,9 +158,21 @@ class EnterpriseGateway:
         req = urllib.request.Request(self.url + path, headers={"Authorization": f"token {self.token}"})
         return json.loads(urllib.request.urlopen(req, timeout=5).read())
 
-    def kernels(self) -> list[str]:
-        """The ids of the kernels running on the gateway."""
-        return [k["id"] for k in self._get("/api/kernels")]
+    def kernels(self, within: float = 120.0) -> list[str]:
+        """The ids of the kernels running on the gateway.
+
+        While a kernel is starting, Enterprise Gateway answers this listing with a 500 (jupyter_server's
+        `kernel_model` reads `last_activity`, which is set only once the start returns: enterprise_gateway issue
+        1395), as right after a host with kernels starting was SIGKILLed: the listing is asked again until the
+        starts are over, at most `within` seconds."""
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                return [k["id"] for k in self._get("/api/kernels")]
+            except urllib.error.HTTPError as e:
+                if e.code != 500 or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def kernel_pid(self, kernel_id: str) -> int:
         """The pid of the gateway's kernel process `kernel_id` (its connection file names it)."""
