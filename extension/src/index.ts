@@ -176,17 +176,25 @@ const plugin: JupyterFrontEndPlugin<void> = {
       name: w => w.content.sessionId
     });
     panel.openChatTab = id => void commands.execute(OPEN_CHAT_TAB, { id });
-    // Right-click on a session in the sidebar's list: open that session's chat in the main area.
+    // Right-click on a session in the sidebar's list: open that session's chat in the main area. The row is read at
+    // the right-click (this listener runs before JupyterLab's, which opens the menu): the list is drawn anew when its
+    // sessions change, and a row replaced while the menu is open is no longer in the page, where
+    // app.contextMenuHitTest stops before reaching it (it walks up only while a node has a parent)
+    let contextSession: string | undefined;
+    panel.node.addEventListener(
+      'contextmenu',
+      event => {
+        const target = event.target instanceof Element ? event.target : null;
+        contextSession =
+          target?.closest<HTMLElement>('li.jp-wb-session')?.dataset.sessionId || undefined;
+      },
+      true
+    );
     commands.addCommand('workbench:open-chat-tab-at', {
       label: 'Open the chat in the main area',
       caption: 'Open the session under the pointer as a chat tab in the main area',
-      execute: () => {
-        const row = app.contextMenuHitTest(
-          node => node.classList.contains('jp-wb-session') && !!node.dataset.sessionId
-        );
-        const id = row?.dataset.sessionId;
-        return id ? commands.execute(OPEN_CHAT_TAB, { id }) : undefined;
-      }
+      execute: () =>
+        contextSession ? commands.execute(OPEN_CHAT_TAB, { id: contextSession }) : undefined
     });
     app.contextMenu.addItem({
       command: 'workbench:open-chat-tab-at',

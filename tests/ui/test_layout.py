@@ -210,6 +210,9 @@ def test_a_session_opens_as_a_chat_in_the_main_area(page, lab: JupyterProcess):
                          ".then(() => document.querySelectorAll('.jp-wb-chattab').length)") == 1
     other = new_session(panel)
     panel.locator(f'.jp-wb-session[data-session-id="{other}"]').click(button="right")
+    # the list drawn anew while the menu is open (as when a session changes meanwhile): the row right-clicked is
+    # replaced by a new one, and the menu still opens the session it was opened on
+    page.evaluate("[...window.jupyterapp.shell.widgets('left')].find(w => w.id === 'jp-workbench').render()")
     page.locator(".lm-Menu-item").filter(has_text="Open the chat in the main area").click()
     try:
         page.wait_for_function("(id) => [...window.jupyterapp.shell.widgets('main')]"
