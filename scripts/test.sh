@@ -63,7 +63,7 @@ fi
 [ "$status" = 0 ] || exit "$status"
 # CI runs as root; a researcher's server does not. The whole suite's sandbox, quota, identity and escape tests
 # run again as an ordinary user (scripts/unprivileged.sh), where the sandbox has no uid of its own to give; in two
-# workers, each test file whole in one (171 s in one process in the last CI run, 100 s in two on a quiet machine)
+# workers, each test file whole in one (168 s in one process, 102 s in two, run back to back on a 2-core machine)
 if [ "$(id -u)" = 0 ] && [ $# -eq 0 ]; then
   bash scripts/unprivileged.sh -m isolation -n 2 --dist loadfile --no-loadscope-reorder
 fi
