@@ -41,6 +41,12 @@ def wb(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.Comp
     return subprocess.run([*WORKBENCH, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def wb_each(env: dict[str, str], commands: list[tuple[str, ...]]) -> dict[tuple[str, ...], subprocess.CompletedProcess]:
+    """Each command at once, four at a time, as several people's commands would run (each mostly starts up)."""
+    with ThreadPoolExecutor(4) as pool:
+        return dict(zip(commands, pool.map(lambda args: wb(env, *args), commands), strict=True))
+
+
 READS = [
     ("sessions",),
     ("sessions", "--json"),
@@ -144,9 +150,7 @@ def test_every_command_goes_through_the_server_that_holds_the_database(tmp_path)
     try:
         server.start(START)
         env = cli_env(server, db)
-        # at once, as several people's commands would be (each is a process that spends most of its time starting)
-        with ThreadPoolExecutor(4) as pool:
-            remote = dict(zip(READS, pool.map(lambda args: wb(env, *args), READS), strict=True))
+        remote = wb_each(env, READS)
         for args, r in remote.items():
             assert via in r.stderr, (args, r.stderr)
         memory_remote = wb(env, "memory", target)
@@ -155,8 +159,7 @@ def test_every_command_goes_through_the_server_that_holds_the_database(tmp_path)
 
     # the same commands on the file itself print the same (at once too: each opens the file read-only)
     local_env = cli_env(None, db)
-    with ThreadPoolExecutor(4) as pool:
-        local = dict(zip(READS, pool.map(lambda args: wb(local_env, *args), READS), strict=True))
+    local = wb_each(local_env, READS)
     for args, r in remote.items():
         here = local[args]
         assert via not in here.stderr
