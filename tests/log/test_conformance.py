@@ -662,6 +662,34 @@ def test_a_failing_write_in_a_group_fails_alone_and_is_never_announced(log):
     assert log.session("s1")["events"] == 4
 
 
+def test_a_write_that_fails_in_a_group_hears_it_after_the_writes_before_it_are_committed(log):
+    """An optimistic writer (plan from a read, refuse in the write when what it read changed, plan again) retries
+    when it hears its failure: by then the write that made it fail must be readable, or its next plan reads the
+    old state again and fails on the same change (a memory-tool edit lost to 'changed 8 times' under load)."""
+    new(log)
+    gate, held = _hold_writer(log)
+    first = log.write(lambda tx: tx.append("s1", "user_message", {"text": "first"}))
+
+    def refuse(tx):
+        raise RuntimeError("what I read changed")
+
+    refused = log.write(refuse)
+    seen_then, called = [], threading.Event()
+
+    def heard(_):  # run as the caller hears the failure (on the writer thread, before it goes on)
+        seen_then.append([e.payload.get("text") for e in log.events("s1")])
+        called.set()
+
+    refused.add_done_callback(heard)
+    gate.set()
+    held.result(30)
+    with pytest.raises(RuntimeError, match="what I read changed"):
+        refused.result(30)
+    assert first.result(30).seq == 3
+    assert called.wait(30)
+    assert seen_then == [[None, "held", "first"]]
+
+
 def test_a_group_whose_commit_fails_announces_nothing_and_commits_each_write_alone(log):
     new(log)
     heard = []

@@ -264,6 +264,8 @@ def test_concurrent_writers_to_one_memory_lose_no_edit(fresh):
         return await asyncio.gather(*(host.brain.run_turn(sid, "mark yours done") for sid in ids))
 
     assert asyncio.run(all_at_once()) == ["end_turn"] * 6
+    said = [text_of(e.payload) for sid in ids for e in host.log.events(sid, types=["tool_result"]) if e.payload["is_error"]]
+    assert said == []  # none gave up (each retry reads the writes that made it retry)
     m = store.get(shared["id"])
     assert m["text"] == "\n".join(f"line {i}: done by {i}" for i in range(6))
     history = m["history"][2:]  # after the dream's proposal and the person's accept

@@ -485,7 +485,8 @@ class WriterLog:
 
         - A job whose fn raises: its caller gets that exception and nothing of it is kept; the
           transaction is rolled back (announcing nothing) and the other jobs are committed again
-          without it, in a fresh transaction of their own.
+          without it, in a fresh transaction of their own, before its caller hears the exception (a
+          write that refused because of an earlier write of its group reads that write on its retry).
         - A commit that fails: nothing is announced, and each job runs again alone, in its own
           transaction, so each caller gets the outcome its write has by itself.
         So a fn may be called more than once; only the call whose transaction commits counts.
@@ -519,10 +520,10 @@ class WriterLog:
         else:
             self._rollback(tx)
             i, error = failed
-            jobs[i].set_exception(error)
             rest = jobs[:i] + jobs[i + 1:]
             if rest:
                 self._commit_group(rest)
+            jobs[i].set_exception(error)  # after the others: a caller that plans again on hearing it reads their writes
             return
         self._learn(tx)
         self._announce(tx.appended)
