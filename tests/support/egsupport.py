@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import http.client
 import json
 import os
 import shutil
@@ -135,7 +136,8 @@ class EnterpriseGateway:
             try:
                 self._get("/api")
                 return self
-            except OSError:
+            except (OSError, http.client.HTTPException):  # not listening yet, or another process's socket answers
+                # (a kernel's ZeroMQ port took it after free_port(): bytes that are not HTTP until the gateway exits)
                 if self.proc.poll() is not None:
                     told = self.log.read_text(errors="replace")
                     error = PortTaken if "already in use" in told else RuntimeError
