@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import functools
 import html
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from markdown_it import MarkdownIt
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
 
 
 def _highlight(code: str, lang: str, _attrs: Any) -> str:
@@ -38,6 +39,10 @@ def _math(content: str, opts: dict[str, Any]) -> str:
 
 @functools.cache
 def _renderer(math: bool, highlight: bool) -> MarkdownIt:
+    # imported at the first rendering, not with the module: the server imports this module at start (the plugins'
+    # text helpers) and renders nothing until a page asks; markdown-it is about 60 ms of a quiet start's CPU
+    from markdown_it import MarkdownIt
+
     options = {"html": False, "highlight": _highlight} if highlight else {"html": False}
     md = MarkdownIt("commonmark", options).enable("table").disable("image")
     if math:
