@@ -93,9 +93,10 @@ class Attempt:
         self.grader_model = grader_model
         self.price = price or (lambda model, i, o: 0.0)
 
-    async def _append(self, type: str, payload: dict[str, Any]) -> None:
+    async def _append(self, type: str, payload: dict[str, Any], *more: tuple[str, dict[str, Any]]) -> None:
+        """Append the event (and `more` after it) in one transaction."""
         sid = self.spec.id
-        await self.host.log.awrite(lambda tx: tx.append(sid, type, payload))
+        await self.host.log.awrite(lambda tx: [tx.append(sid, t, p) for t, p in ((type, payload), *more)])
 
     def _create(self) -> None:
         """Create the session with its `eval_started` (the task's files go in before its first turn)."""
@@ -152,8 +153,11 @@ class Attempt:
                     why = cut_off(events)
                     if why is not None:  # graded, it would measure the cut, not the model: an error, never graded
                         return await self._finish(events, {}, "error", f"error: {why}")
-                    verdict = await self.verify(final_answer(events))
-                    await self._append("eval_verdict", {"turn": turns, **verdict.to_json()})
+                    verdict = {"turn": turns, **(await self.verify(final_answer(events))).to_json()}
+                    ended = self._stop(events, verdict, turns, t0)
+                    if ended:  # the verdict ends the attempt: it and eval_finished in one transaction
+                        return await self._finish(events, verdict, *ended, verdict=True)
+                    await self._append("eval_verdict", verdict)
                     continue
                 last = verdicts[-1].payload
                 ended = self._stop(events, last, turns, t0)
@@ -205,14 +209,19 @@ class Attempt:
             return "fail", "time"
         return None
 
-    async def _finish(self, events: list[Any], last: dict[str, Any], outcome: str, reason: str) -> dict[str, Any]:
-        """Append `eval_finished`: an error has no grade (passed and score null), as the verdict never came."""
+    async def _finish(self, events: list[Any], last: dict[str, Any], outcome: str, reason: str,
+                      verdict: bool = False) -> dict[str, Any]:
+        """Append `eval_finished` (after `last` as its `eval_verdict`, with `verdict`): an error has no grade (passed
+        and score null), as the verdict never came."""
         ins, outs = usage_of(events)
         graded = outcome != "error"
         payload = {"outcome": outcome, "passed": bool(last.get("passed")) if graded else None,
                    "score": float(last.get("score") or 0.0) if graded else None, "reason": reason,
                    "cost": round(float(self.price(self.spec.model, ins, outs)), 6)}
-        await self._append("eval_finished", payload)
+        if verdict:
+            await self._append("eval_verdict", last, ("eval_finished", payload))
+        else:
+            await self._append("eval_finished", payload)
         return payload
 
     async def verify(self, answer: str) -> Verdict:
