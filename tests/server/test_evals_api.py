@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 from tornado.httpclient import HTTPClientError
@@ -45,6 +46,34 @@ async def test_a_run_over_rest(jp_fetch):
     changed = {**task_to_json(SQUARE), "prompt": "What is 4 squared?"}
     code, err = await call(jp_fetch, "POST", "evals", {"tasks": [changed], "models": ["scripted:eval"], "run": "rest-run"})
     assert code == 400 and "different version" in err["error"]
+
+
+async def test_a_status_read_while_the_run_ends_says_running_until_its_rows_are_all_there(jp_fetch, jp_serverapp,
+                                                                                         monkeypatch):
+    """A run that ends while its rows are read is still running in that answer: `done` only beside rows read after
+    its end (a report read under load said `done` beside rows from before its last try)."""
+    from workbench.evals import routes
+
+    plugin = jp_serverapp.web_app.settings["workbench_runtime"].host.plugin("evals")
+    real = routes.result_rows
+
+    def rows_then_the_end(log, run_id):  # the rows as they are, handed back only once the run has ended
+        rows = real(log, run_id)
+        deadline = time.monotonic() + 120
+        while not plugin.running[run_id][1].done() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return rows
+
+    monkeypatch.setattr(routes, "result_rows", rows_then_the_end)
+    code, _ = await call(jp_fetch, "POST", "evals", {"tasks": [task_to_json(SQUARE)], "models": ["scripted:eval"],
+                                                    "epochs": 2, "run": "ending-run"})
+    assert code == 202
+    code, st = await call(jp_fetch, "GET", "evals/ending-run")
+    assert code == 200 and plugin.running["ending-run"][1].done()
+    assert st["state"] == "running", st
+    monkeypatch.undo()
+    code, st = await call(jp_fetch, "GET", "evals/ending-run")
+    assert (st["state"], st["finished"]) == ("done", 2), st
 
 
 async def test_hostile_bodies_are_refused_and_write_nothing(jp_fetch):

@@ -70,14 +70,15 @@ class EvalsHandler(EvalHandlerBase):
                     "parallel": run.parallel}, 202)
 
 
-def run_state(plugin: Any, run_id: str, attempts: int) -> tuple[str, int, str | None]:
+def run_state(plugin: Any, run_id: str, attempts: int, running: bool = False) -> tuple[str, int, str | None]:
     """A run's state, its attempts in all and the error that failed it: `running`, `done`, `interrupted` or `failed`
-    for a run this server runs (its total from its specs), else `stopped` (its total the attempts it has)."""
+    for a run this server runs (its total from its specs), else `stopped` (its total the attempts it has);
+    `running`: it was running when its rows were read (see `_running`)."""
     entry = plugin.running.get(run_id)
     if entry is None:
         return "stopped", attempts, None
     run, task = entry
-    if not task.done():
+    if running or not task.done():
         return "running", len(run.specs()), None
     if task.cancelled():
         return "interrupted", len(run.specs()), None
@@ -86,20 +87,28 @@ def run_state(plugin: Any, run_id: str, attempts: int) -> tuple[str, int, str | 
     return "done", len(run.specs()), None
 
 
+def _running(plugin: Any) -> set[str]:
+    """The runs this server is running now. Read before a run's rows: a run that ends while they are read is still
+    said to be running (the next read says how it ended, with all its rows), never `done` beside rows read before
+    its last tries were written (a CI run under load read a report so)."""
+    return {run_id for run_id, (_, task) in list(plugin.running.items()) if not task.done()}
+
+
 def run_status(plugin: Any, log: SessionLog, run_id: str) -> dict[str, Any]:
+    running = run_id in _running(plugin)
     rows = result_rows(log, run_id)
     if not rows and run_id not in plugin.running:
         raise UnknownSession(f"no eval run {run_id!r}")
-    state, total, error = run_state(plugin, run_id, len(rows))
+    state, total, error = run_state(plugin, run_id, len(rows), running)
     finished = sum(1 for r in rows if r["outcome"] is not None)
     return {"run": run_id, "state": state, "total": total, "finished": finished, "error": error, "results": rows}
 
 
 def listing(plugin: Any, log: SessionLog) -> list[dict[str, Any]]:
     """Every run in the log (`runs`), each with its state and total as its status says them."""
-    out = []
+    out, running = [], _running(plugin)
     for r in runs(log):
-        state, total, _ = run_state(plugin, r["run"], r["attempts"])
+        state, total, _ = run_state(plugin, r["run"], r["attempts"], r["run"] in running)
         out.append({**r, "state": state, "total": total})
     return out
 
