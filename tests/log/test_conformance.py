@@ -669,11 +669,7 @@ def test_a_write_that_fails_in_a_group_hears_it_after_the_writes_before_it_are_c
     new(log)
     gate, held = _hold_writer(log)
     first = log.write(lambda tx: tx.append("s1", "user_message", {"text": "first"}))
-
-    def refuse(tx):
-        raise RuntimeError("what I read changed")
-
-    refused = log.write(refuse)
+    refused = log.write(lambda tx: boom(RuntimeError("what I read changed")))
     seen_then, called = [], threading.Event()
 
     def heard(_):  # run as the caller hears the failure (on the writer thread, before it goes on)

@@ -96,7 +96,12 @@ class Attempt:
     async def _append(self, type: str, payload: dict[str, Any], *more: tuple[str, dict[str, Any]]) -> None:
         """Append the event (and `more` after it) in one transaction."""
         sid = self.spec.id
-        await self.host.log.awrite(lambda tx: [tx.append(sid, t, p) for t, p in ((type, payload), *more)])
+
+        def write(tx: Any) -> None:
+            for t, p in ((type, payload), *more):
+                tx.append(sid, t, p)
+
+        await self.host.log.awrite(write)
 
     def _create(self) -> None:
         """Create the session with its `eval_started` (the task's files go in before its first turn)."""
