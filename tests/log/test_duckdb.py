@@ -395,6 +395,35 @@ def test_a_commit_does_not_write_the_summary_yet_every_reader_sees_it(db_path):
     con.close()
 
 
+def test_a_row_read_after_a_commit_is_visible_counts_it_even_while_the_writer_is_still_keeping_it(db_path, monkeypatch):
+    """The window between a commit and the writer keeping its change in memory: a reader that already read the
+    committed events (a stream's backlog) and then the session's row must not get a row from before them (a
+    CI run under load read `unfinished` after streaming turn_ended). Such a read waits for the writer."""
+    with DuckDBLog(db_path) as log:
+        new(log)
+        inside, go_on = threading.Event(), threading.Event()
+        keep = log._keep
+
+        def slow_keep(deltas, removed):  # the writer thread, descheduled between the commit and keeping it
+            inside.set()
+            go_on.wait(30)
+            keep(deltas, removed)
+
+        monkeypatch.setattr(log, "_keep", slow_keep)
+        writing = threading.Thread(target=log.append, args=("s1", "turn_ended", {"stop_reason": "end_turn"}))
+        writing.start()
+        assert inside.wait(30)
+        assert [e.type for e in log.events("s1")][-1] == "turn_ended"  # committed: a stream's backlog has it
+        rows: list[dict] = []
+        reading = threading.Thread(target=lambda: rows.append(log.session("s1")))
+        reading.start()
+        reading.join(0.5)  # a read that does not wait answers at once, from before the commit
+        go_on.set()
+        reading.join(30)
+        writing.join(30)
+        assert (rows[0]["events"], rows[0]["last_type"], rows[0]["state"]) == (2, "turn_ended", "ended")
+
+
 def test_a_writer_that_dies_leaves_a_summary_the_next_open_rebuilds(db_path):
     script = (
         "import os, sys\n"

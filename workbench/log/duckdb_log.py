@@ -393,10 +393,13 @@ class DuckDBLog(WriterLog):
         # changed since it was last written ([events added, last seq, last type, its ts, the last turn
         # mark or None]); readers add it to what they read. It is written when a reader filters or sorts
         # by it, and at close; a process that dies before leaves the file marked unclean, and the next
-        # one recomputes the summary from the events. `_writes` is odd while a write of it may land.
+        # one recomputes the summary from the events. `_writes` is odd while a write of it may land (readers
+        # wait, and read again if one landed meanwhile); `_keeping` is true from a commit that did not write
+        # it until its change is kept (readers wait: it is in neither the file's summary nor the marks).
         self._marks: dict[str, list[Any]] = {}
         self._marks_lock = threading.Condition()
         self._writes = 0
+        self._keeping = False
         self._unclean = False  # whether the file says its summary may be behind (set by the first commit)
         self._cursor_lock = threading.Condition()
         self._swapping = False  # whether compact() is replacing the file: cursors wait
@@ -551,8 +554,17 @@ class DuckDBLog(WriterLog):
             if marking:
                 tx.flush()
                 tx.con.execute("INSERT OR REPLACE INTO meta VALUES ('summary_clean', '0')")
-            tx.commit()
-            self._keep(deltas, tx.removed)
+            # from its commit until it is kept, what a commit changed is in neither the file's summary nor the
+            # marks: a reader of the rows waits (one that read the committed events first must see them counted)
+            with self._marks_lock:
+                self._keeping = True
+            try:
+                tx.commit()
+                self._keep(deltas, tx.removed)
+            finally:
+                with self._marks_lock:
+                    self._keeping = False
+                    self._marks_lock.notify_all()
         else:
             with self._marks_lock:
                 self._writes += 1
@@ -707,7 +719,7 @@ class DuckDBLog(WriterLog):
         such a read is done again."""
         while True:
             with self._marks_lock:
-                self._marks_lock.wait_for(lambda: self._writes % 2 == 0)
+                self._marks_lock.wait_for(lambda: self._writes % 2 == 0 and not self._keeping)
                 seen = self._writes
             rows = self._read(sql, params)
             with self._marks_lock:
