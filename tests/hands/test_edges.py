@@ -8,10 +8,13 @@ import math
 import sys
 
 import pytest
+from jupyter_client.kernelspec import KernelSpec
 
 from workbench.errors import ConfigError
 from workbench.hands import HandsConfig, KernelHands, LocalLauncher
 from workbench.hands.factory import hands_config
+from workbench.hands.isolating.bubblewrap import KERNEL_MAIN
+from workbench.hands.launching.local import without_debugger
 from workbench.hands.launching.output import OutputTail
 from workbench.hands.observing.kernel_cap import DRAIN_MARK
 
@@ -48,6 +51,21 @@ async def test_a_flood_on_the_kernels_own_descriptors_is_drained_and_capped():
         mark = tail.written["stderr"]
         await hands.execute("import os\nos.write(fd, b'after the mark')")
         assert tail.since("stderr", mark) == "after the mark"
+
+
+@pytest.mark.asyncio
+async def test_a_local_kernel_of_ipykernels_own_spec_starts_without_a_debugger_and_its_code_can_import_one():
+    """As in the sandbox (bubblewrap.KERNEL_MAIN): debugpy is a quarter of a kernel's start, and nobody debugs the
+    hands; the model's code imports it all the same. A kernelspec with a main of its own is started as it says."""
+    async with KernelHands(HandsConfig(timeout=60)) as hands:
+        obs = await hands.execute("import json, sys\nimport ipykernel.debugger as d\nbefore = 'debugpy' in sys.modules\n"
+                                  "import debugpy\njson.dumps([before, d._is_debugpy_available, bool(debugpy.__file__)])")
+    assert obs.result == "'[false, false, true]'", obs.to_json()
+    own = KernelSpec(argv=[sys.executable, "-m", "my_kernel", "-f", "{connection_file}"], display_name="x", language="python")
+    assert without_debugger(own) is own
+    usual = KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"], display_name="x",
+                       language="python")
+    assert without_debugger(usual).argv == [sys.executable, "-c", KERNEL_MAIN, "-f", "{connection_file}"]
 
 
 def test_the_kernels_drain_mark_is_taken_out_of_its_output_even_when_it_comes_in_two_reads():

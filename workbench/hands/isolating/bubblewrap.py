@@ -40,7 +40,8 @@ ETC = (
     "nsswitch.conf", "localtime", "timezone", "alternatives", "fonts", "mime.types", "protocols",
     "services", "os-release", "gai.conf", "host.conf", "locale.alias",
 )  # fmt: skip
-# The kernel's main: ipykernel_launcher's, without the debugger. The hands are driven by the model, never by a
+# The kernel's main (a local kernel's too, when its kernelspec is ipykernel's own: launching/local.py):
+# ipykernel_launcher's, without the debugger. The hands are driven by the model, never by a
 # debugger client, and importing debugpy is a quarter of a kernel's start (0.25 s of the 1.0 s of CPU that starting
 # a kernel, running one cell and stopping it take here); the model's own code can still import debugpy.
 KERNEL_MAIN = """\

@@ -13,6 +13,7 @@ from typing import Any
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 
 from ..base import Kernel, Place
+from ..isolating.bubblewrap import KERNEL_MAIN
 from ..isolating.limits import Limits
 from .process import MAX_MESSAGE, ProcessKernel, start_process
 from .state import give_state, new_state
@@ -63,6 +64,15 @@ class TempWorkspace:
             shutil.rmtree(self.path, ignore_errors=True)
 
 
+def without_debugger(spec: KernelSpec) -> KernelSpec:
+    """ipykernel's own kernelspec, started as the sandbox starts it: without the debugger (bubblewrap.KERNEL_MAIN).
+    Any other kernelspec (its own main, options of its own) is started as it says."""
+    argv = list(spec.argv)
+    if argv[1:3] != ["-m", "ipykernel_launcher"]:
+        return spec
+    return KernelSpec(**{**spec.to_dict(), "argv": [argv[0], "-c", KERNEL_MAIN, *argv[3:]]})
+
+
 class LocalLauncher:
     """Starts an ipykernel in this Python environment, unsandboxed."""
 
@@ -78,6 +88,7 @@ class LocalLauncher:
         spec = ksm.get_kernel_spec(self.kernel_name)
         if place is not None and place.python:  # the session's environment: the same kernel, on its interpreter
             spec = KernelSpec(**{**spec.to_dict(), "argv": [place.python, *spec.argv[1:]]})
+        spec = without_debugger(spec)
         own = None  # a pooled kernel's workspace, its own until a session adopts it
         if place is None:
             own = TempWorkspace.make()
