@@ -24,7 +24,6 @@ from typing import Any
 from ..plugins.errors import ConfigError
 from ..plugins.hands import FileRefused, check_path
 from ..plugins.settings import NumberRefused, parse_constant, parse_float, parse_int
-from .taskyaml import SUFFIXES, yaml_tasks
 
 MAX_TASKS = 10_000
 MAX_TASK_FILE_BYTES = 64 * 1024 * 1024  # a task set file
@@ -281,6 +280,8 @@ def _text(path: Path) -> str:
 def _lines(path: Path) -> Iterable[tuple[int, Any]]:
     """(line number, value) of each task of a task set file (JSONL, or YAML by its suffix); ConfigError names the
     file and line."""
+    from .taskyaml import SUFFIXES, yaml_tasks  # PyYAML at the first task set read, not with every CLI command
+
     text = _text(path)
     if path.suffix.lower() in SUFFIXES:
         yield from yaml_tasks(path, text)

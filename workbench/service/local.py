@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from ..checks import check_attachments
 from ..config import from_env
 from ..errors import ConfigError, TurnBusy, WorkbenchError
 from ..hands import files as wsfiles
@@ -33,6 +32,15 @@ from .parts import checked, no_part
 T = TypeVar("T")
 
 USAGE_TYPES = ("session_created", "user_message", "assistant_turn")  # what a session's usage is read from
+
+
+def _checked_attachments(value: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """A message's attachments, checked (checks.py: pydantic, imported by the first message that has some)."""
+    if value is None:
+        return None
+    from ..checks import check_attachments
+
+    return check_attachments(value)
 
 
 def _checked_listing(fn: Callable[[], T]) -> T:
@@ -182,7 +190,7 @@ class Local:
                    attachments: Sequence[Mapping[str, Any]] | None = None) -> int:
         """A session without a title is named after its first message (`session_renamed`, auto), committed with
         the message itself: a refused message names nothing."""
-        attached = check_attachments(attachments) if attachments is not None else None
+        attached = _checked_attachments(attachments)
         await self.ready()
         self._not_driven(session_id)
         return (await self.brain.start_turn(session_id, text, name_untitled=True, key=key, attachments=attached)).seq
@@ -207,7 +215,7 @@ class Local:
 
     async def run_turn(self, session_id: str, text: str, watch: Watch, *,
                        attachments: Sequence[Mapping[str, Any]] | None = None) -> str:
-        attached = check_attachments(attachments) if attachments is not None else None
+        attached = _checked_attachments(attachments)
         await self.ready()
         with self._hearing(session_id, watch):
             # a message sent by a person names an untitled session, as `send` (and the REST transport) does

@@ -13,8 +13,6 @@ import shutil
 import sys
 from pathlib import Path
 
-from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
-
 from ...errors import ConfigError
 
 HOW = "config.hands.python names an installed Jupyter kernelspec of a Python kernel, or a Python interpreter's absolute path"
@@ -27,6 +25,9 @@ def session_python(name: str) -> str:
         if not path.is_file() or not os.access(path, os.X_OK):
             raise ConfigError(f"the hands' Python {name!r} is not an executable file ({HOW})")
         return str(path)
+    # jupyter_client at the first kernelspec named: a command that starts no kernel (a CLI listing) never imports it
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
     ksm = KernelSpecManager()
     try:
         spec = ksm.get_kernel_spec(name)
