@@ -2,7 +2,8 @@
 
 A virtualenv with what the README's `pip install -e .` installs (the package and its dependencies from
 pyproject.toml; uv resolves the same requirements from its cache, which the suite's own install filled, in seconds
-instead of pip's minutes; the JupyterLab extension is the one the repository's install built, `SKIP_JUPYTER_BUILDER`).
+instead of pip's minutes, and compiles the bytecode as pip does: a sandbox's kernel cannot write it into the
+read-only environment, and without it each compiled what it imports again; the JupyterLab extension is the one the repository's install built, `SKIP_JUPYTER_BUILDER`).
 From it, a JupyterLab whose sandboxed hands run on that environment: asked for a plot, the agent's code plots
 (issue 25: after the README's install the hands could not import matplotlib). And Binder: the server started
 through binder/start (its environment as Binder sets it) on a machine where bubblewrap cannot start, so the
@@ -38,7 +39,7 @@ def clean_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env["SKIP_JUPYTER_BUILDER"] = "1"  # the extension in extension/labextension, as built by the suite's install
     subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True, env=env, timeout=300)
     python = venv / "bin" / "python"
-    run = subprocess.run([uv, "pip", "install", "-q", "--python", str(python), "-e", str(REPO)],
+    run = subprocess.run([uv, "pip", "install", "-q", "--compile-bytecode", "--python", str(python), "-e", str(REPO)],
                          env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, f"the README's install failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     # nothing of the test extras: what works below works with what a user installs
