@@ -609,6 +609,26 @@ def test_the_tier_check_catches_a_moved_file(tmp_path):
     assert unknown_tier_files(tmp_path) == ["tests/conftest.py:2: SLOW_MODULES names test_cli.py, which is not a file under tests/"]
 
 
+def test_the_isolation_pass_collects_every_file_of_the_isolation_tests_and_no_other(pytestconfig):
+    """`-m isolation` skips the other files at collection (conftest.pytest_ignore_collect): a file it skipped that
+    holds isolation tests would never run as the ordinary user, and nothing else would say so."""
+    conftest = next(p for p in pytestconfig.pluginmanager.get_plugins()
+                    if getattr(p, "__file__", None) == str(TESTS / "conftest.py"))
+
+    class Isolation:
+        def getoption(self, name: str, default: object = None) -> object:
+            return "isolation" if name == "markexpr" else default
+
+    def collected(path: Path) -> bool:
+        ways = [p for p in path.parents if TESTS in p.parents] + [path]
+        return not any(conftest.pytest_ignore_collect(p, Isolation()) for p in ways)
+
+    files = sorted(TESTS.rglob("test_*.py"))
+    marked = {f for f in files if conftest._isolation_path(f.relative_to(TESTS))}
+    assert len(marked) >= 10 and {f for f in files if collected(f)} == marked
+    assert all(collected(f) for f in TESTS.rglob("conftest.py") if f.parent in {m.parent for m in marked} | {TESTS})
+
+
 # -- the brain's parts -------------------------------------------------------------------------------------------
 
 BRAIN = "workbench.brain"
