@@ -337,6 +337,28 @@ def test_after_a_scrub_and_compact_no_byte_of_the_text_is_left_in_the_file(db_pa
         assert len(again.sessions()) == 40 and again.events("s1")[-1].payload == {"text": "after"}
 
 
+def test_a_read_whose_connection_compact_replaced_reads_again_and_any_other_error_is_raised(log):
+    """compact() closes the connection a reader's cursor came from: DuckDB raises ConnectionException or, when the
+    query had begun, InvalidInputException ("No open result set"; a CI run's reader thread died of it). Either is
+    read again, once, on the new connection; the same error without a compact is the caller's."""
+    calls = []
+
+    def swapped_under(cur):
+        calls.append(cur)
+        if len(calls) == 1:
+            log._generation += 1  # compact() replaced the connection while this query ran
+            raise duckdb.InvalidInputException("Invalid Input Error: No open result set")
+        return cur.execute("SELECT count(*) FROM sessions").fetchall()
+
+    assert log._reading(swapped_under) == [(0,)] and len(calls) == 2
+
+    def broken(cur):
+        raise duckdb.InvalidInputException("Invalid Input Error: something else")
+
+    with pytest.raises(duckdb.InvalidInputException, match="something else"):
+        log._reading(broken)
+
+
 def test_scrub_reaches_rows_an_older_version_wrote_with_ascii_escapes(log):
     new(log, "old")
     text = "geheimnis-ünï-0042"

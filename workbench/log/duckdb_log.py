@@ -15,11 +15,11 @@ import re
 import stat
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 
@@ -34,6 +34,7 @@ from .writer import STATES, Listing, WriterLog, WriterTx, session_row
 
 SCHEMA_VERSION = "1"
 logger = logging.getLogger("workbench.log")
+T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -403,6 +404,7 @@ class DuckDBLog(WriterLog):
         self._unclean = False  # whether the file says its summary may be behind (set by the first commit)
         self._cursor_lock = threading.Condition()
         self._swapping = False  # whether compact() is replacing the file: cursors wait
+        self._generation = 0  # how many times compact() replaced the connection
         try:
             self._con = self._writer.submit(self._connect).result()
         except BaseException:
@@ -489,6 +491,7 @@ class DuckDBLog(WriterLog):
             stale.unlink(missing_ok=True)
         with self._cursor_lock:
             self._swapping = True
+            self._generation += 1  # a reader whose cursor is of the connection closed below reads again
         try:
             self._close_connection(checkpoint=True)
             try:
@@ -634,16 +637,24 @@ class DuckDBLog(WriterLog):
             return self._con.cursor()
 
     def _read(self, sql: str, params: list[Any]) -> list[tuple]:
+        return self._reading(lambda cur: cur.execute(sql, params).fetchall())
+
+    def _reading(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        """fn(a reader's cursor), read again (once) if compact() replaced the connection under it: DuckDB then
+        raises ConnectionException or, when the query had begun, InvalidInputException ("No open result set")."""
         for attempt in range(2):
-            cur = self.cursor()
+            with self._cursor_lock:
+                self._cursor_lock.wait_for(lambda: not self._swapping)
+                if self._closed:
+                    raise LogClosed(f"the session log {self.path} is closed; open it again to read or write")
+                cur, generation = self._con.cursor(), self._generation
             try:
-                return cur.execute(sql, params).fetchall()
-            except duckdb.ConnectionException:
+                return fn(cur)
+            except duckdb.Error:
                 if self._closed:  # closed while this read waited or ran: say so as the log does, not as DuckDB
                     raise LogClosed(f"the session log {self.path} is closed; open it again to read or write") from None
-                if attempt:
+                if attempt or generation == self._generation:
                     raise
-                # compact() replaced the connection between this cursor and its query: read again
             finally:
                 cur.close()
         raise AssertionError("unreachable")
@@ -774,16 +785,7 @@ class DuckDBLog(WriterLog):
 
     def _events(self, session_id: str, after: int | None, until: int | None, types: list[str] | None,
                 limit: int | None) -> list[Event]:
-        for attempt in range(2):
-            cur = self.cursor()
-            try:
-                return select_events(cur, session_id, after, until, types, limit)
-            except duckdb.ConnectionException:
-                if attempt or self._closed:
-                    raise
-            finally:
-                cur.close()
-        raise AssertionError("unreachable")
+        return self._reading(lambda cur: select_events(cur, session_id, after, until, types, limit))
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> QueryResult:
         """Run one SELECT, read-only, within the query limits of LogSettings (see docs/api.md, /query)."""
