@@ -630,11 +630,18 @@ class DuckDBLog(WriterLog):
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A connection of its own for reading from the calling thread."""
+        return self._cursor()[0]
+
+    def _cursor(self) -> tuple[duckdb.DuckDBPyConnection, int]:
+        """A reader's cursor, once compact() is not replacing the connection, and which connection it is of."""
         with self._cursor_lock:
             self._cursor_lock.wait_for(lambda: not self._swapping)
             if self._closed:
-                raise LogClosed(f"the session log {self.path} is closed; open it again to read or write")
-            return self._con.cursor()
+                raise self._closed_error()
+            return self._con.cursor(), self._generation
+
+    def _closed_error(self) -> LogClosed:
+        return LogClosed(f"the session log {self.path} is closed; open it again to read or write")
 
     def _read(self, sql: str, params: list[Any]) -> list[tuple]:
         return self._reading(lambda cur: cur.execute(sql, params).fetchall())
@@ -643,16 +650,12 @@ class DuckDBLog(WriterLog):
         """fn(a reader's cursor), read again (once) if compact() replaced the connection under it: DuckDB then
         raises ConnectionException or, when the query had begun, InvalidInputException ("No open result set")."""
         for attempt in range(2):
-            with self._cursor_lock:
-                self._cursor_lock.wait_for(lambda: not self._swapping)
-                if self._closed:
-                    raise LogClosed(f"the session log {self.path} is closed; open it again to read or write")
-                cur, generation = self._con.cursor(), self._generation
+            cur, generation = self._cursor()
             try:
                 return fn(cur)
             except duckdb.Error:
                 if self._closed:  # closed while this read waited or ran: say so as the log does, not as DuckDB
-                    raise LogClosed(f"the session log {self.path} is closed; open it again to read or write") from None
+                    raise self._closed_error() from None
                 if attempt or generation == self._generation:
                     raise
             finally:
