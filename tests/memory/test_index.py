@@ -176,3 +176,17 @@ def test_many_mount_sets_keep_a_bounded_number_of_indexes(log):
         store.recall("anything", [f"s{i}"], 5)
     assert len(store.indexes._by) == MAX_INDEXES
     assert json.dumps(store.injection(None, ["default"])) == json.dumps(("", [], 0, []))
+
+
+def test_an_index_of_no_memories_computes_no_embedding(log, monkeypatch):
+    """A session made where no memory exists asks the index for its preamble: with no rows there is nothing to
+    embed, and numpy (a tenth of a second of a CLI command's CPU) is not imported for it."""
+    store = MemoryStore(log)
+    store.injection("warm up")  # the memory table exists, empty
+
+    def refuse(self, memories):
+        raise AssertionError(f"embedded {len(memories)} memories")
+
+    monkeypatch.setattr(Embeddings, "of", refuse)
+    other = MemoryStore(log)  # a store object of its own: its index is built from the file's empty table
+    assert other.injection("hello") == ("", [], 0, [])

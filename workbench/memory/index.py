@@ -117,7 +117,9 @@ class MountIndex:
         rows = self._load(None)
         self._reset()
         tokens = _tokens([document(m) for m in rows]) if rows else []
-        _, vectors = self._embeddings.of(rows)  # in one batch: much cheaper than one by one
+        # in one batch: much cheaper than one by one; none without rows (numpy is not imported by a session made
+        # where no memory exists yet: a tenth of a second of a CLI run's CPU)
+        vectors = self._embeddings.of(rows)[1] if rows else []
         for m, toks, vec in sorted(zip(rows, tokens, vectors, strict=True), key=lambda p: (p[0]["created_at"], p[0]["id"])):
             self._add(m, toks, vec, link=False)
         for e in self._entries.values():  # then each one's first contradictions, as held_back scans them
