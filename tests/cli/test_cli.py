@@ -214,3 +214,24 @@ def test_help_lists_every_command():
     for cmd in ("run", "resume", "sessions", "show", "export", "demo"):
         assert cmd in p.stdout
     assert os.path.basename(WORKBENCH[-1]) == "workbench.cli"
+
+
+@pytest.mark.parametrize("env", [{}, {"WORKBENCH_HANDS_POOL_REFILL": "true"}])
+def test_run_and_resume_fill_their_warm_pool_once(tmp_path, monkeypatch, env):
+    """A `run` ends with its turn: the kernel its pool would start in the place of the one taken was stopped unused
+    (a whole sandboxed start). Its pool fills once unless WORKBENCH_HANDS_POOL_REFILL says otherwise."""
+    import argparse
+
+    from workbench.cli.commands import _one_turn_host
+    from workbench.cli.console import Console
+    from workbench.host import load_plugins
+
+    monkeypatch.delenv("WORKBENCH_HANDS_POOL_REFILL", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    host = _one_turn_host(argparse.Namespace(db=str(tmp_path / "wb.duckdb")), Console(load_plugins()))
+    try:
+        assert host.hands is not None and host.hands.pool is not None
+        assert host.hands.pool.refill is bool(env) and host.hands.pool.size == 1
+    finally:
+        host.log.close()

@@ -377,6 +377,26 @@ async def test_every_launcher_fills_the_pool_and_says_which_sessions_a_pooled_ke
 
 
 @pytest.mark.asyncio
+async def test_a_pool_without_refill_is_filled_once_and_its_kernel_serves_the_first_session(tmp_path):
+    """The CLI's run and resume end with their turn: their pool starts one kernel and none in its place."""
+    events: list = []
+
+    async def sink(type: str, payload: dict) -> None:
+        events.append((type, payload))
+
+    settings = HandsSettings(backend="local", pool_size=1, pool_refill=False, registry_dir=str(tmp_path / "registry"))
+    async with HandsFactory(settings) as factory:
+        pool = factory.pool
+        assert pool.status()["starting"] == 1 and pool.status()["refill"] is False
+        assert (await factory("first", {}, sink).execute("6 * 7")).result == "42"
+        await asyncio.sleep(0.5)  # a refill would be starting by now
+        assert pool.status()["ready"] + pool.status()["starting"] == 0, pool.status()
+        assert (await factory("second", {}, sink).execute("6 * 8")).result == "48"
+        assert pool.status()["ready"] + pool.status()["starting"] == 0, pool.status()
+    assert [p["pooled"] for t, p in events if t == "hands_started"] == [True, False]
+
+
+@pytest.mark.asyncio
 async def test_sessions_taking_from_the_pool_at_once_never_make_it_hold_more_than_its_size(tmp_path):
     settings = HandsSettings(backend="local", pool_size=2, registry_dir=str(tmp_path / "registry"))
     peak = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -212,6 +213,17 @@ def demo_hands() -> HandsSettings:
     return settings
 
 
+def _one_turn_host(args: argparse.Namespace, ctx: CommandContext) -> Host:
+    """The host of `run` and `resume`: its process ends with the turn, so its warm pool starts one kernel (beside
+    the model's first request) and none in the place of the one taken: that one would be stopped unused, a whole
+    sandboxed start (workspace, bwrap, kernel) for nothing. WORKBENCH_HANDS_POOL_REFILL=true refills anyway."""
+    settings = from_env(HandsSettings, prefix="WORKBENCH_HANDS_")
+    if "WORKBENCH_HANDS_POOL_REFILL" not in os.environ:
+        settings = dataclasses.replace(settings, pool_refill=False)
+    assert isinstance(ctx, Console), "run and resume take their hands settings from the workbench command's Console"
+    return ctx.build_host(args, hands=settings)
+
+
 def _demo_host(args: argparse.Namespace, ctx: CommandContext) -> Host:
     """A host of its own for the demo (its own hands settings), on a new file unless --db names one."""
     if args.db is None:
@@ -294,8 +306,8 @@ def _sessions_args(p: argparse.ArgumentParser) -> None:
 
 
 CORE_COMMANDS = (
-    Command("run", "run one user turn to completion", _configure_run, **on_service(run_cmd, hands=True)),
-    Command("resume", "finish a turn that was cut off", _session_id, **on_service(resume_cmd, hands=True)),
+    Command("run", "run one user turn to completion", _configure_run, **on_service(run_cmd, build=_one_turn_host)),
+    Command("resume", "finish a turn that was cut off", _session_id, **on_service(resume_cmd, build=_one_turn_host)),
     Command("sessions", "list sessions", _sessions_args, **on_service(sessions_cmd, read_only=True)),
     Command("show", "a session as a readable transcript", _show_args, **on_service(show_cmd, read_only=True)),
     Command("export", "a session's events as JSON lines, or with --ipynb its code and outputs as a notebook",

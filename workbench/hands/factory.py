@@ -52,6 +52,7 @@ class HandsSettings:
     # sandbox (launcher "container"); refused while the host holds a model key or egress credentials
     container_sandbox: bool = False
     pool_size: int = 1  # kernels kept started and ready, per host (any backend)
+    pool_refill: bool = True  # start a kernel in the place of each one taken (the CLI's run and resume: false)
     gateway_url: str = ""  # e.g. http://127.0.0.1:8888 (backend "gateway")
     gateway_token: str = ""  # sent as `Authorization: token ...`
     gateway_kernel: str = "python3"  # the kernelspec the gateway starts (on Kubernetes: deploy/kubernetes's)
@@ -169,7 +170,7 @@ class HandsFactory:
         if self.launcher is not None and s.pool_size > 0:
             from .launching.pool import KernelPool
 
-            self.pool = KernelPool(self.launcher, s.pool_size)
+            self.pool = KernelPool(self.launcher, s.pool_size, refill=s.pool_refill)
         # every session's kernel hands this factory made and that were not shut down since (the brain shuts down
         # those it forgets): the idle reaper's rounds, and what close() stops (refused hands hold nothing)
         self._hands: set[KernelHands] = set()

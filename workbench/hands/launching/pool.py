@@ -16,10 +16,11 @@ from ..base import Kernel, Launcher
 
 
 class KernelPool:
-    """Keeps `size` ready kernels of one launcher; `take()` hands one out."""
+    """Keeps `size` ready kernels of one launcher; `take()` hands one out (and, with `refill`, starts another in
+    its place: without, the pool is filled once, for a process that ends with its turn)."""
 
-    def __init__(self, launcher: Launcher, size: int = 1):
-        self.launcher, self.size = launcher, size
+    def __init__(self, launcher: Launcher, size: int = 1, refill: bool = True):
+        self.launcher, self.size, self.refill = launcher, size, refill
         self._ready: list[Kernel] = []
         self._starting: set[asyncio.Task] = set()
         self._closed = False
@@ -59,11 +60,13 @@ class KernelPool:
             while self._ready:
                 kernel = self._ready.pop(0)
                 if await kernel.death() is None:
-                    self.fill()
+                    if self.refill:
+                        self.fill()
                     return kernel
                 await kernel.kill()  # died while waiting in the pool
             if not self._starting or self._closed:
-                self.fill()
+                if self.refill:
+                    self.fill()
                 return None
             # a kernel that is already booting is ready sooner than a new one would be
             await asyncio.wait(set(self._starting), return_when=asyncio.FIRST_COMPLETED)
@@ -79,5 +82,5 @@ class KernelPool:
 
     def status(self) -> dict[str, Any]:
         """How many kernels are ready and starting, JSON-ready."""
-        return {"size": self.size, "ready": len(self._ready), "starting": len(self._starting),
+        return {"size": self.size, "refill": self.refill, "ready": len(self._ready), "starting": len(self._starting),
                 "failures": self.failures, "last_error": self.last_error}
