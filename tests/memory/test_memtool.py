@@ -3,6 +3,9 @@ official SDK, through the scripted model, with hostile input, concurrent writers
 
 from __future__ import annotations
 
+# memcommands (the SDK's memory tool: the whole Anthropic SDK, about 2 s of CPU) is imported by the tests that call it,
+# not when a worker collects this file
+
 import asyncio
 import itertools
 
@@ -11,7 +14,6 @@ import pytest
 from workbench.brain.models import Reply, ScriptedModel
 from workbench.brain.tools import ToolContext
 from workbench.memory.events import check_citations
-from workbench.memory.memcommands import SessionMemory, call
 from workbench.memory.memtool import memory_tool
 from workbench.testing import FakeMessagesAPI
 from wbmemory import build_host
@@ -86,6 +88,8 @@ def test_a_session_through_the_fake_api_views_creates_edits_and_deletes_memories
     # the SDK sent the memory tool as the API defines it, with its beta header; the fake API refused nothing
     assert api.rejections == [] and len(api.requests) == len(steps) + 1
     assert all(r["tools"] == [{"type": "memory_20250818", "name": "memory"}] for r in api.requests)
+    from workbench.memory.memcommands import SessionMemory
+
     assert memory_tool(store).spec() == SessionMemory(store).to_dict()  # the declaration is the SDK's
     results = [e.payload for e in host.log.events(sid, types=["tool_result"])]
     started = {e.payload["tool_use_id"]: e.seq for e in host.log.events(sid, types=["tool_started"])}
@@ -237,6 +241,8 @@ def test_hostile_paths_and_inputs_are_tool_errors_that_write_nothing(fresh):
     assert "directory of 1 files" in said[33]
     assert versions(store) == before  # nothing of any of it was written
     # a lone surrogate cannot come from a model (the log keeps only UTF-8); called directly it is refused all the same
+    from workbench.memory.memcommands import call
+
     call_id = host.log.events(sid, types=["tool_started"])[0].payload["tool_use_id"]
     ctx = ToolContext(sid, hands=None, log=host.log, tool_use_id=call_id)  # type: ignore[arg-type]
     out = call(store, {"command": "create", "path": "/memories/default/s.md", "file_text": "half \ud800 a pair"}, ctx)

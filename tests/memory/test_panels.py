@@ -23,8 +23,20 @@ import pytest
 from workbench.errors import DatabaseLocked
 from workbench.log import DuckDBLog
 from wbmemory import dream
-from workbench.memory.panels.review import ReviewApp
-from workbench.memory.panels.widgets import MemoryReview
+
+
+# the panels (Panel and Bokeh: about 2 s of CPU) are imported by the tests that use them, not when a worker collects
+# this file
+def ReviewApp(*args, **kw):
+    from workbench.memory.panels.review import ReviewApp
+
+    return ReviewApp(*args, **kw)
+
+
+def MemoryReview(*args, **kw):
+    from workbench.memory.panels.widgets import MemoryReview
+
+    return MemoryReview(*args, **kw)
 
 
 @pytest.fixture
