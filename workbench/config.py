@@ -26,17 +26,19 @@ ENV_PREFIX = "WORKBENCH_"
 T = TypeVar("T", bound="DataclassInstance")  # config objects are dataclasses
 
 
-def from_env(cls: type[T], prefix: str = ENV_PREFIX, **overrides: Any) -> T:
-    """An instance of a config dataclass, fields read from <prefix><FIELD> when set, then `overrides`."""
+def from_env(cls: type[T], prefix: str = ENV_PREFIX, *, defaults: Mapping[str, Any] | None = None, **overrides: Any) -> T:
+    """An instance of a config dataclass: `defaults` (a caller's own, in place of the class's), then fields read
+    from <prefix><FIELD> when set, then `overrides`."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    values: dict[str, Any] = {}
+    unknown = (set(defaults or ()) | set(overrides)) - set(fields)
+    if unknown:
+        raise ConfigError(f"unknown {cls.__name__} settings: {', '.join(sorted(unknown))}; known: {', '.join(fields)}")
+    values: dict[str, Any] = {name: _check(fields[name], value, f"{cls.__name__}.{name}")
+                              for name, value in (defaults or {}).items()}
     for name, f in fields.items():
         raw = os.environ.get(prefix + name.upper())
         if raw is not None:
             values[name] = _parse(f, raw, prefix + name.upper())
-    unknown = set(overrides) - set(fields)
-    if unknown:
-        raise ConfigError(f"unknown {cls.__name__} settings: {', '.join(sorted(unknown))}; known: {', '.join(fields)}")
     for name, value in overrides.items():
         values[name] = _check(fields[name], value, f"{cls.__name__}.{name}")
     return cls(**values)

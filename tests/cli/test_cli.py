@@ -235,3 +235,18 @@ def test_run_and_resume_fill_their_warm_pool_once(tmp_path, monkeypatch, env):
         assert host.hands.pool.refill is bool(env) and host.hands.pool.size == 1
     finally:
         host.log.close()
+
+
+@pytest.mark.parametrize("value", ["maybe", "", "nan", "1e999", "\udcff", "true" * 10_000])
+def test_a_nonsense_pool_refill_is_one_clear_error(tmp_path, monkeypatch, value):
+    import argparse
+
+    from workbench.cli.commands import _one_turn_host
+    from workbench.cli.console import Console
+    from workbench.errors import ConfigError
+    from workbench.host import load_plugins
+
+    monkeypatch.setenv("WORKBENCH_HANDS_POOL_REFILL", value)
+    with pytest.raises(ConfigError, match="WORKBENCH_HANDS_POOL_REFILL"):
+        _one_turn_host(argparse.Namespace(db=str(tmp_path / "wb.duckdb")), Console(load_plugins()))
+    assert not (tmp_path / "wb.duckdb").exists()  # refused before the file was made

@@ -58,3 +58,16 @@ def test_settings_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("WORKBENCH_LOG_MAX_DEPTH", "-3")
     with pytest.raises(ConfigError, match="max_depth"):
         from_env(LogSettings, prefix="WORKBENCH_LOG_")
+
+
+def test_a_callers_defaults_give_way_to_the_environment_and_are_checked(monkeypatch):
+    """`defaults` stand in for the class's (the CLI's run: no pool refill), the environment wins over them, and
+    `overrides` over both; a default is checked as an override is."""
+    monkeypatch.delenv("WORKBENCH_LOG_MAX_DEPTH", raising=False)
+    assert from_env(LogSettings, prefix="WORKBENCH_LOG_", defaults={"max_depth": 7}).max_depth == 7
+    monkeypatch.setenv("WORKBENCH_LOG_MAX_DEPTH", "10")
+    assert from_env(LogSettings, prefix="WORKBENCH_LOG_", defaults={"max_depth": 7}).max_depth == 10
+    assert from_env(LogSettings, prefix="WORKBENCH_LOG_", defaults={"max_depth": 7}, max_depth=3).max_depth == 3
+    for bad in ({"max_depth": math.nan}, {"max_depth": "7"}, {"max_depth": True}, {"no_such_field": 1}):
+        with pytest.raises(ConfigError, match="max_depth|no_such_field"):
+            from_env(LogSettings, prefix="WORKBENCH_LOG_", defaults=bad)

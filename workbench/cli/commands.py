@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -217,9 +216,7 @@ def _one_turn_host(args: argparse.Namespace, ctx: CommandContext) -> Host:
     """The host of `run` and `resume`: its process ends with the turn, so its warm pool starts one kernel (beside
     the model's first request) and none in the place of the one taken: that one would be stopped unused, a whole
     sandboxed start (workspace, bwrap, kernel) for nothing. WORKBENCH_HANDS_POOL_REFILL=true refills anyway."""
-    settings = from_env(HandsSettings, prefix="WORKBENCH_HANDS_")
-    if "WORKBENCH_HANDS_POOL_REFILL" not in os.environ:
-        settings = dataclasses.replace(settings, pool_refill=False)
+    settings = from_env(HandsSettings, prefix="WORKBENCH_HANDS_", defaults={"pool_refill": False})
     assert isinstance(ctx, Console), "run and resume take their hands settings from the workbench command's Console"
     return ctx.build_host(args, hands=settings)
 

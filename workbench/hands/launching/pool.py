@@ -36,6 +36,11 @@ class KernelPool:
             self._starting.add(task)
             task.add_done_callback(self._starting.discard)  # also a task cancelled before it ran
 
+    def _refill(self) -> None:
+        """After a take: start what the pool lacks, unless it is filled only once."""
+        if self.refill:
+            self.fill()
+
     async def _boot(self) -> None:
         try:
             kernel = await self.launcher.start(None)
@@ -60,13 +65,11 @@ class KernelPool:
             while self._ready:
                 kernel = self._ready.pop(0)
                 if await kernel.death() is None:
-                    if self.refill:
-                        self.fill()
+                    self._refill()
                     return kernel
                 await kernel.kill()  # died while waiting in the pool
             if not self._starting or self._closed:
-                if self.refill:
-                    self.fill()
+                self._refill()
                 return None
             # a kernel that is already booting is ready sooner than a new one would be
             await asyncio.wait(set(self._starting), return_when=asyncio.FIRST_COMPLETED)
