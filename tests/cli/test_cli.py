@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -123,9 +124,15 @@ def test_unreadable_missing_and_locked_databases(tmp_path, db_path):
     assert wb("run", "first", "--session", "s1", "--db", str(db_path)).returncode == 0
     before = snapshot(db_path)
     with DuckDBLog(db_path):  # this process now holds the file, like a Jupyter server would
-        for args in (["sessions"], ["run", "more", "--session", "s1"], ["resume", "s1"]):
+        for args in (["sessions"], ["run", "more", "--session", "s1"], ["resume", "s1"], ["review"]):
             p = wb(*args, "--db", str(db_path))
             assert p.returncode == 2 and "in use by another process" in p.stderr, p.stderr
+        # the review panel's command says so before it imports Panel (1.7 s of CPU on a 2-core machine)
+        code = ("import sys\nfrom workbench.cli.main import main\n"
+                f"assert main(['review', '--db', {str(db_path)!r}]) == 2\n"
+                "assert 'panel' not in sys.modules, 'Panel was imported'\n")
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=cli_env())
+        assert p.returncode == 0 and "in use by another process" in p.stderr, p.stderr
     assert snapshot(db_path) == before
 
 
