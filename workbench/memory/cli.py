@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import signal
 import sys
@@ -34,9 +35,10 @@ def _read_only(args: argparse.Namespace, ctx: CommandContext) -> tuple[Host, Mem
 
 
 def cmd_dream(args: argparse.Namespace, ctx: CommandContext) -> int:
-    host = ctx.build_host(args)
+    host = ctx.build_host(args, hands=False)  # a dream reads sessions and runs no code: no kernel, no sandbox check
     plugin = memory_plugin(host)
     dream_id: str | None = None
+    titles: list[tuple[str, dict[str, Any]]] = []
 
     async def go() -> dict[str, Any]:
         nonlocal dream_id
@@ -47,9 +49,12 @@ def cmd_dream(args: argparse.Namespace, ctx: CommandContext) -> int:
             await host.start()
             stop = ctx.follow(host, dream_id)
             try:
-                return await plugin.run_dream(dream_id, args.instructions)
+                result = await plugin.run_dream(dream_id, args.instructions)
             finally:
                 stop()
+            if result["stop_reason"] == "end_turn":  # what it proposed, as committed, read before the file closes
+                titles.extend(await asyncio.to_thread(lambda: [(mid, store.get(mid)) for mid in result["proposed"]]))
+            return result
         finally:
             await host.close()
 
@@ -62,12 +67,7 @@ def cmd_dream(args: argparse.Namespace, ctx: CommandContext) -> int:
         return _dream_stopped(dream_id, result)
     print(f"\ndream {dream_id} ended ({result['stop_reason']}): {len(result['proposed'])} proposal(s); "
           f"read {', '.join(f'{s} to #{n}' for s, n in result['read'].items()) or 'nothing new'}")
-    if result["proposed"]:
-        host, plugin = _read_only(args, ctx)
-        try:
-            titles = [(mid, plugin.require_store().get(mid)) for mid in result["proposed"]]
-        finally:
-            ctx.run(host.close)
+    if titles:
         _print_proposals(titles, plugin.require_store().log.path)
     return EXIT_OK
 
