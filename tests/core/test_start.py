@@ -1,9 +1,11 @@
 """A host imports what its first request needs when it needs it: starting one, and resuming a cut-off turn of the
 scripted model, imports neither the Anthropic SDK nor detect-secrets (each takes seconds of a loaded machine); nor
-does making a Claude model that is sent nothing (the CLI's resume of a session with nothing to finish)."""
+does making a Claude model that is sent nothing (the CLI's resume of a session with nothing to finish); nor do the
+CLI's listings (sessions, models without a key, memories) import what only later work needs."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -66,13 +68,22 @@ def test_a_claude_model_that_is_sent_nothing_imports_no_sdk(tmp_path):
 
 LISTING = """
 import runpy, sys
-sys.argv = ["workbench", "sessions", "--db", sys.argv[1]]
+sys.argv = ["workbench", *sys.argv[1:]]
 try:
     runpy.run_module("workbench.cli", run_name="__main__")
 except SystemExit as e:
     assert not e.code, e.code
-print(sorted({m.split(".")[0] for m in sys.modules} & {"pydantic", "jupyter_client", "zmq", "yaml", "anthropic"}))
+print(sorted({m.split(".")[0] for m in sys.modules} & {"pydantic", "jupyter_client", "zmq", "yaml", "anthropic", "numpy",
+                                                       "scipy", "bm25s"}))
 """
+
+
+def imported(*args: str, env: dict[str, str] | None = None) -> tuple[str, list[str]]:
+    """`workbench ARGS` run in a process of its own: (what it printed, which of LISTING's heavy packages it imported)."""
+    p = subprocess.run([sys.executable, "-c", LISTING, *args], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    *out, heavy = p.stdout.strip().splitlines()
+    return "\n".join(out), ast.literal_eval(heavy)
 
 
 def test_a_listing_on_the_command_line_imports_no_checks_kernel_client_nor_yaml(tmp_path):
@@ -84,6 +95,29 @@ def test_a_listing_on_the_command_line_imports_no_checks_kernel_client_nor_yaml(
     db = tmp_path / "wb.duckdb"
     with DuckDBLog(db) as log:
         log.create_session("s1", title="listed", model="scripted", payload={})
-    p = subprocess.run([sys.executable, "-c", LISTING, str(db)], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr
-    assert "listed" in p.stdout and p.stdout.strip().splitlines()[-1] == "[]", p.stdout
+    out, heavy = imported("sessions", "--db", str(db))
+    assert "listed" in out and heavy == [], (out, heavy)
+
+
+def test_listing_the_models_without_a_key_imports_no_sdk(tmp_path):
+    """No key, no Models API to ask: `workbench models` says which models there are without the Anthropic SDK (1.9 s
+    of CPU on a 2-core CI machine; every server without a key paid it too, at its first model list)."""
+    from workbench.log import DuckDBLog
+
+    db = tmp_path / "wb.duckdb"
+    DuckDBLog(db).close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    out, heavy = imported("models", "--db", str(db), env=env)
+    assert "scripted" in out and heavy == [], (out, heavy)
+
+
+def test_listing_memories_imports_no_ranking_packages(tmp_path):
+    """A listing annotates each memory's contradictions with bm25s's English stop words, not its package: numpy and
+    scipy come with the first ranking of memories, not with `workbench memories`."""
+    db = str(tmp_path / "wb.duckdb")
+    for args in (["run", "hello there. I prefer duckdb over pandas for queries."], ["dream", "--model", "scripted:dream"]):
+        p = subprocess.run([sys.executable, "-m", "workbench.cli", *args, "--db", db], capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode == 0, p.stderr
+    out, heavy = imported("memories", "--db", db)
+    assert "Preference" in out and heavy == [], (out, heavy)

@@ -411,18 +411,11 @@ async def test_post_sessions_ranks_memories_by_the_first_message_it_is_given(jp_
     assert store.log.sessions() == sessions
 
 
-def test_contradictions_read_the_stop_words_without_importing_numpy():
-    """Annotating a listing's contradictions needs bm25s's English stop words, not its package (numpy and scipy):
-    the words are the same, and a process that only lists memories imports neither. In a process of its own."""
-    rows = [{"id": "a", "title": "Use pandas", "text": "Use pandas for tables.", "status": "accepted", "tags": [],
-             "updated_at": "2026-01-01"},
-            {"id": "b", "title": "Never use pandas", "text": "Never use pandas for tables.", "status": "accepted",
-             "tags": [], "updated_at": "2026-01-02"}]
-    code = ("import sys\nfrom workbench.memory.relevance import _stop, contradictions_among\n"
-            f"found = contradictions_among({rows!r}, {rows!r})\n"
-            "assert found and 'numpy' not in sys.modules and 'bm25s' not in sys.modules, (found, sorted(sys.modules))\n"
-            "words = _stop()\n"
-            "from bm25s.stopwords import STOPWORDS_EN\n"
-            "assert words == frozenset(STOPWORDS_EN) and 'the' in words\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-3000:]
+def test_the_stop_words_are_bm25s_english_ones():
+    """relevance reads them from bm25s's word-list module alone (tests/core/test_start.py: a listing of memories
+    imports neither numpy nor scipy); they are the words bm25s itself uses."""
+    from bm25s.stopwords import STOPWORDS_EN
+
+    from workbench.memory.relevance import _stop
+
+    assert _stop() == frozenset(STOPWORDS_EN) and "the" in _stop()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import re
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -51,17 +50,12 @@ def _stop() -> frozenset[str]:
     """bm25s's English stop words, from its word-list module alone: `import bm25s.stopwords` runs the package's
     `__init__` first (numpy and scipy), which every `workbench memories` listing then paid for, to annotate its
     rows' contradictions with one list of words."""
-    module = sys.modules.get("bm25s.stopwords")
-    if module is None:
-        package = importlib.util.find_spec("bm25s")  # finds the package, does not import it
-        where = package.submodule_search_locations if package is not None else None
-        spec = importlib.util.spec_from_file_location("bm25s.stopwords", Path(where[0]) / "stopwords.py") if where else None
-        if spec is None or spec.loader is None:
-            from bm25s.stopwords import STOPWORDS_EN
-
-            return frozenset(STOPWORDS_EN)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)  # a tuple of words, no import; not registered: bm25s imports its own as usual
+    package = importlib.util.find_spec("bm25s")  # finds the package (a dependency), does not import it
+    assert package is not None and package.origin is not None, "bm25s is a dependency of the workbench"
+    spec = importlib.util.spec_from_file_location("bm25s.stopwords", Path(package.origin).parent / "stopwords.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # a tuple of words, no import; not registered: bm25s imports its own as usual
     return frozenset(module.STOPWORDS_EN)
 
 
