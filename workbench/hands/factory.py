@@ -26,7 +26,7 @@ from ..errors import ConfigError
 from .base import EventSink, Hands, Launcher
 from .isolating import quota
 from .isolating.bubblewrap import SandboxSettings
-from .isolating.limits import Limits
+from .isolating.limits import FIELDS as LIMIT_FIELDS, Limits
 from .isolating.preflight import Preflight, RefusedHands, announce, held_secrets, preflight
 from .isolating.quota import WorkspaceSettings
 from .isolating.seccomp import SeccompFilter, SeccompSettings, prepare
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("workbench.hands")
 
 BACKENDS = ("local", "sandbox", "gateway")
+MAX_LIMIT = 1 << 40  # the largest per-kernel limit taken (MiB, processes, files or seconds)
 
 
 @dataclass
@@ -127,6 +128,10 @@ class HandsFactory:
             raise ConfigError("the gateway backend needs a URL: set WORKBENCH_HANDS_GATEWAY_URL")
         _seconds("idle_timeout", s.idle_timeout, "never")
         _seconds("spare_after", s.spare_after, "at once")
+        for name in LIMIT_FIELDS:  # the launch wrapper takes whole numbers only; a negative limit was a nonsense one
+            value = getattr(s, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LIMIT:
+                raise ConfigError(f"{name} must be a whole number from 0 (no limit) to {MAX_LIMIT}, not {value!r}")
         if isinstance(s.max_message_mb, bool) or not isinstance(s.max_message_mb, int) or not 1 <= s.max_message_mb <= 2048:
             raise ConfigError(f"max_message_mb must be a whole number of MiB from 1 to 2048, not {s.max_message_mb!r}")
         self.registry = KernelRegistry(Path(s.registry_dir or default_registry_dir()))

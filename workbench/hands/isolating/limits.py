@@ -19,70 +19,86 @@ import os
 import resource
 import signal
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_ROOT = "/sys/fs/cgroup"
 GROUP_PARENT = "workbench"  # our cgroups live under <controller>/workbench/<name>
 AS_OVERHEAD_MB = 1024  # virtual memory an idle ipykernel maps before any user data
 MB = 1024 * 1024
+FIELDS = ("memory_mb", "max_processes", "max_open_files", "max_file_mb", "cpu_seconds")
 
 
-@dataclass
 class Limits:
-    """Per-kernel limits; 0 means no limit."""
+    """Per-kernel limits; 0 means no limit.
 
-    memory_mb: int = 0
-    max_processes: int = 0
-    max_open_files: int = 0
-    max_file_mb: int = 0
-    cpu_seconds: int = 0
+    A plain class, not a dataclass: the launch wrapper loads this module before every kernel, and importing
+    `dataclasses` (with `inspect`, `re` and `enum` behind it) was a third of the wrapper's start."""
+
+    __slots__ = FIELDS
+
+    def __init__(self, memory_mb: int = 0, max_processes: int = 0, max_open_files: int = 0, max_file_mb: int = 0,
+                 cpu_seconds: int = 0):
+        self.memory_mb, self.max_processes, self.max_open_files = memory_mb, max_processes, max_open_files
+        self.max_file_mb, self.cpu_seconds = max_file_mb, cpu_seconds
 
     def any(self) -> bool:
-        return any((self.memory_mb, self.max_processes, self.max_open_files, self.max_file_mb, self.cpu_seconds))
+        return any(getattr(self, name) for name in FIELDS)
+
+    def __repr__(self) -> str:
+        return "Limits(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in FIELDS) + ")"
 
 
-def _v1(controller: str) -> Path | None:
-    base = CGROUP_ROOT / controller
-    return base if (base / "cgroup.procs").exists() and os.access(base, os.W_OK) else None
+def _v1(controller: str) -> str | None:
+    base = os.path.join(CGROUP_ROOT, controller)
+    return base if os.path.exists(os.path.join(base, "cgroup.procs")) and os.access(base, os.W_OK) else None
 
 
-def _v2() -> Path | None:
+def _v2() -> str | None:
     """The cgroup v2 root if it delegates memory and pids to us."""
-    for base in (CGROUP_ROOT, CGROUP_ROOT / "unified"):
-        ctl = base / "cgroup.controllers"
-        if ctl.exists() and os.access(base, os.W_OK):
-            have = ctl.read_text().split()
+    for base in (CGROUP_ROOT, os.path.join(CGROUP_ROOT, "unified")):
+        ctl = os.path.join(base, "cgroup.controllers")
+        if os.path.exists(ctl) and os.access(base, os.W_OK):
+            have = _read(ctl).split()
             if "memory" in have and "pids" in have:
                 return base
     return None
 
 
-def _group_dirs(name: str) -> dict[str, Path]:
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _group_dirs(name: str) -> dict[str, str]:
     """Where the cgroups of kernel `name` live, per controller ('v2' for a unified tree)."""
     dirs = {}
     for ctrl in ("memory", "pids"):
         base = _v1(ctrl)
         if base is not None:
-            dirs[ctrl] = base / GROUP_PARENT / name
+            dirs[ctrl] = os.path.join(base, GROUP_PARENT, name)
     if not dirs:
         base = _v2()
         if base is not None:
-            dirs["v2"] = base / GROUP_PARENT / name
+            dirs["v2"] = os.path.join(base, GROUP_PARENT, name)
     return dirs
 
 
-def _join(group: Path, settings: dict[str, str]) -> None:
-    group.mkdir(parents=True, exist_ok=True)
-    if group.parent.name == GROUP_PARENT and (group.parent / "cgroup.subtree_control").exists():
+def _join(group: str, settings: dict[str, str]) -> None:
+    os.makedirs(group, exist_ok=True)
+    parent = os.path.dirname(group)
+    if os.path.basename(parent) == GROUP_PARENT and os.path.exists(os.path.join(parent, "cgroup.subtree_control")):
         try:  # v2: controllers must be enabled in the parent before a child can use them
-            (group.parent.parent / "cgroup.subtree_control").write_text("+memory +pids")
-            (group.parent / "cgroup.subtree_control").write_text("+memory +pids")
+            _write(os.path.join(os.path.dirname(parent), "cgroup.subtree_control"), "+memory +pids")
+            _write(os.path.join(parent, "cgroup.subtree_control"), "+memory +pids")
         except OSError:
             pass
     for key, value in settings.items():
-        (group / key).write_text(value)
-    (group / "cgroup.procs").write_text(str(os.getpid()))
+        _write(os.path.join(group, key), value)
+    _write(os.path.join(group, "cgroup.procs"), str(os.getpid()))
 
 
 def apply(limits: Limits, cgroup: str, processes_by: str = "") -> dict[str, str]:
@@ -140,12 +156,12 @@ def apply(limits: Limits, cgroup: str, processes_by: str = "") -> dict[str, str]
 def cleanup(cgroup: str, timeout: float = 2.0) -> None:
     """Kill whatever is left in a kernel's cgroups (a fork bomb's escapees) and remove them."""
     for group in _group_dirs(cgroup).values():
-        if not group.exists():
+        if not os.path.exists(group):
             continue
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
+                pids = [int(p) for p in _read(os.path.join(group, "cgroup.procs")).split()]
             except OSError:
                 break
             if not pids:
@@ -157,7 +173,7 @@ def cleanup(cgroup: str, timeout: float = 2.0) -> None:
                     pass
             time.sleep(0.01)
         try:
-            group.rmdir()
+            os.rmdir(group)
         except OSError:
             pass
 
@@ -167,7 +183,7 @@ def members(cgroup: str) -> list[int]:
     pids: set[int] = set()
     for group in _group_dirs(cgroup).values():
         try:
-            pids.update(int(p) for p in (group / "cgroup.procs").read_text().split())
+            pids.update(int(p) for p in _read(os.path.join(group, "cgroup.procs")).split())
         except (OSError, ValueError):
             continue
     return sorted(pids)
@@ -175,15 +191,12 @@ def members(cgroup: str) -> list[int]:
 
 def oom_killed(cgroup: str) -> bool:
     """Whether the kernel's memory cgroup has OOM-killed a process."""
-    group = _group_dirs(cgroup).get("memory")
+    dirs = _group_dirs(cgroup)
     try:
-        if group is not None:
-            stats = dict(line.split() for line in (group / "memory.oom_control").read_text().splitlines())
-            return int(stats.get("oom_kill", 0)) > 0
-        group = _group_dirs(cgroup).get("v2")
-        if group is not None:
-            stats = dict(line.split() for line in (group / "memory.events").read_text().splitlines())
-            return int(stats.get("oom_kill", 0)) > 0
+        for key, events in (("memory", "memory.oom_control"), ("v2", "memory.events")):
+            if key in dirs:
+                stats = dict(line.split() for line in _read(os.path.join(dirs[key], events)).splitlines())
+                return int(stats.get("oom_kill", 0)) > 0
     except (OSError, ValueError):
         pass
     return False

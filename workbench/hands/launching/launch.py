@@ -19,19 +19,23 @@ It runs as a file, on the standard library alone, before every kernel (plain or 
 
 The parent-death signal goes to the *thread* that forked: the host must start kernels from
 a thread that lives as long as they do (its event loop's).
+
+It runs before every kernel, so it imports little: os, signal, sys and ctypes (for prctl); its
+options are read by hand (argparse, pathlib, json, typing and dataclasses were more than half of
+its start: 20 to 30 ms of CPU per kernel). A command line it cannot read exits with code 2 and
+says why, as argparse would.
 """
 
 from __future__ import annotations
 
-import argparse
 import ctypes
-import importlib.util
-import json
 import os
 import signal
 import sys
-from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # typing's own costs an import; mypy reads any TYPE_CHECKING as true
+if TYPE_CHECKING:
+    from typing import Any
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -43,7 +47,7 @@ def command(argv: list[str], *, parent: int, supervise: bool = False, limits: An
             cgroup: str = "", report: str | None = None, processes_by: str = "") -> list[str]:
     """`argv` behind the launch wrapper, bound to host `parent`, with `limits` (a `Limits`); `processes_by`: see
     `limits.apply`."""
-    pre = [sys.executable, "-I", "-S", str(Path(__file__).resolve()), "--parent", str(parent)]
+    pre = [sys.executable, "-I", "-S", os.path.realpath(__file__), "--parent", str(parent)]
     if supervise:
         pre.append("--supervise")
     if limits is not None and limits.any():
@@ -71,12 +75,13 @@ def bind_to_parent(parent: int, sig: int) -> None:
 
 def _limits_module() -> Any:
     # loaded by path: run as a file with -I, the package is not on sys.path (and must not be)
-    path = Path(__file__).resolve().parent.parent / "isolating" / "limits.py"
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "isolating", "limits.py")
     spec = importlib.util.spec_from_file_location("_workbench_limits", path)
-    if spec is None or spec.loader is None:
+    if spec is None or spec.loader is None or not os.path.exists(path):
         sys.exit(f"launch.py: {path} is missing")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses looks its module up while building the class
     spec.loader.exec_module(module)
     return module
 
@@ -147,34 +152,70 @@ def supervise(argv: list[str]) -> None:
     os._exit(os.waitstatus_to_exitcode(status))
 
 
+USAGE = ("usage: launch.py --parent PID [--supervise] [--cgroup NAME] [--memory-mb N] [--max-processes N] "
+         "[--max-open-files N] [--max-file-mb N] [--cpu-seconds N] [--report FILE] [--processes-by uid|namespace] "
+         "-- COMMAND...")
+
+
+def parse(argv: list[str]) -> dict[str, Any]:
+    """The options (`--flag value` or `--flag=value`) and the command after `--`; exit 2 with the usage and the
+    reason on anything else."""
+    def bad(why: str) -> None:
+        sys.stderr.write(f"{USAGE}\nlaunch.py: error: {why}\n")
+        sys.exit(2)
+
+    a: dict[str, Any] = {"parent": None, "supervise": False, "cgroup": "", "report": None, "processes_by": "",
+                         **{flag.replace("-", "_"): 0 for flag in LIMIT_FLAGS}}
+    rest = list(argv)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--":
+            a["command"] = rest
+            break
+        if arg == "--supervise":
+            a["supervise"] = True
+            continue
+        name, eq, value = arg.partition("=")
+        if name not in ("--parent", "--cgroup", "--report", "--processes-by", *("--" + f for f in LIMIT_FLAGS)):
+            bad(f"unrecognized argument {arg[:80]!r}" if arg.startswith("-") else "the command must follow --")
+        if not eq:
+            if not rest:
+                bad(f"{name} needs a value")
+            value = rest.pop(0)
+        key = name[2:].replace("-", "_")
+        if key in ("parent", *(f.replace("-", "_") for f in LIMIT_FLAGS)):
+            if not value.isascii() or not value.isdigit() or len(value) > 18:
+                bad(f"{name} needs a whole number, not {value[:40]!r}")
+            a[key] = int(value)
+        elif key == "processes_by" and value not in ("", "uid", "namespace"):
+            bad(f"{name} is uid or namespace, not {value[:40]!r}")
+        else:
+            a[key] = value
+    if a["parent"] is None:
+        bad("--parent is required")
+    if not a.get("command"):
+        bad("no command to run after --")
+    return a
+
+
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="launch.py", description="bind a kernel to its host, set limits, run it")
-    p.add_argument("--parent", type=int, required=True, help="the host's pid: exit if it is not our parent")
-    p.add_argument("--supervise", action="store_true", help="stay as the command's parent and end its group with the host")
-    p.add_argument("--cgroup", default="", help="the name of this kernel's cgroup")
-    for flag in LIMIT_FLAGS:
-        p.add_argument("--" + flag, type=int, default=0)
-    p.add_argument("--report", help="write how each limit was enforced to this JSON file")
-    p.add_argument("--processes-by", choices=("", "uid", "namespace"), default="",
-                   help="uid: the kernel runs as a uid of its own; namespace: it sets RLIMIT_NPROC in its user namespace")
-    p.add_argument("command", nargs=argparse.REMAINDER)
-    a = p.parse_args(argv)
-    cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
-    if not cmd:
-        p.error("no command to run after --")
-    if a.supervise:
+    a = parse(sys.argv[1:] if argv is None else argv)
+    if a["supervise"]:
         # until supervise() takes over, the host's death (SIGTERM) ends us before anything was started
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a sandboxed kernel is interrupted by message, never by signal
-    bind_to_parent(a.parent, signal.SIGTERM if a.supervise else signal.SIGKILL)
-    limits_mod = _limits_module()
-    limits = limits_mod.Limits(**{f.replace("-", "_"): getattr(a, f.replace("-", "_")) for f in LIMIT_FLAGS})
-    if limits.any():
-        how = limits_mod.apply(limits, a.cgroup, processes_by=a.processes_by)
-        if a.report:
-            Path(a.report).write_text(json.dumps(how))
-    if a.supervise:
-        supervise(cmd)
-    os.execvp(cmd[0], cmd)
+    bind_to_parent(a["parent"], signal.SIGTERM if a["supervise"] else signal.SIGKILL)
+    asked = {flag.replace("-", "_"): a[flag.replace("-", "_")] for flag in LIMIT_FLAGS}
+    if any(asked.values()):
+        limits_mod = _limits_module()
+        how = limits_mod.apply(limits_mod.Limits(**asked), a["cgroup"], processes_by=a["processes_by"])
+        if a["report"]:
+            import json  # only here: it imports re
+
+            with open(a["report"], "w") as f:
+                json.dump(how, f)
+    if a["supervise"]:
+        supervise(a["command"])
+    os.execvp(a["command"][0], a["command"])
 
 
 if __name__ == "__main__":
