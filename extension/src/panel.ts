@@ -81,6 +81,7 @@ export class WorkbenchPanel extends Widget {
   );
   private current: ISession | null = null;
   private drafts = new Map<string, string>(); // session id -> what was typed for it, while another is selected
+  private creating: Promise<void> | null = null; // a new session being made: what is sent meanwhile waits for it
   private ws: WebSocket | null = null;
   private streamOpen: Promise<void> = Promise.resolve();
   private running = false;
@@ -620,15 +621,39 @@ export class WorkbenchPanel extends Widget {
     this.input.focus();
   }
 
-  /** A new session, selected; `firstMessage` (about to be sent) ranks the memories it is given. */
+  /** A new session, selected; `firstMessage` (about to be sent) ranks the memories it is given. A message sent
+   * while it is being made goes to it (send waits), not to the session selected before. */
   async newSession(firstMessage?: string): Promise<void> {
+    const work = this.createAndSelect(firstMessage);
+    this.creating = work;
+    try {
+      await work;
+    } finally {
+      if (this.creating === work) {
+        this.creating = null;
+      }
+    }
+  }
+
+  private async createAndSelect(firstMessage?: string): Promise<void> {
+    const before = this.current;
+    const draft = this.input.value; // the selected session's draft when a new session was asked for
     const body: Record<string, unknown> = { ...this.controls.newSessionBody() };
     if (firstMessage) {
       body.first_message = firstMessage;
     }
     const session = await this.guard(() => this.api.createSession(body as any));
     if (session) {
-      await this.select(session);
+      const typed = this.input.value;
+      const selecting = this.select(session); // keeps the composer as the draft of the session before
+      if (typed !== draft) {
+        // typed while the session was being made: the new session's; the one before keeps its draft as it was
+        this.input.value = typed;
+        if (before && before.id !== session.id) {
+          this.drafts.set(before.id, draft);
+        }
+      }
+      await selecting;
       await this.poll();
       this.input.focus();
     }
@@ -786,6 +811,15 @@ export class WorkbenchPanel extends Widget {
   ): Promise<void> {
     if (!text) {
       return;
+    }
+    if (this.creating) {
+      // + New session was pressed: the message is the new session's; if it could not be made (the banner says
+      // why), the text stays in the composer rather than going to the session selected before
+      const was = this.current;
+      await this.creating;
+      if (this.current === was) {
+        return;
+      }
     }
     if (!this.current) {
       await this.newSession(text);

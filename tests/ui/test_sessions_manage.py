@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from hostile import TITLE, assert_control_runs, ran
-from wbui import CHROMIUM, JupyterProcess, lab_api, new_session, open_sidebar, shot
+from wbui import CHROMIUM, JupyterProcess, lab_api, new_session, open_sidebar, session_ids, shot
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs the Debian package chromium (scripts/test.sh installs it)")
 
@@ -56,17 +56,39 @@ def test_manage_sessions_in_the_sidebar(page, lab: JupyterProcess):
     # the scripted model neither thinks nor takes an effort: those pickers are not offered for it
     assert not panel.locator(".jp-wb-effort").is_visible() and not panel.locator(".jp-wb-thinking").is_visible()
 
-    # a new session with the picked model; its first message names it
+    # a new session with the picked model; its first message names it. The message is typed and sent while the
+    # server is still making the session (its POST held here, as a loaded server would keep it): it waits for the
+    # new session and goes there, not to the session selected before (a loaded run once lost it so)
+    row(panel, "older").click()  # a session is selected, as when a researcher starts another
+    panel.locator('.jp-wb-session.jp-mod-selected[data-session-id="older"]').wait_for(timeout=30_000)
+    before = session_ids(lab)
+    held = []
+
+    def sessions(url: str) -> bool:  # the request carries a cache-busting query
+        return url.partition("?")[0].endswith("/workbench/api/sessions")
+
+    page.route(sessions, lambda route: held.append(route) if route.request.method == "POST" else route.fallback())
     panel.get_by_role("button", name="+ New session").click()
+    for _ in range(600):
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert held, "the sidebar asked for no new session"
     composer = panel.locator("textarea.jp-wb-input")
     composer.fill("```python\nprint(6 * 7)\n```\nWhat does this print?")
     composer.press("Enter")
+    page.wait_for_timeout(300)  # time for a message to go wrong, before the session exists
+    held[0].continue_()  # to the lab (loopback)
+    page.unroute(sessions)
     page.wait_for_function("""[...document.querySelectorAll('#jp-workbench .jp-wb-session-title')]
         .some(e => e.textContent.includes('What does this print?'))""", timeout=60_000)
     new = panel.locator(".jp-wb-session.jp-mod-selected")
     sid = new.get_attribute("data-session-id")
     assert lab_api(lab, "GET", f"sessions/{sid}")["model"] == "scripted"
     wait_ended(lab, sid)
+    older = lab_api(lab, "GET", "sessions/older/events")["events"]
+    assert sum(e["type"] == "user_message" for e in older) == 1, "the new session's message went to the one before"
+    assert session_ids(lab) - before == {sid}, "one press of + New session made more than one session"
     page.wait_for_function("document.querySelector('#jp-workbench .jp-wb-usage').textContent.includes(' in ·')",
                            timeout=30_000)
 
@@ -109,6 +131,7 @@ def test_manage_sessions_in_the_sidebar(page, lab: JupyterProcess):
     # a draft belongs to its session: not carried into a new one, there again when its session is selected again
     row(panel, "older").click()
     panel.locator('.jp-wb-session.jp-mod-selected[data-session-id="older"]').wait_for(timeout=30_000)
+    assert composer.input_value() == "", "the message sent while a new session was made stayed as older's draft"
     composer.fill("half a thought about parquet")
     drafted = new_session(panel)
     assert composer.input_value() == "", "the draft of 'older' came along into the new session"
