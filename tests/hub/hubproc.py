@@ -31,6 +31,9 @@ REPO = Path(__file__).resolve().parents[2]
 CHP_VERSION = "5.3.0"
 CHP_DIR = REPO / "build" / "hub-proxy"
 PASSWORD = "wb-hub-test-password"
+# One client for the helpers' calls (the waits poll every 0.3 s): httpx makes an SSL context with the CA bundle for
+# each client, some 45 ms of CPU. No connection is kept between calls (a port may be another server's by the next).
+HTTP = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
 # JupyterLab settings each user starts with: no news toast, no update check (as the UI tests' lab)
 LAB_SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false", "checkForUpdates": False},
@@ -128,7 +131,7 @@ class Hub:
         with open(self.logfile, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(self.root / "jupyterhub_config.py")],
                                          cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self._wait(lambda: httpx.get(f"{self.url}/hub/api/", timeout=5).status_code == 200, timeout, "the hub to answer")
+        self._wait(lambda: HTTP.get(f"{self.url}/hub/api/", timeout=5).status_code == 200, timeout, "the hub to answer")
         return self
 
     def _wait(self, ready: Any, timeout: float, what: str) -> None:
@@ -149,15 +152,15 @@ class Hub:
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
         """The hub's REST API as the test's admin service."""
-        r = httpx.request(method, f"{self.url}/hub/api/{path}", json=body, timeout=60,
-                          headers={"Authorization": f"token {self.service_token}"})
+        r = HTTP.request(method, f"{self.url}/hub/api/{path}", json=body, timeout=60,
+                         headers={"Authorization": f"token {self.service_token}"})
         r.raise_for_status()
         return r.json() if r.content else None
 
     def start_server(self, name: str, timeout: float = 240) -> None:
         """Spawn `name`'s single-user server and wait until the hub says it is ready."""
-        r = httpx.post(f"{self.url}/hub/api/users/{name}/server", timeout=60,
-                       headers={"Authorization": f"token {self.service_token}"})
+        r = HTTP.post(f"{self.url}/hub/api/users/{name}/server", timeout=60,
+                      headers={"Authorization": f"token {self.service_token}"})
         if r.status_code not in (201, 202, 400):  # 400: already running
             raise RuntimeError(f"spawning {name}: {r.status_code} {r.text}")
         self._wait(lambda: (self.api("GET", f"users/{name}")["servers"].get("") or {}).get("ready"), timeout,

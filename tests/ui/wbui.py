@@ -17,6 +17,11 @@ import httpx
 
 from workbench.testing.jupyter import JupyterProcess as _Jupyter, free_port
 
+# One client for the helpers' calls: httpx makes an SSL context with the CA bundle for each client (10 to 30 ms of
+# CPU), which a `httpx.request` per call paid again (a py-spy profile of a whole run: 3 % of the workers' samples in
+# lab_api alone). No connection is kept between calls: a lab's port may be another server's by the next one.
+HTTP = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
+
 __all__ = ["ARTIFACTS", "CHROMIUM", "HOSTILE_EVAL", "LEGACY_SESSION", "LEGACY_TEXT", "REPO", "JupyterProcess", "artifact", "loopback_page",
            "axe_violations", "dream", "free_port", "lab_api", "new_session", "open_sidebar", "seed_hostile_eval", "seed_legacy_session",
            "send", "session_ids", "shot", "wait_idle"]
@@ -159,9 +164,9 @@ class JupyterProcess(_Jupyter):
             lab_api(self, "POST", f"sessions/{sid}/hands/close", {})
 
         def shut_down(kernel: dict[str, Any]) -> None:
-            httpx.delete(f"{self.url}/api/kernels/{kernel['id']}", headers=self.headers, timeout=60).raise_for_status()
+            HTTP.delete(f"{self.url}/api/kernels/{kernel['id']}", headers=self.headers, timeout=60).raise_for_status()
 
-        kernels = httpx.get(f"{self.url}/api/kernels", headers=self.headers, timeout=30)
+        kernels = HTTP.get(f"{self.url}/api/kernels", headers=self.headers, timeout=30)
         kernels.raise_for_status()
         with ThreadPoolExecutor(8) as pool:  # each waits for its kernel's shutdown: together, not one after another
             list(pool.map(close, sorted(session_ids(self) - before)))
@@ -170,7 +175,7 @@ class JupyterProcess(_Jupyter):
 
 def lab_api(lab: _Jupyter, method: str, path: str, body: dict | None = None) -> Any:
     """Call the workbench REST API of a running server; raises on an error status."""
-    r = httpx.request(method, f"{lab.url}/workbench/api/{path}", json=body, headers=lab.headers, timeout=30)
+    r = HTTP.request(method, f"{lab.url}/workbench/api/{path}", json=body, headers=lab.headers, timeout=30)
     r.raise_for_status()
     return r.json()
 
