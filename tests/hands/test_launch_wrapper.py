@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.hands.isolating import limits
 from workbench.hands.launching import launch
 
 WRAPPER = Path(launch.__file__).resolve()
@@ -25,6 +26,11 @@ def test_it_runs_the_command_after_the_options_in_both_spellings():
     for args in (["--parent", me], [f"--parent={me}"], ["--supervise", "--parent", me]):
         r = wrapper(*args, "--", sys.executable, "-c", "print('ran', flush=True)")
         assert (r.returncode, r.stdout, r.stderr) == (0, b"ran\n", b""), args
+
+
+def test_it_knows_every_limit_there_is():
+    """The wrapper names the limits itself (it runs before it loads limits.py, and only loads it when one is set)."""
+    assert launch.LIMITS == limits.FIELDS
 
 
 def test_a_parent_that_is_not_its_parent_ends_it_before_the_command():

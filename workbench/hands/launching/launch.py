@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 PARENT_GONE = 75  # the host died before the kernel could be bound to it; nobody waits for this code
-LIMIT_FLAGS = ("memory-mb", "max-processes", "max-open-files", "max-file-mb", "cpu-seconds")
+# the fields of limits.Limits (its FIELDS; a test keeps the two equal), each an option --memory-mb, ...
+LIMITS = ("memory_mb", "max_processes", "max_open_files", "max_file_mb", "cpu_seconds")
 
 
 def command(argv: list[str], *, parent: int, supervise: bool = False, limits: Any = None,
@@ -52,10 +53,10 @@ def command(argv: list[str], *, parent: int, supervise: bool = False, limits: An
         pre.append("--supervise")
     if limits is not None and limits.any():
         pre += ["--cgroup", cgroup]
-        for flag in LIMIT_FLAGS:
-            value = getattr(limits, flag.replace("-", "_"))
+        for key in LIMITS:
+            value = getattr(limits, key)
             if value:
-                pre += ["--" + flag, str(value)]
+                pre += [_flag(key), str(value)]
         if report:
             pre += ["--report", report]
         if processes_by:
@@ -152,6 +153,10 @@ def supervise(argv: list[str]) -> None:
     os._exit(os.waitstatus_to_exitcode(status))
 
 
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
 USAGE = ("usage: launch.py --parent PID [--supervise] [--cgroup NAME] [--memory-mb N] [--max-processes N] "
          "[--max-open-files N] [--max-file-mb N] [--cpu-seconds N] [--report FILE] [--processes-by uid|namespace] "
          "-- COMMAND...")
@@ -165,7 +170,7 @@ def parse(argv: list[str]) -> dict[str, Any]:
         sys.exit(2)
 
     a: dict[str, Any] = {"parent": None, "supervise": False, "cgroup": "", "report": None, "processes_by": "",
-                         **{flag.replace("-", "_"): 0 for flag in LIMIT_FLAGS}}
+                         **dict.fromkeys(LIMITS, 0)}
     rest = list(argv)
     while rest:
         arg = rest.pop(0)
@@ -176,14 +181,14 @@ def parse(argv: list[str]) -> dict[str, Any]:
             a["supervise"] = True
             continue
         name, eq, value = arg.partition("=")
-        if name not in ("--parent", "--cgroup", "--report", "--processes-by", *("--" + f for f in LIMIT_FLAGS)):
+        if name not in ("--parent", "--cgroup", "--report", "--processes-by", *map(_flag, LIMITS)):
             bad(f"unrecognized argument {arg[:80]!r}" if arg.startswith("-") else "the command must follow --")
         if not eq:
             if not rest:
                 bad(f"{name} needs a value")
             value = rest.pop(0)
         key = name[2:].replace("-", "_")
-        if key in ("parent", *(f.replace("-", "_") for f in LIMIT_FLAGS)):
+        if key == "parent" or key in LIMITS:
             if not value.isascii() or not value.isdigit() or len(value) > 18:
                 bad(f"{name} needs a whole number, not {value[:40]!r}")
             a[key] = int(value)
@@ -204,7 +209,7 @@ def main(argv: list[str] | None = None) -> None:
         # until supervise() takes over, the host's death (SIGTERM) ends us before anything was started
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a sandboxed kernel is interrupted by message, never by signal
     bind_to_parent(a["parent"], signal.SIGTERM if a["supervise"] else signal.SIGKILL)
-    asked = {flag.replace("-", "_"): a[flag.replace("-", "_")] for flag in LIMIT_FLAGS}
+    asked = {key: a[key] for key in LIMITS}
     if any(asked.values()):
         limits_mod = _limits_module()
         how = limits_mod.apply(limits_mod.Limits(**asked), a["cgroup"], processes_by=a["processes_by"])
