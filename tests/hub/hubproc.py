@@ -25,15 +25,13 @@ from typing import Any
 
 import httpx
 
-from workbench.testing.jupyter import free_port
+from workbench.testing.jupyter import free_port, loopback_client
 
 REPO = Path(__file__).resolve().parents[2]
 CHP_VERSION = "5.3.0"
 CHP_DIR = REPO / "build" / "hub-proxy"
 PASSWORD = "wb-hub-test-password"
-# One client for the helpers' calls (the waits poll every 0.3 s): httpx makes an SSL context with the CA bundle for
-# each client, some 45 ms of CPU. No connection is kept between calls (a port may be another server's by the next).
-HTTP = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
+HTTP = loopback_client()  # the helpers' calls, and the waits' polls
 # JupyterLab settings each user starts with: no news toast, no update check (as the UI tests' lab)
 LAB_SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false", "checkForUpdates": False},

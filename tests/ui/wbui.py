@@ -13,14 +13,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlparse
 
-import httpx
+from workbench.testing.jupyter import JupyterProcess as _Jupyter, free_port, loopback_client
 
-from workbench.testing.jupyter import JupyterProcess as _Jupyter, free_port
-
-# One client for the helpers' calls: httpx makes an SSL context with the CA bundle for each client (10 to 30 ms of
-# CPU), which a `httpx.request` per call paid again (a py-spy profile of a whole run: 3 % of the workers' samples in
-# lab_api alone). No connection is kept between calls: a lab's port may be another server's by the next one.
-HTTP = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
+HTTP = loopback_client()  # the helpers' calls
 
 __all__ = ["ARTIFACTS", "CHROMIUM", "HOSTILE_EVAL", "LEGACY_SESSION", "LEGACY_TEXT", "REPO", "JupyterProcess", "artifact", "loopback_page",
            "axe_violations", "dream", "free_port", "lab_api", "new_session", "open_sidebar", "seed_hostile_eval", "seed_legacy_session",

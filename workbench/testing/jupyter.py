@@ -18,9 +18,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-__all__ = ["JupyterProcess", "PortTaken", "free_port", "on_a_free_port"]
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["JupyterProcess", "PortTaken", "free_port", "loopback_client", "on_a_free_port"]
 
 T = TypeVar("T")
 
@@ -33,6 +36,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def loopback_client(**kw: Any) -> httpx.Client:
+    """An HTTP client for calls to servers on this machine, to be made once and used for many calls: httpx builds an
+    SSL context with the CA bundle for each client (some 45 ms of CPU here), which a `httpx.get` per call (a poll
+    every fraction of a second) paid again. No connection is kept between calls: a server's port may be another
+    server's by the next one."""
+    import httpx
+
+    return httpx.Client(limits=httpx.Limits(max_keepalive_connections=0), **kw)
 
 
 class PortTaken(RuntimeError):
@@ -123,9 +136,7 @@ class JupyterProcess:
             self.proc = subprocess.Popen(self.command(), env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
         deadline = time.monotonic() + timeout
-        # one client for the whole wait: httpx makes an SSL context with the CA bundle for each client (10 to 30 ms
-        # of CPU), which a `httpx.get` per poll paid again, while the server it waits for needs the CPU to start
-        with httpx.Client(headers=self.headers, timeout=2) as client:
+        with loopback_client(headers=self.headers, timeout=2) as client:  # one for the whole wait
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     said = self.logfile.read_bytes()[size:].decode(errors="replace")
