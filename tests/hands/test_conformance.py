@@ -169,6 +169,26 @@ async def test_interrupt_stops_the_call_and_keeps_state(hands: Hands):
 
 
 @pytest.mark.asyncio
+async def test_an_interrupt_that_lands_while_the_cell_is_prepared_still_ends_the_call_as_interrupted(hands: Hands):
+    """ipykernel sends no error and no reply when the interrupt reaches it outside the cell's code (IPython still
+    transforming the cell, a window a loaded machine widens): the call must still say KeyboardInterrupt, for a
+    request and for a timeout alike, and the kernel keep its state."""
+    slow = "# slow to prepare\nwhile True: time.sleep(0.01)"  # IPython takes 1.5 s to transform this cell
+    await hands.execute("y = 'kept'\nimport time\nget_ipython().input_transformers_post.append(\n"
+                        "    lambda lines: (time.sleep(1.5) if lines[:1] == ['# slow to prepare\\n'] else 0, lines)[1])")
+    call = asyncio.ensure_future(hands.execute(slow, timeout=60))
+    while hands.status()["call"] != "running":  # the cell has started: IPython is transforming it
+        await asyncio.sleep(0.005)
+    await hands.interrupt()
+    obs = await asyncio.wait_for(call, 30)
+    assert obs.error["ename"] == "KeyboardInterrupt" and "outside the cell's code" in obs.error["evalue"], obs.to_json()
+    assert "interrupted on request" in obs.text() and obs.generation == 1
+    obs = await hands.execute(slow, timeout=0.2)  # the timeout passes as the cell is prepared
+    assert obs.error["ename"] == "KeyboardInterrupt" and "timed out after 0.2 s" in obs.text(), obs.to_json()
+    assert (await hands.execute("y")).result == "'kept'"
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize("started", [False, True], ids=["before-the-cell-starts", "while-it-runs"])
 async def test_cancelled_call_is_stopped_and_the_kernel_kept(hands: Hands, started):
     """A user interrupt cancels the call; the cell must stop too, whenever the cancel lands."""

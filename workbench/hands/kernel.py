@@ -445,10 +445,16 @@ class KernelHands(Hands):
         if call is None or kernel is None:
             return
         call.asked = True
+        await self._interrupt_once_started(kernel, call)
+
+    @staticmethod
+    async def _interrupt_once_started(kernel: Kernel, call: Call) -> None:
+        """Interrupt the call's cell now if it has started; a kernel ignores an interrupt that lands before the cell
+        starts, so otherwise it is sent when the cell does (_run)."""
         if call.started:
             call.interrupt = "sent"
             await kernel.interrupt()
-        else:  # a kernel ignores an interrupt that lands before the cell starts: send it then
+        else:
             call.interrupt = "pending"
 
     async def _discard(self) -> None:
@@ -563,7 +569,7 @@ class KernelHands(Hands):
                 if due == "interrupt":
                     await self._emit("hands_timeout", {"generation": self.generation, "timeout": timeout,
                                                        "action": "interrupt"})
-                    await kernel.interrupt()
+                    await self._interrupt_once_started(kernel, call)
             got = await kernel.message(msg_id, POLL)
             if got is None:  # nothing came, or the kernel went: look at it now
                 next_look = 0.0
@@ -579,7 +585,9 @@ class KernelHands(Hands):
                     await kernel.interrupt()
             if await col.feed(msg_type, content):
                 break
-        await self._payloads(kernel, msg_id, col)
+        replied = await self._payloads(kernel, msg_id, col)
+        if not replied and (call.interrupt == "sent" or deadline.passed) and col.obs.error is None:
+            col.interrupted_outside_the_code()
         if col.exiting:
             self._exiting = kernel
         obs = col.done()
@@ -589,13 +597,15 @@ class KernelHands(Hands):
             obs.notes.append("[interrupted on request; the kernel and its state survive]")
         return obs
 
-    async def _payloads(self, kernel: Kernel, msg_id: str, col: Collector) -> None:
-        """What the execute reply carries besides its status: the pager's text (`len?`), a proposed next input."""
+    async def _payloads(self, kernel: Kernel, msg_id: str, col: Collector) -> bool:
+        """What the execute reply carries besides its status: the pager's text (`len?`), a proposed next input.
+        False when no reply came."""
         try:
             reply = await kernel.reply(msg_id, REPLY_WAIT)
         except Exception:  # a reply that cannot be read loses its payloads only; the output is whole
-            return
+            return False
         await col.reply(reply)
+        return True
 
     async def _settle(self, kernel: Kernel, call: Call) -> None:
         """The settle loop, after a cancelled call: interrupt it once it starts, wait for it to end, or replace the kernel.

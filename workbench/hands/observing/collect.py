@@ -128,6 +128,17 @@ class Collector:
             return True
         return False
 
+    def interrupted_outside_the_code(self) -> None:
+        """An interrupt reached the kernel outside the cell's code, while IPython prepared the cell or wrapped it up:
+        ipykernel then sends no error and no reply (it logs the KeyboardInterrupt and goes idle), yet the call was
+        interrupted, and says so as any interrupted call does."""
+        err = {"ename": "KeyboardInterrupt",
+               "evalue": "the interrupt reached the kernel outside the cell's code (as the cell was being prepared, or "
+                         "wrapped up after it ran): what the outputs show is all the cell did",
+               "traceback": []}
+        self.obs.error = err
+        self.fold.other({"output_type": "error", **err})
+
     def _comm(self, c: dict[str, Any]) -> None:
         """An Output widget's `msg_id` set (it captures what this call writes) or emptied (it stops)."""
         data = c.get("data")
