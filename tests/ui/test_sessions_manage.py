@@ -62,12 +62,23 @@ def test_manage_sessions_in_the_sidebar(page, lab: JupyterProcess):
     row(panel, "older").click()  # a session is selected, as when a researcher starts another
     panel.locator('.jp-wb-session.jp-mod-selected[data-session-id="older"]').wait_for(timeout=30_000)
     before = session_ids(lab)
-    held = []
+    held: list = []
+    holding = [True]
 
     def sessions(url: str) -> bool:  # the request carries a cache-busting query
         return url.partition("?")[0].endswith("/workbench/api/sessions")
 
-    page.route(sessions, lambda route: held.append(route) if route.request.method == "POST" else route.fallback())
+    def hold(route) -> None:
+        if holding[0] and route.request.method == "POST":
+            held.append(route)
+        else:
+            route.fallback()
+
+    # the route stays (it lets everything through once the POST is let go): unrouting it while the sidebar's polls
+    # are in flight makes Playwright's driver send those on by itself, and the loopback guard's own continue then
+    # fails ("Route is already handled!"), an error the sync API raises from the next call of any handler, which
+    # leaves that request unsent (a CI run lost the new session's message so)
+    page.route(sessions, hold)
     panel.get_by_role("button", name="+ New session").click()
     for _ in range(600):
         if held:
@@ -78,8 +89,8 @@ def test_manage_sessions_in_the_sidebar(page, lab: JupyterProcess):
     composer.fill("```python\nprint(6 * 7)\n```\nWhat does this print?")
     composer.press("Enter")
     page.wait_for_timeout(300)  # time for a message to go wrong, before the session exists
+    holding[0] = False
     held[0].continue_()  # to the lab (loopback)
-    page.unroute(sessions)
     page.wait_for_function("""[...document.querySelectorAll('#jp-workbench .jp-wb-session-title')]
         .some(e => e.textContent.includes('What does this print?'))""", timeout=60_000)
     new = panel.locator(".jp-wb-session.jp-mod-selected")
