@@ -586,7 +586,7 @@ class KernelHands(Hands):
             if await col.feed(msg_type, content):
                 break
         replied = await self._payloads(kernel, msg_id, col)
-        if not replied and (call.interrupt == "sent" or deadline.passed) and col.obs.error is None:
+        if not replied and call.interrupt == "sent" and col.obs.error is None:  # a request's or the timeout's
             col.interrupted_outside_the_code()
         if col.exiting:
             self._exiting = kernel
